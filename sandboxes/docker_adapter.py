@@ -1,0 +1,365 @@
+"""The one async adapter over the blocking `docker` SDK.
+
+Every Docker Engine call of the project goes through `DockerAdapter`, which runs it on a bounded
+thread pool so the event loop never blocks. Two pools: short control calls (create, start,
+remove, list, inspect) and long output streams (exec). Keeping them apart means a flood of
+long-running execs can never starve the `kill` exec that ends one of them on timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+
+T = TypeVar("T")
+
+# Engine API calls block for at most this long (image builds get their own timeout).
+_API_TIMEOUT_S = 120
+
+
+class DockerUnavailable(RuntimeError):
+    """The Docker Engine could not be reached."""
+
+
+@dataclass
+class CappedBuffer:
+    """Keeps the first and last `limit // 2` bytes of a stream and counts what fell between.
+
+    Long outputs are cut in the middle: the head shows what started, the tail how it ended.
+    """
+
+    limit: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        half = self.limit // 2
+        room = half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.limit - half:
+                del self.tail[: len(self.tail) - (self.limit - half)]
+
+    @property
+    def dropped(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        """Decoded with errors="replace"; a marker stands where bytes were dropped."""
+        if self.dropped == 0:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+        return (
+            bytes(self.head).decode("utf-8", errors="replace")
+            + f"\n[... {self.dropped} bytes dropped ...]\n"
+            + bytes(self.tail).decode("utf-8", errors="replace")
+        )
+
+
+@dataclass
+class StreamResult:
+    exit_code: int | None
+    output: CappedBuffer
+    stdout_raw: bytes | None = None  # only when collect_stdout was asked for
+
+
+class OutputTooLarge(RuntimeError):
+    pass
+
+
+class _ExecStream:
+    """One running exec whose multiplexed stdout/stderr is read on a stream thread."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        # shutdown() wakes a recv() blocked in another thread; close() alone may not.
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        for op in (lambda: self._sock.shutdown(socket.SHUT_RDWR), self._sock.close):
+            try:
+                op()
+            except OSError:
+                pass
+
+    def frames(self) -> Iterator[tuple[int, bytes]]:
+        """Demultiplex Docker's 8-byte framed stream: (stream id, payload)."""
+        buf = bytearray()
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                if self._closed.is_set():
+                    return
+                raise
+            if not chunk:
+                return
+            buf += chunk
+            while len(buf) >= 8:
+                stream_id, size = struct.unpack(">BxxxL", bytes(buf[:8]))
+                if len(buf) < 8 + size:
+                    break
+                yield stream_id, bytes(buf[8 : 8 + size])
+                del buf[: 8 + size]
+
+
+class DockerAdapter:
+    """Async facade over the docker SDK. One per process is enough (see `default_adapter`)."""
+
+    def __init__(self, control_workers: int = 16, stream_workers: int = 128) -> None:
+        self._control = ThreadPoolExecutor(control_workers, thread_name_prefix="docker-ctl")
+        self._stream = ThreadPoolExecutor(stream_workers, thread_name_prefix="docker-stream")
+        self._client_lock = threading.Lock()
+        self._client: docker.DockerClient | None = None
+
+    @property
+    def client(self) -> docker.DockerClient:
+        with self._client_lock:
+            if self._client is None:
+                try:
+                    self._client = docker.from_env(timeout=_API_TIMEOUT_S)
+                except docker.errors.DockerException as e:
+                    raise DockerUnavailable(f"cannot reach the Docker Engine: {e}") from e
+            return self._client
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a short blocking SDK call on the control pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._control, partial(fn, *args, **kwargs))
+
+    async def _on_stream_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._stream, partial(fn, *args))
+
+    # ---- containers -------------------------------------------------------------------------
+
+    async def create_container(self, args: dict[str, Any]) -> str:
+        """Create (not start) a container from `isolation.container_args` output."""
+
+        def _create() -> str:
+            api = self.client.api
+            kwargs = dict(args)
+            host_config = api.create_host_config(**kwargs.pop("host_config"))
+            return api.create_container(host_config=host_config, **kwargs)["Id"]
+
+        return await self.call(_create)
+
+    async def start(self, container_id: str) -> None:
+        await self.call(self.client.api.start, container_id)
+
+    async def remove(self, container_id: str) -> None:
+        """Force-remove; a container that is already gone is not an error."""
+
+        def _rm() -> None:
+            try:
+                self.client.api.remove_container(container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                # "removal already in progress" means someone else finishes the job.
+                if "already in progress" not in str(e):
+                    raise
+
+        await self.call(_rm)
+
+    async def list_containers(self, labels: dict[str, str] | list[str]) -> list[dict[str, Any]]:
+        items = [f"{k}={v}" for k, v in labels.items()] if isinstance(labels, dict) else labels
+        return await self.call(self.client.api.containers, all=True, filters={"label": items})
+
+    async def inspect_container(self, container_id: str) -> dict[str, Any]:
+        return await self.call(self.client.api.inspect_container, container_id)
+
+    # ---- exec -------------------------------------------------------------------------------
+
+    async def exec_stream(
+        self,
+        container_id: str,
+        cmd: list[str],
+        *,
+        stdin: bytes | None = None,
+        max_output: int = 1 << 20,
+        collect_stdout: int | None = None,
+        timeout_s: float | None = None,
+        on_timeout: Callable[[], Any] | None = None,
+        workdir: str | None = None,
+    ) -> tuple[StreamResult, bool]:
+        """Run `cmd`, feed it `stdin` (then EOF), read all output keeping a capped copy.
+
+        The output is always drained to the end so the process never blocks on a full pipe.
+        With `collect_stdout=N`, stdout is returned raw instead (for tar streams); more than N
+        bytes raises OutputTooLarge. On timeout `on_timeout` (an async callable that kills the
+        process tree) runs; the stream then ends as the processes die, and is cut after a grace
+        period otherwise. Returns (result, timed_out).
+        """
+
+        def _open() -> tuple[str, _ExecStream]:
+            api = self.client.api
+            ex = api.exec_create(
+                container_id, cmd, stdin=stdin is not None, stdout=True, stderr=True, workdir=workdir
+            )
+            raw = api.exec_start(ex["Id"], socket=True)
+            sock = getattr(raw, "_sock", raw)
+            sock.settimeout(None)
+            return ex["Id"], _ExecStream(sock)
+
+        exec_id, stream = await self.call(_open)
+        buf = CappedBuffer(max_output)
+        out = io.BytesIO() if collect_stdout is not None else None
+
+        def _pump() -> None:
+            if stdin is not None:
+                stream._sock.sendall(stdin)
+                stream._sock.shutdown(socket.SHUT_WR)  # EOF on the process's stdin
+            for stream_id, payload in stream.frames():
+                if out is not None and stream_id == 1:
+                    out.write(payload)
+                    if out.tell() > collect_stdout:  # type: ignore[operator]
+                        raise OutputTooLarge(f"output exceeds {collect_stdout} bytes")
+                else:
+                    buf.add(payload)
+
+        pump = asyncio.ensure_future(self._on_stream_pool(_pump))
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(pump), timeout_s)
+            except TimeoutError:
+                timed_out = True
+                if on_timeout is not None:
+                    await on_timeout()
+                try:
+                    await asyncio.wait_for(asyncio.shield(pump), 10.0)
+                except TimeoutError:
+                    pass  # something escaped the kill and still holds the pipe: cut it
+        finally:
+            stream.close()
+            if not pump.done():
+                # Cancelled (or cut): the reader thread ends once the socket is shut down.
+                pump.add_done_callback(lambda f: f.cancelled() or f.exception())
+            elif not timed_out:
+                pump.result()  # re-raise a reader error (OutputTooLarge, socket errors)
+        exit_code: int | None = None
+        if not timed_out:
+            info = await self.call(self.client.api.exec_inspect, exec_id)
+            exit_code = info.get("ExitCode")
+        raw_out = out.getvalue() if out is not None else None
+        return StreamResult(exit_code=exit_code, output=buf, stdout_raw=raw_out), timed_out
+
+    async def exec_quick(self, container_id: str, cmd: list[str]) -> tuple[int | None, bytes]:
+        """A short command whose whole output is wanted (tmux control, kill, probes)."""
+
+        def _run() -> tuple[int | None, bytes]:
+            r = self.client.api.exec_create(container_id, cmd, stdout=True, stderr=True)
+            output = self.client.api.exec_start(r["Id"])
+            return self.client.api.exec_inspect(r["Id"]).get("ExitCode"), output
+
+        return await self.call(_run)
+
+    # ---- images -----------------------------------------------------------------------------
+
+    async def image_exists(self, ref: str) -> bool:
+        def _exists() -> bool:
+            try:
+                self.client.api.inspect_image(ref)
+                return True
+            except docker.errors.ImageNotFound:
+                return False
+
+        return await self.call(_exists)
+
+    async def try_pull(self, ref: str, timeout_s: float) -> bool:
+        """Whether `ref` could be pulled (used to detect a reachable registry)."""
+
+        def _pull() -> bool:
+            try:
+                docker.APIClient(timeout=int(timeout_s)).pull(ref)
+                return True
+            except Exception:  # registry unreachable, DNS failure, timeout: all mean "no"
+                return False
+
+        return await self.call(_pull)
+
+    async def build(
+        self,
+        *,
+        context_tar: bytes | None = None,
+        path: str | None = None,
+        dockerfile: str | None = None,
+        tag: str,
+        timeout_s: float,
+        network_mode: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> list[str]:
+        """Build an image; returns the log lines. Raises BuildFailed with the log on error."""
+
+        def _build() -> list[str]:
+            api = docker.APIClient(timeout=int(timeout_s))
+            log: list[str] = []
+            kwargs: dict[str, Any] = dict(
+                tag=tag, rm=True, forcerm=True, decode=True, network_mode=network_mode
+            )
+            if labels:
+                kwargs["labels"] = labels
+            if context_tar is not None:
+                kwargs.update(fileobj=io.BytesIO(context_tar), custom_context=True)
+            else:
+                kwargs.update(path=path, dockerfile=dockerfile)
+            for chunk in api.build(**kwargs):
+                if "stream" in chunk:
+                    log.extend(chunk["stream"].rstrip("\n").splitlines())
+                if "error" in chunk:
+                    log.append(chunk["error"].rstrip())
+                    raise BuildFailed(chunk["error"].strip(), log)
+            return log
+
+        return await self._on_stream_pool(_build)
+
+    async def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
+        def _import() -> None:
+            api = docker.APIClient(timeout=1800)
+            out = api.import_image_from_file(tarball, repository=repository, tag=tag, changes=changes)
+            if isinstance(out, str) and '"error"' in out:
+                raise RuntimeError(f"docker import failed: {out}")
+
+        await self._on_stream_pool(_import)
+
+    def close(self) -> None:
+        self._control.shutdown(wait=False, cancel_futures=True)
+        self._stream.shutdown(wait=False, cancel_futures=True)
+
+
+class BuildFailed(RuntimeError):
+    def __init__(self, message: str, log: list[str]) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+_default: DockerAdapter | None = None
+_default_pid: int | None = None
+
+
+def default_adapter() -> DockerAdapter:
+    """The process-wide adapter (re-created after fork, as thread pools do not survive it)."""
+    global _default, _default_pid
+    if _default is None or _default_pid != os.getpid():
+        _default, _default_pid = DockerAdapter(), os.getpid()
+    return _default

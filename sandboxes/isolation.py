@@ -1,0 +1,83 @@
+"""Container isolation: a task's limits and flags -> Docker create arguments (a pure function).
+
+Defaults lock the sandbox down: no network, no capabilities, no privilege escalation, a
+read-only root filesystem with size-capped tmpfs for the writable places, bounded pids,
+CPU and memory, and an init process that reaps zombies. The Docker socket is never mounted.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from sandboxes.task import Task
+
+LABEL_MANAGED = "rollouts.managed"
+LABEL_OWNER = "rollouts.owner"
+LABEL_POOL = "rollouts.pool"
+LABEL_POOL_KEY = "rollouts.pool_key"
+LABEL_BACKEND = "rollouts.backend"
+
+# network_mode values a task may ask for. "host" would share the machine's network stack
+# (and its loopback services) with untrusted code, so it is refused.
+ALLOWED_NETWORK_MODES = frozenset({"none", "bridge"})
+
+PIDS_LIMIT = 256
+# Writable places besides /app, each its own small tmpfs (the root filesystem is read-only).
+_SMALL_TMPFS_MB = {"/logs": 64, "/tests": 64, "/root": 64}
+
+
+class IsolationError(ValueError):
+    """A task asks for something the sandbox does not allow."""
+
+
+def owner_label() -> str:
+    """`<hostname>:<pid>` of this process: lets the reaper tell live owners from dead ones."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, Any]:
+    """Arguments for `APIClient.create_container` (host settings under "host_config")."""
+    env = task.config.environment
+    if env.network_mode not in ALLOWED_NETWORK_MODES:
+        raise IsolationError(
+            f"task {task.id}: [environment] network_mode={env.network_mode!r} is not allowed "
+            f"(use one of {sorted(ALLOWED_NETWORK_MODES)})"
+        )
+    for name, value in (("cpus", env.cpus), ("memory_mb", env.memory_mb), ("storage_mb", env.storage_mb)):
+        if not value or value <= 0:
+            raise IsolationError(f"task {task.id}: [environment] {name} must be > 0, got {value!r}")
+
+    storage_mb = int(env.storage_mb)
+    # mode=1777 so whichever user the image runs as can write; exec because agents run
+    # what they write in /app and /tmp.
+    tmpfs = {
+        "/app": f"rw,exec,size={storage_mb}m,mode=1777",
+        "/tmp": f"rw,exec,size={storage_mb}m,mode=1777",
+    }
+    for path, mb in _SMALL_TMPFS_MB.items():
+        tmpfs[path] = f"rw,exec,size={mb}m,mode=1777"
+
+    memory = f"{int(env.memory_mb)}m"
+    all_labels = {**labels, LABEL_MANAGED: "true", LABEL_OWNER: owner_label()}
+    return {
+        "image": image,
+        "command": ["sleep", "infinity"],
+        "working_dir": "/app",
+        "labels": all_labels,
+        "environment": {"HOME": "/root", "TERM": "xterm-256color", "LANG": "C.UTF-8"},
+        "host_config": {
+            "network_mode": env.network_mode,
+            "nano_cpus": int(float(env.cpus) * 1e9),
+            "mem_limit": memory,
+            "memswap_limit": memory,  # equal to mem_limit: no swap on top
+            "pids_limit": PIDS_LIMIT,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": tmpfs,
+            "init": True,
+            "binds": [],  # nothing from the host, the Docker socket least of all
+        },
+    }

@@ -1,0 +1,385 @@
+"""One group of samples of one task: the multi-turn agent loop, policy <-> sandbox, then the
+verifier. Every sample ends as a Trajectory; faults become masked statuses, never exceptions."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+from sandboxes.backend import Sandbox, SandboxBackend, VerifyResult
+from sandboxes.task import Task
+from service.agent.prompt import (
+    SYSTEM_PROMPT,
+    confirm_message,
+    error_message,
+    first_user_message,
+    observation_message,
+)
+from service.agent.protocol import MAX_DURATION_S, AgentReply, ReplyError, parse_reply
+from service.agent.tokens import InvariantError, TokenLedger, observation_delta
+from service.policy.client import ContextLengthError, Generation, PolicyClient, PolicyError
+from service.sample import SampleSpec
+from service.trajectory import Message, Status, Timings, Trajectory
+
+OnTrajectory = Callable[[Trajectory], Awaitable[None]]
+# Episodes that ended on the model's side are graded; infrastructure faults are not.
+_VERIFIED_STATUSES = frozenset({Status.ok, Status.agent_timeout, Status.context_length})
+MAX_OBSERVATION_CHARS = 16_000  # per turn, head and tail kept
+COMMAND_WALL_CAP_S = MAX_DURATION_S
+
+
+def _truncate(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters dropped ...]\n{text[-half:]}"
+
+
+def _turn_seed(base: int | None, trajectory_id: str, turn: int) -> int | None:
+    if base is None:
+        return None
+    digest = hashlib.sha256(f"{base}:{trajectory_id}:{turn}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass
+class _FirstTurn:
+    server: str
+    version: int
+    prompt_ids: list[int] = field(default_factory=list)
+    generations: list[Generation] = field(default_factory=list)
+    error: PolicyError | ContextLengthError | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class _Episode:
+    """Mutable state of one sample while it runs."""
+
+    spec: SampleSpec
+    ledger: TokenLedger
+    messages: list[Message]
+    server: str
+    version_start: int
+    version_end: int
+    timings: Timings = field(default_factory=Timings)
+    num_turns: int = 0
+    stop_reason: str | None = None
+    status: Status = Status.ok
+    generated_tokens: int = 0
+
+
+class EpisodeRunner:
+    def __init__(
+        self,
+        policy: PolicyClient,
+        sandboxes: SandboxBackend,
+        *,
+        current_version: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.policy = policy
+        self.sandboxes = sandboxes
+        self.current_version = current_version
+
+    async def run_group(
+        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
+    ) -> None:
+        if not samples:
+            return
+        messages = [
+            Message(role="system", content=SYSTEM_PROMPT),
+            Message(role="user", content=first_user_message(task.instruction)),
+        ]
+        started = time.monotonic()
+        # Sandboxes start while the first turn generates: creation is off the critical path.
+        sandbox_tasks = [asyncio.create_task(self._create_sandbox(task, spec)) for spec in samples]
+        try:
+            first = await self._first_turn(samples, messages)
+        except BaseException:
+            for t in sandbox_tasks:
+                t.cancel()
+            await asyncio.gather(*sandbox_tasks, return_exceptions=True)
+            await self._destroy_created(sandbox_tasks)
+            raise
+        await asyncio.gather(
+            *(
+                self._run_sample(
+                    task, spec, i, messages, first, sandbox_task, on_trajectory, started
+                )
+                for i, (spec, sandbox_task) in enumerate(zip(samples, sandbox_tasks, strict=True))
+            )
+        )
+
+    async def _destroy_created(self, sandbox_tasks: list[asyncio.Task]) -> None:
+        for t in sandbox_tasks:
+            if t.done() and not t.cancelled() and t.exception() is None:
+                await self.sandboxes.destroy(t.result()[0])
+
+    async def _create_sandbox(self, task: Task, spec: SampleSpec) -> tuple[Sandbox, float]:
+        t0 = time.monotonic()
+        labels = {
+            "rollouts.rollout_id": spec.rollout_id,
+            "rollouts.trajectory_id": spec.trajectory_id,
+        }
+        sandbox = await self.sandboxes.create(task, labels)
+        return sandbox, time.monotonic() - t0
+
+    async def _first_turn(self, samples: list[SampleSpec], messages: list[Message]) -> _FirstTurn:
+        """One tokenize and one n-sample request share the prompt prefix of the whole group."""
+        spec0 = samples[0]
+        group_key = f"{spec0.rollout_id}/{spec0.group_id}"
+        first = _FirstTurn(
+            server=self.policy.router.acquire(group_key), version=self.current_version()
+        )
+        t0 = time.monotonic()
+        try:
+            first.prompt_ids = await self.policy.tokenize_messages(
+                [m.model_dump() for m in messages], server=first.server
+            )
+            params = replace(
+                spec0.sampling,
+                seed=_turn_seed(spec0.sampling.seed, spec0.group_id, 0),
+                max_tokens=self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens),
+            )
+            first.generations = await self.policy.complete(
+                first.prompt_ids,
+                params,
+                n=len(samples),
+                server=first.server,
+                cache_salt=f"policy-v{first.version}",
+            )
+        except (PolicyError, ContextLengthError) as e:
+            first.error = e
+        finally:
+            self.policy.router.release(group_key)
+        first.seconds = time.monotonic() - t0
+        return first
+
+    def _turn_budget(self, seq_len: int, max_tokens: int) -> int:
+        return max(1, min(max_tokens, self.policy.max_model_len - seq_len))
+
+    async def _run_sample(
+        self,
+        task: Task,
+        spec: SampleSpec,
+        position: int,
+        messages: list[Message],
+        first: _FirstTurn,
+        sandbox_task: asyncio.Task,
+        on_trajectory: OnTrajectory,
+        started: float,
+    ) -> None:
+        ep = _Episode(
+            spec=spec,
+            ledger=TokenLedger(prompt_ids=list(first.prompt_ids)),
+            messages=list(messages),
+            server=first.server,
+            version_start=first.version,
+            version_end=first.version,
+        )
+        ep.timings.generate_s += first.seconds
+        sandbox: Sandbox | None = None
+        verify: VerifyResult | None = None
+        self.policy.router.assign(spec.trajectory_id, first.server)
+        try:
+            try:
+                sandbox, ep.timings.create_s = await sandbox_task
+            except Exception as e:  # engine unreachable, image missing, container died
+                ep.status = Status.sandbox_error
+                ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
+            if ep.status is Status.ok and first.error is not None:
+                self._policy_failed(ep, first.error)
+            elif ep.status is Status.ok and sandbox is not None:
+                await self._agent_loop(task, ep, sandbox, first.generations[position])
+            if sandbox is not None and ep.status in _VERIFIED_STATUSES:
+                verify = await self._verify(task, ep, sandbox)
+                sandbox = None
+        except asyncio.CancelledError:
+            ep.status = Status.cancelled
+            raise
+        finally:
+            self.policy.router.release(spec.trajectory_id)
+            if sandbox is not None:
+                t0 = time.monotonic()
+                await self.sandboxes.destroy(sandbox)
+                ep.timings.teardown_s += time.monotonic() - t0
+        ep.timings.total_s = time.monotonic() - started
+        await on_trajectory(self._trajectory(task, ep, verify))
+
+    def _policy_failed(self, ep: _Episode, error: BaseException) -> None:
+        ep.ledger.rewind_to_last_generation()
+        if isinstance(error, ContextLengthError):
+            ep.status, ep.stop_reason = Status.context_length, "length"
+        else:
+            ep.status = Status.policy_error
+            ep.messages.append(Message(role="system", content=f"policy error: {error}"))
+
+    async def _agent_loop(
+        self, task: Task, ep: _Episode, sandbox: Sandbox, first: Generation
+    ) -> None:
+        limits = ep.spec.agent
+        timeout_s = limits.timeout_s or task.config.agent_timeout_sec
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._turns(ep, sandbox, first)
+        except TimeoutError:
+            ep.ledger.rewind_to_last_generation()
+            ep.status = Status.agent_timeout
+        except InvariantError as e:
+            # The engine's answer did not line up with what we sent: never train on it.
+            ep.ledger = TokenLedger(prompt_ids=ep.ledger.prompt_ids)
+            ep.status = Status.policy_error
+            ep.messages.append(Message(role="system", content=f"token invariant broken: {e}"))
+        except Exception as e:  # the container died or the engine went away mid-episode
+            ep.ledger.rewind_to_last_generation()
+            ep.status = Status.sandbox_error
+            ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
+
+    async def _turns(self, ep: _Episode, sandbox: Sandbox, gen: Generation | None) -> None:
+        spec = ep.spec
+        awaiting_confirmation = False
+        for turn in range(spec.agent.max_turns):
+            if gen is None:
+                engine_prompt = ep.ledger.sequence()
+                budget = self.policy.max_model_len - len(engine_prompt)
+                if budget <= 0:
+                    ep.status, ep.stop_reason = Status.context_length, "length"
+                    return
+                version = self.current_version()
+                t0 = time.monotonic()
+                try:
+                    params = replace(
+                        spec.sampling,
+                        seed=_turn_seed(spec.sampling.seed, spec.trajectory_id, turn),
+                        max_tokens=self._turn_budget(len(engine_prompt), spec.sampling.max_tokens),
+                    )
+                    (gen,) = await self.policy.complete(
+                        engine_prompt,
+                        params,
+                        n=1,
+                        server=self.policy.router.acquire(spec.trajectory_id),
+                        cache_salt=f"policy-v{version}",
+                    )
+                except (PolicyError, ContextLengthError) as e:
+                    ep.timings.generate_s += time.monotonic() - t0
+                    self._policy_failed(ep, e)
+                    return
+                ep.timings.generate_s += time.monotonic() - t0
+                ep.version_end = version
+            else:
+                engine_prompt = ep.ledger.sequence()
+            ep.ledger.add_generation(engine_prompt, gen.token_ids, gen.logprobs)
+            ep.generated_tokens += len(gen.token_ids)
+            ep.num_turns = turn + 1
+            ep.stop_reason = gen.finish_reason
+            text = await self._reply_text(gen, ep.server)
+            ep.messages.append(Message(role="assistant", content=text))
+
+            try:
+                reply: AgentReply | None = parse_reply(text)
+            except ReplyError as e:
+                reply, observation = None, error_message(str(e))
+            if reply is not None:
+                output = await self._run_commands(ep, sandbox, reply)
+                if reply.task_complete and awaiting_confirmation:
+                    return
+                if reply.task_complete:
+                    awaiting_confirmation = True
+                    observation = confirm_message(output)
+                else:
+                    awaiting_confirmation = False
+                    observation = observation_message(output)
+            if turn == spec.agent.max_turns - 1:
+                return
+            ep.messages.append(Message(role="user", content=observation))
+            turn_closed = gen.finish_reason == "stop" and gen.stop_reason is None
+            delta = await self._tokenize_observation(ep, observation, turn_closed)
+            if delta is None:
+                return
+            if len(ep.ledger) + len(delta) >= self.policy.max_model_len:
+                ep.status, ep.stop_reason = Status.context_length, "length"
+                return
+            ep.ledger.add_observation(delta)
+            gen = None
+
+    async def _tokenize_observation(
+        self, ep: _Episode, observation: str, turn_closed: bool
+    ) -> list[int] | None:
+        try:
+            return await self.policy.tokenize_text(
+                observation_delta(observation, turn_closed=turn_closed),
+                server=self.policy.router.acquire(ep.spec.trajectory_id),
+            )
+        except PolicyError as e:
+            self._policy_failed(ep, e)
+            return None
+
+    async def _reply_text(self, gen: Generation, server: str) -> str:
+        # With a stop string the text ends before it while the ids include it: the ids are the
+        # truth, so decode them to see what the model actually produced.
+        if isinstance(gen.stop_reason, str):
+            return await self.policy.detokenize(gen.token_ids, server=server)
+        return gen.text
+
+    async def _run_commands(self, ep: _Episode, sandbox: Sandbox, reply: AgentReply) -> str:
+        t0 = time.monotonic()
+        outputs = []
+        for command in reply.commands:
+            wait_s = min(command.duration, COMMAND_WALL_CAP_S)
+            outputs.append(await sandbox.send_keys(command.keystrokes, wait_s))
+        ep.timings.agent_s += time.monotonic() - t0
+        return _truncate("".join(outputs))
+
+    async def _verify(self, task: Task, ep: _Episode, sandbox: Sandbox) -> VerifyResult:
+        t0 = time.monotonic()
+        try:
+            workspace = await sandbox.get_workspace()
+        except Exception as e:
+            await self.sandboxes.destroy(sandbox)
+            return VerifyResult(reward=None, status=Status.sandbox_error, output=str(e))
+        t1 = time.monotonic()
+        await self.sandboxes.destroy(sandbox)
+        ep.timings.teardown_s += time.monotonic() - t1
+        labels = {
+            "rollouts.rollout_id": ep.spec.rollout_id,
+            "rollouts.trajectory_id": ep.spec.trajectory_id,
+        }
+        result = await self.sandboxes.verify(task, workspace, labels)
+        ep.timings.verify_s += time.monotonic() - t0
+        return result
+
+    def _trajectory(self, task: Task, ep: _Episode, verify: VerifyResult | None) -> Trajectory:
+        status, reward = ep.status, None
+        output = ""
+        if verify is not None:
+            output = verify.output
+            reward = verify.reward
+            if verify.status is not Status.ok:
+                # The verifier's verdict (timeout, error, crash) outranks how the agent ended.
+                status = verify.status
+            elif status is Status.agent_timeout and ep.spec.agent.mask_agent_timeout:
+                status = Status.cancelled
+        ep.ledger.validate()
+        return Trajectory(
+            trajectory_id=ep.spec.trajectory_id,
+            rollout_id=ep.spec.rollout_id,
+            group_id=ep.spec.group_id,
+            task_id=task.id,
+            sample_index=ep.spec.sample_index,
+            policy_version_start=ep.version_start,
+            policy_version_end=ep.version_end,
+            prompt_token_ids=ep.ledger.prompt_ids,
+            response_token_ids=ep.ledger.response_ids,
+            loss_mask=ep.ledger.loss_mask,
+            rollout_logprobs=ep.ledger.logprobs,
+            reward=reward,
+            status=status,
+            stop_reason=ep.stop_reason,
+            num_turns=ep.num_turns,
+            messages=ep.messages,
+            verifier_output=output,
+            timings=ep.timings,
+        )

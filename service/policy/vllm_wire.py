@@ -1,0 +1,257 @@
+"""Pydantic models of the vLLM (0.32) OpenAI-compatible HTTP requests and responses we use.
+
+One module, one definition: the policy client validates what vLLM answers with these models, and
+the stand-in server (service/policy/stub/) builds its answers from the same models, so the two can
+never drift apart. Field names and nesting follow the recordings in shared/vllm-wire/ exactly.
+
+Response models accept unknown extra fields (a newer vLLM may add some; we must not break), while
+the stand-in server's request models reject badly typed known fields with a 400, as vLLM does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# cache_salt: vLLM 0.32 rejects salts over 128 characters or containing these characters.
+CACHE_SALT_MAX_LEN = 128
+CACHE_SALT_FORBIDDEN = ("@", "/", "\\", "\x00")
+
+
+def cache_salt_problem(salt: str) -> str | None:
+    """Why `salt` would be rejected by vLLM, or None when it is acceptable."""
+    if not salt:
+        return "Parameter 'cache_salt' must be a non-empty string if provided."
+    if len(salt) > CACHE_SALT_MAX_LEN:
+        return f"Parameter 'cache_salt' must be at most {CACHE_SALT_MAX_LEN} characters."
+    if any(c in salt for c in CACHE_SALT_FORBIDDEN):
+        return "Parameter 'cache_salt' must not contain '@', '/', '\\' or NUL."
+    return None
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Request(BaseModel):
+    # vLLM accepts (and ignores with a warning) fields it does not know.
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ErrorInfo(_Response):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(_Response):
+    error: ErrorInfo
+
+
+# ---------------------------------------------------------------- /v1/models
+
+
+class ModelPermission(_Response):
+    id: str
+    object: Literal["model_permission"] = "model_permission"
+    created: int
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
+class ModelCard(_Response):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "vllm"
+    root: str | None = None
+    parent: str | None = None
+    max_model_len: int | None = None
+    permission: list[ModelPermission] = Field(default_factory=list)
+
+
+class ModelList(_Response):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+# ---------------------------------------------------------------- /tokenize, /detokenize
+
+
+class ChatMessage(BaseModel):
+    role: str
+    content: str
+
+
+class TokenizeRequest(_Request):
+    """Either `messages` (chat template applied) or `prompt` (raw text), as vLLM accepts both."""
+
+    model: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_generation_prompt: bool = True
+    prompt: str | None = None
+    add_special_tokens: bool = True
+    return_token_strs: bool | None = False
+
+
+class TokenizeResponse(_Response):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(_Request):
+    model: str | None = None
+    tokens: list[int]
+
+
+class DetokenizeResponse(_Response):
+    prompt: str
+
+
+# ---------------------------------------------------------------- /v1/completions
+
+
+class CompletionRequest(_Request):
+    """The fields of vLLM's CompletionRequest that token-in/token-out RL uses."""
+
+    model: str | None = None
+    prompt: list[int]  # token ids; we never send text prompts
+    n: int = Field(default=1, ge=1)
+    seed: int | None = None
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = None  # -1 or 0 disables, as in vLLM
+    min_p: float | None = None
+    max_tokens: int | None = Field(default=16, ge=1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    logprobs: int | None = Field(default=None, ge=0)
+    return_token_ids: bool | None = False
+    return_tokens_as_token_ids: bool | None = False
+    cache_salt: str | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_range(cls, v: int | None) -> int | None:
+        if v is not None and v < -1:
+            raise ValueError("top_k must be -1 (disable), or at least 1")
+        return v
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class CompletionLogprobs(_Response):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(_Response):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+    prompt_logprobs: list[dict[str, Any] | None] | None = None
+    prompt_token_ids: list[int] | None = None
+    routed_experts: Any = None
+
+
+class UsageInfo(_Response):
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens_details: dict[str, Any] | None = None
+    completion_tokens_details: dict[str, Any] | None = None
+
+
+class CompletionResponse(_Response):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    service_tier: str | None = None
+    system_fingerprint: str | None = None
+    usage: UsageInfo
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    metrics: Any = None
+
+
+# ---------------------------------------------------------------- /v1/chat/completions
+# Not used for generation (we are token-in/token-out), modelled so the recordings all parse.
+
+
+class ChatLogprobEntry(_Response):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ChatLogprobs(_Response):
+    content: list[ChatLogprobEntry] | None = None
+
+
+class ChatResponseMessage(_Response):
+    role: str
+    content: str | None = None
+
+
+class ChatChoice(_Response):
+    index: int
+    message: ChatResponseMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+
+
+class ChatCompletionResponse(_Response):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+    prompt_token_ids: list[int] | None = None
+
+
+# ---------------------------------------------------------------- dev-mode control endpoints
+
+
+class StatusResponse(_Response):
+    """POST /pause and /resume."""
+
+    status: str
+
+
+class IsPausedResponse(_Response):
+    is_paused: bool
+
+
+class ResetPrefixCacheResponse(_Response):
+    success: bool

@@ -1,0 +1,133 @@
+"""The trajectory record: defined once, used by the store, the API, Parquet export and clients.
+
+A trajectory is one sample of one task: the token-exact prompt and response, the loss mask and
+the sampler's logprobs (TIS needs them), the reward and how the episode ended.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, Field, model_validator
+
+
+class Status(StrEnum):
+    ok = "ok"
+    agent_timeout = "agent_timeout"
+    context_length = "context_length"
+    verifier_timeout = "verifier_timeout"
+    verifier_error = "verifier_error"
+    sandbox_error = "sandbox_error"
+    policy_error = "policy_error"
+    cancelled = "cancelled"
+
+
+# Infrastructure faults: the model did nothing wrong, so a reward of 0 would bias training.
+# `exclude_from_baseline` is derived from this set and never stored independently.
+MASKED_STATUSES: frozenset[Status] = frozenset(
+    {Status.verifier_error, Status.sandbox_error, Status.policy_error, Status.cancelled}
+)
+
+
+def is_masked(status: Status | str) -> bool:
+    return Status(status) in MASKED_STATUSES
+
+
+class Timings(BaseModel):
+    """Seconds spent per stage of one sample."""
+
+    create_s: float = 0.0
+    generate_s: float = 0.0
+    agent_s: float = 0.0
+    verify_s: float = 0.0
+    teardown_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+
+
+class Trajectory(BaseModel):
+    trajectory_id: str
+    rollout_id: str
+    group_id: str
+    task_id: str
+    sample_index: int
+    policy_version_start: int = 0
+    policy_version_end: int = 0
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]
+    reward: float | None
+    status: Status
+    exclude_from_baseline: bool = False
+    stop_reason: str | None = None
+    num_turns: int = 0
+    messages: list[Message] = Field(default_factory=list)
+    verifier_output: str = ""
+    timings: Timings = Field(default_factory=Timings)
+    advantage: float | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Trajectory:
+        # exclude_from_baseline is a function of status: keep the two from disagreeing.
+        self.exclude_from_baseline = is_masked(self.status)
+        if self.exclude_from_baseline:
+            self.reward = None
+        n = len(self.response_token_ids)
+        if len(self.loss_mask) != n or len(self.rollout_logprobs) != n:
+            raise ValueError(
+                "response_token_ids, loss_mask and rollout_logprobs must have equal lengths "
+                f"({n}, {len(self.loss_mask)}, {len(self.rollout_logprobs)})"
+            )
+        for m, lp in zip(self.loss_mask, self.rollout_logprobs, strict=True):
+            if m not in (0, 1):
+                raise ValueError("loss_mask entries must be 0 or 1")
+            if m == 0 and lp != 0.0:
+                raise ValueError("rollout_logprobs must be 0.0 where loss_mask is 0")
+        return self
+
+
+TIMINGS_TYPE = pa.struct([(name, pa.float64()) for name in Timings.model_fields])
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("trajectory_id", pa.string()),
+        ("rollout_id", pa.string()),
+        ("group_id", pa.string()),
+        ("task_id", pa.string()),
+        ("sample_index", pa.int32()),
+        ("policy_version_start", pa.int64()),
+        ("policy_version_end", pa.int64()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("response_token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("rollout_logprobs", pa.list_(pa.float32())),
+        ("reward", pa.float64()),
+        ("status", pa.string()),
+        ("exclude_from_baseline", pa.bool_()),
+        ("stop_reason", pa.string()),
+        ("num_turns", pa.int32()),
+        ("messages", pa.list_(MESSAGE_TYPE)),
+        ("verifier_output", pa.string()),
+        ("timings", TIMINGS_TYPE),
+        ("advantage", pa.float64()),
+    ]
+)
+
+assert set(ARROW_SCHEMA.names) == set(Trajectory.model_fields), "schema and model disagree"
+
+
+def to_arrow(trajectories: list[Trajectory]) -> pa.Table:
+    rows: list[dict[str, Any]] = [t.model_dump(mode="json") for t in trajectories]
+    return pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
+
+
+def from_arrow(table: pa.Table) -> list[Trajectory]:
+    return [Trajectory.model_validate(row) for row in table.to_pylist()]
