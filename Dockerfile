@@ -11,16 +11,16 @@
 
 ARG BASE_IMAGE=python:3.11-slim
 
-# ---- build stage: a virtual environment in /opt/rollouts -------------------------------------
-FROM ${BASE_IMAGE} AS build
+# ---- deps stage: a virtual environment in /opt/rollouts with the dependencies only ---------------
+FROM ${BASE_IMAGE} AS deps
 
 # build/wheels/ is optional: the glob lets the COPY succeed when it is absent (pyproject.toml always
 # matches). When wheels are present the install below never touches the network.
 COPY pyproject.toml build/wheel[s] /wheels/
 
-# Dependencies first, in their own layer, so source edits rebuild only the last, small layer.
 # The Debian base has python3-venv but no pip/ensurepip: pip then runs from its wheel (wheels are
 # zip-importable) with the venv's interpreter, so it installs into the venv and leaves no pip behind.
+# The project itself goes to /opt/rollouts-app (see below), which a .pth file puts on sys.path.
 RUN set -eu; \
     python3 -c "import tomllib; print('\n'.join(tomllib.load(open('/wheels/pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt; \
     if ls /wheels/*.whl >/dev/null 2>&1; then \
@@ -33,23 +33,29 @@ RUN set -eu; \
         : > /tmp/pip-source; \
     fi; \
     $(cat /tmp/pip) install --no-cache-dir --disable-pip-version-check $(cat /tmp/pip-source) \
-        -r /tmp/requirements.txt
+        -r /tmp/requirements.txt; \
+    /opt/rollouts/bin/python -c "import site; print(site.getsitepackages()[0])" > /tmp/site; \
+    echo /opt/rollouts-app > "$(cat /tmp/site)/rollouts-app.pth"
 
+# ---- app stage: the project, installed (not editable) into its own folder ------------------------
+# Kept apart from the dependencies so that a source edit rebuilds and copies only this small folder,
+# not the whole environment.
+FROM deps AS app
 COPY pyproject.toml README.m[d] /src/
 COPY service /src/service
 COPY sandboxes /src/sandboxes
 COPY clients /src/clients
-# A regular (not editable) install: the final stage carries only the venv, not /src.
 RUN set -eu; \
     $(cat /tmp/pip) install --no-cache-dir --disable-pip-version-check $(cat /tmp/pip-source) \
-        --no-deps /src; \
+        --no-deps --target /opt/rollouts-app /src; \
     /opt/rollouts/bin/python -c "import clients.cli, service, sandboxes"
 
-# ---- final stage: the base plus the venv ------------------------------------------------------
+# ---- final stage: the base plus the two folders -----------------------------------------------
 FROM ${BASE_IMAGE}
 
-COPY --from=build /opt/rollouts /opt/rollouts
-ENV PATH=/opt/rollouts/bin:$PATH \
+COPY --from=deps /opt/rollouts /opt/rollouts
+COPY --from=app /opt/rollouts-app /opt/rollouts-app
+ENV PATH=/opt/rollouts-app/bin:/opt/rollouts/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 

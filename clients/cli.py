@@ -15,7 +15,7 @@ app = typer.Typer(
 
 # Command groups (modules exposing `app`) and modules adding top-level commands (`register`).
 _GROUPS = ["tasks", "images", "sandboxes"]
-_TOP_LEVEL: list[str] = []
+_TOP_LEVEL = ["verify", "collect", "serve", "pull", "export", "policy_stub"]
 
 for _name in _GROUPS:
     try:
@@ -27,7 +27,11 @@ for _name in _GROUPS:
     app.add_typer(_mod.app, name=_name)
 
 for _name in _TOP_LEVEL:
-    importlib.import_module(f"clients.commands.{_name}").register(app)
+    try:
+        _mod = importlib.import_module(f"clients.commands.{_name}")
+    except ModuleNotFoundError:
+        continue
+    _mod.register(app)
 
 if __name__ == "__main__":
     app()

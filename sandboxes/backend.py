@@ -55,7 +55,9 @@ class SandboxBackend(Protocol):
         """Returns at once; removal happens in the background."""
         ...
 
-    async def verify(self, task: Task, workspace_tar: bytes, labels: dict[str, str]) -> VerifyResult:
+    async def verify(
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+    ) -> VerifyResult:
         """Fresh container from the task's image; copy workspace to /app and tests/ to /tests;
         run tests/test.sh with the verifier timeout; read /logs/verifier/reward.json|txt."""
         ...

@@ -214,7 +214,12 @@ class DockerAdapter:
         def _open() -> tuple[str, _ExecStream]:
             api = self.client.api
             ex = api.exec_create(
-                container_id, cmd, stdin=stdin is not None, stdout=True, stderr=True, workdir=workdir
+                container_id,
+                cmd,
+                stdin=stdin is not None,
+                stdout=True,
+                stderr=True,
+                workdir=workdir,
             )
             raw = api.exec_start(ex["Id"], socket=True)
             sock = getattr(raw, "_sock", raw)
@@ -333,10 +338,14 @@ class DockerAdapter:
 
         return await self._on_stream_pool(_build)
 
-    async def import_image(self, tarball: str, repository: str, tag: str, changes: list[str]) -> None:
+    async def import_image(
+        self, tarball: str, repository: str, tag: str, changes: list[str]
+    ) -> None:
         def _import() -> None:
             api = docker.APIClient(timeout=1800)
-            out = api.import_image_from_file(tarball, repository=repository, tag=tag, changes=changes)
+            out = api.import_image_from_file(
+                tarball, repository=repository, tag=tag, changes=changes
+            )
             if isinstance(out, str) and '"error"' in out:
                 raise RuntimeError(f"docker import failed: {out}")
 

@@ -45,7 +45,11 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
             f"task {task.id}: [environment] network_mode={env.network_mode!r} is not allowed "
             f"(use one of {sorted(ALLOWED_NETWORK_MODES)})"
         )
-    for name, value in (("cpus", env.cpus), ("memory_mb", env.memory_mb), ("storage_mb", env.storage_mb)):
+    for name, value in (
+        ("cpus", env.cpus),
+        ("memory_mb", env.memory_mb),
+        ("storage_mb", env.storage_mb),
+    ):
         if not value or value <= 0:
             raise IsolationError(f"task {task.id}: [environment] {name} must be > 0, got {value!r}")
 
@@ -65,6 +69,8 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
         "image": image,
         "command": ["sleep", "infinity"],
         "working_dir": "/app",
+        # A fixed hostname makes the shell prompt match the initial state the agent is shown.
+        "hostname": "sandbox",
         "labels": all_labels,
         "environment": {"HOME": "/root", "TERM": "xterm-256color", "LANG": "C.UTF-8"},
         "host_config": {

@@ -31,20 +31,26 @@ PARQUET_BINARY_COLUMN = "task_binary"
 # Rows per Parquet batch: small, so memory holds a handful of task archives at a time.
 PARQUET_BATCH_SIZE = 16
 
+# Files that only a task folder has at its top level (a folder of tasks has none of them).
+_TASK_MARKERS = ("task.toml", "instruction.md", "tests/test.sh")
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class TaskLoadError(ValueError):
     """A task (or a whole source) cannot be loaded. `task` names it: an id, a path or a source."""
 
+    _kind = "task"
+
     def __init__(self, task: str, message: str) -> None:
         self.task = task
         self.message = message
-        super().__init__(f"task {task!r}: {message}")
+        super().__init__(f"{self._kind} {task!r}: {message}")
 
 
 class _SourceError(TaskLoadError):
     """The source as a whole is unusable (missing column, not a Parquet file): never skipped."""
+
+    _kind = "task source"
 
 
 # --- task.toml validation (a boundary, so pydantic; unknown keys are kept, never rejected) ----
@@ -200,7 +206,9 @@ def _read_folder(folder: Path, task_id: str) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     total = 0
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
+        # Bytecode caches appear when someone runs a task's tests locally; they are not content
+        # and would make the folder and Parquet copies of a task differ.
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
             full = Path(dirpath, name)
             rel = full.relative_to(folder).as_posix()
@@ -211,7 +219,9 @@ def _read_folder(folder: Path, task_id: str) -> dict[str, bytes]:
             if not full.is_file():
                 raise TaskLoadError(task_id, f"{rel} is not a regular file")
             if len(files) >= DEFAULT_MAX_MEMBERS:
-                raise TaskLoadError(task_id, f"task folder has more than {DEFAULT_MAX_MEMBERS} files")
+                raise TaskLoadError(
+                    task_id, f"task folder has more than {DEFAULT_MAX_MEMBERS} files"
+                )
             data = full.read_bytes()
             total += len(data)
             if total > DEFAULT_MAX_TOTAL_BYTES:
@@ -306,7 +316,9 @@ def _parquet_row_task(where: str, path: object, blob: object) -> Task:
 def _open_source(source: Path) -> Iterator[Task | TaskLoadError]:
     """Check the source itself now (so its errors are immediate) and return the row iterator."""
     if source.is_dir():
-        if (source / "task.toml").exists():
+        # A folder that looks like a task (even one missing task.toml) is one task, so its
+        # error says "missing task.toml" rather than complaining about its tests/ subfolder.
+        if any((source / marker).exists() for marker in _TASK_MARKERS):
             return _iter_folder_of_tasks([source])
         folders = _task_folders(source)
         if not folders:
@@ -327,7 +339,7 @@ def iter_tasks(
     name) or a Parquet file with `path` and `task_binary` columns.
 
     Problems with the source itself raise TaskLoadError at once, whatever `skip_invalid` says.
-    A bad task raises TaskLoadError when reached; with `skip_invalid` it is passed to
+    A bad task raises TaskLoadError when reached; with `skip_invalid` it is instead passed to
     `on_invalid` (if given) and skipped. Duplicate ids count as bad tasks (the later one).
     """
     items = _open_source(Path(source))
@@ -342,10 +354,10 @@ def iter_tasks(
                     "task ids come from the last path component and must be unique",
                 )
             if isinstance(item, TaskLoadError):
-                if on_invalid is not None:
-                    on_invalid(item)
                 if not skip_invalid:
                     raise item
+                if on_invalid is not None:
+                    on_invalid(item)
                 continue
             seen[item.id] = item.path
             yield item

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from sandboxes.task import Task
-from service.advantages import compute_advantages
+from service.advantages import AdvantageConfig, compute_advantages
 from service.episode import EpisodeRunner
 from service.sample import AgentLimits, SampleSpec, SamplingParams
 from service.trajectory import ARROW_SCHEMA, Trajectory, to_arrow
@@ -145,7 +145,10 @@ async def collect(
             for _ in range(held):
                 slots.release()
         # Advantages are a group property: only a finished group gets them (rloo_n defaults).
-        for t, a in zip(done, compute_advantages(done), strict=True):
+        advantages = compute_advantages(
+            [t.reward for t in done], [t.exclude_from_baseline for t in done], AdvantageConfig()
+        )
+        for t, a in zip(done, advantages, strict=True):
             t.advantage = a
         summary.groups += 1
         sink.write(done)

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from sandboxes.docker_backend import DockerBackend
+from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
 from service.collect import CollectSummary, ParquetSink, collect
@@ -101,7 +101,7 @@ async def _run(
     tasks = load_tasks(tasks_path, limit=limit)
     policy = PolicyClient(policy_urls, model)
     await policy.start()
-    backend = DockerBackend(image_override=image, max_concurrency=concurrency)
+    backend = DockerBackend(BackendSettings(image_override=image))
     runner = EpisodeRunner(policy, backend)
     sink = ParquetSink(out_file)
     total = len(tasks) * n_samples
@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
         except (TaskLoadError, FileNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-        ensure_base_image()
+        asyncio.run(ensure_base_image())
         out.mkdir(parents=True, exist_ok=True)
         out_file = out / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.parquet"
         sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)

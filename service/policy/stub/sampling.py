@@ -85,7 +85,8 @@ class ScriptSampler:
             self.lp_other = to_float32(-log_z)
         else:
             self.lp_scripted = to_float32(math.log(p_s))
-            self.lp_other = to_float32(math.log(p_o)) if p_o > 0 else -math.inf
+            # vLLM reports impossible tokens as -9999.0 (JSON has no -inf)
+            self.lp_other = to_float32(math.log(p_o)) if p_o > 0 else -9999.0
 
     def _other_id(self, scripted: int, k: int) -> int:
         """The k-th kept non-scripted token: the lowest ids, skipping the scripted one."""

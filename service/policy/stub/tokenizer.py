@@ -17,7 +17,11 @@ ENDOFTEXT_ID = 0
 IM_START_ID = 1
 IM_END_ID = 2  # the EOS of the chat model
 EOS_ID = IM_END_ID
-SPECIAL_TOKENS: dict[str, int] = {"<|endoftext|>": ENDOFTEXT_ID, "<|im_start|>": IM_START_ID, "<|im_end|>": IM_END_ID}
+SPECIAL_TOKENS: dict[str, int] = {
+    "<|endoftext|>": ENDOFTEXT_ID,
+    "<|im_start|>": IM_START_ID,
+    "<|im_end|>": IM_END_ID,
+}
 BYTE_OFFSET = len(SPECIAL_TOKENS)  # id of byte b is BYTE_OFFSET + b
 
 _PY_KEYWORDS = (

@@ -1,0 +1,67 @@
+"""`rollouts policy-stub`: run the stand-in policy server (a stand-in for vLLM, not a model)."""
+
+from __future__ import annotations
+
+import typer
+from pydantic import ValidationError
+
+from service.policy.stub.behaviour import ATTACKS
+
+
+def policy_stub(
+    tasks: str = typer.Option(..., "--tasks", help="Tasks (folder or Parquet) to script."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port"),
+    model: str = typer.Option("stub", "--model", help="Model name served on /v1/models."),
+    max_model_len: int = typer.Option(32768, "--max-model-len"),
+    p_correct: float = typer.Option(1.0, "--p-correct", help="Chance a sample types the oracle."),
+    p_malformed: float = typer.Option(0.02, "--p-malformed", help="Chance a reply is bad JSON."),
+    seed: int = typer.Option(0, "--seed"),
+    tokens_per_s: float | None = typer.Option(None, "--tokens-per-s", help="Decode speed."),
+    ttft_ms: float = typer.Option(0.0, "--ttft-ms", help="Time to first token."),
+    record: str | None = typer.Option(None, "--record", help="Append served choices (JSONL)."),
+    attack: str | None = typer.Option(
+        None, "--attack", help=f"Adversarial first command: {', '.join(ATTACKS)}."
+    ),
+) -> None:
+    """Serve a stand-in for vLLM's OpenAI-compatible API, scripted from a task set."""
+    import uvicorn
+
+    from service.policy.stub.server import StubSettings, build_app
+
+    try:
+        settings = StubSettings(
+            tasks=tasks,
+            host=host,
+            port=port,
+            model=model,
+            max_model_len=max_model_len,
+            p_correct=p_correct,
+            p_malformed=p_malformed,
+            seed=seed,
+            tokens_per_s=tokens_per_s,
+            ttft_ms=ttft_ms,
+            record=record,
+            attack=attack,
+        )
+        app = build_app(settings)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]).replace("_", "-")
+        typer.echo(f"error: --{field}: {err['msg']}", err=True)
+        raise typer.Exit(2) from None
+    except (ValueError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"policy-stub: serving {model!r} (a stand-in for vLLM) on http://{host}:{port}")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("policy-stub")(policy_stub)
+
+
+if __name__ == "__main__":  # `python -m clients.commands.policy_stub`, without the full CLI
+    _app = typer.Typer(add_completion=False)
+    register(_app)
+    _app()

@@ -1,0 +1,374 @@
+"""Trainer-side client of the rollouts service (sync and async, httpx).
+
+    client = TrainerClient("http://127.0.0.1:8080", api_key)
+    rid = client.submit("/data/tasks.parquet", n_samples=8)
+    for batch in client.batches(max_groups=64, rollout_id=rid):
+        train_step(batch.to_skyrl())
+        batch.ack()
+
+Delivery is at-least-once until ack (docs/delivery.md). The client makes it exactly-once for
+its caller: it remembers the trajectory ids it has acked and silently acks and skips groups it
+sees again (after a lease expiry or a service restart). Connection errors, 5xx and 429 are
+retried with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pyarrow as pa
+
+from service.trajectory import Trajectory, to_arrow
+from service.wire import Group, PolicyState, RolloutCreated, RolloutStatus
+
+REMAINING_HEADER = "X-Rollouts-Remaining"
+
+
+class ServiceError(RuntimeError):
+    def __init__(self, status_code: int, message: str) -> None:
+        self.status_code = status_code
+        super().__init__(f"HTTP {status_code}: {message}")
+
+
+@dataclass
+class Batch:
+    batch_id: str
+    lease_expires_at: float
+    groups: list[Group]
+    _ack: Callable[[Batch], Any] = field(repr=False, default=lambda b: None)
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [t for g in self.groups for t in g.trajectories]
+
+    def ack(self) -> Any:
+        """Acknowledge: the service never offers these groups again. (Async client: await it.)"""
+        return self._ack(self)
+
+    def to_arrow(self) -> pa.Table:
+        return to_arrow(self.trajectories)
+
+    def to_skyrl(self) -> dict[str, Any]:
+        """SkyRL GeneratorOutput fields, one entry per trajectory, plus `advantages`,
+        `exclude_from_baseline` (MarinSkyRL) and `uids` (the group of each sample). Masked
+        samples get reward 0.0 and exclude_from_baseline True."""
+        ts = self.trajectories
+        return {
+            "prompt_token_ids": [t.prompt_token_ids for t in ts],
+            "response_ids": [t.response_token_ids for t in ts],
+            "rewards": [0.0 if t.exclude_from_baseline else float(t.reward or 0.0) for t in ts],
+            "loss_masks": [t.loss_mask for t in ts],
+            "stop_reasons": [t.stop_reason or "" for t in ts],
+            "rollout_logprobs": [t.rollout_logprobs for t in ts],
+            # SkyRL's TrajectoryID is (instance_id, repetition_id).
+            "trajectory_ids": [(t.task_id, t.sample_index) for t in ts],
+            "uids": [t.group_id for t in ts],
+            "advantages": [float(t.advantage or 0.0) for t in ts],
+            "exclude_from_baseline": [t.exclude_from_baseline for t in ts],
+            "policy_versions": [t.policy_version_start for t in ts],
+        }
+
+
+def _rollout_body(
+    tasks_path: str,
+    n_samples: int,
+    ids: list[str] | None,
+    limit: int | None,
+    sampling: dict[str, Any] | None,
+    agent: dict[str, Any] | None,
+    advantage: dict[str, Any] | None,
+    priority: int,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "tasks": {"path": tasks_path, "ids": ids, "limit": limit},
+        "n_samples": n_samples,
+        "priority": priority,
+    }
+    for key, value in (("sampling", sampling), ("agent", agent), ("advantage", advantage)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def _error(r: httpx.Response) -> ServiceError:
+    try:
+        detail = r.json().get("detail", r.text)
+    except ValueError:
+        detail = r.text
+    return ServiceError(r.status_code, str(detail))
+
+
+class _Dedupe:
+    """Trajectory ids this client has acked: groups seen again are not handed out twice."""
+
+    def __init__(self) -> None:
+        self.acked: set[str] = set()
+
+    def fresh(self, groups: list[Group]) -> list[Group]:
+        return [g for g in groups if not all(t.trajectory_id in self.acked for t in g.trajectories)]
+
+    def record(self, batch: Batch) -> None:
+        self.acked.update(t.trajectory_id for t in batch.trajectories)
+
+
+def _retryable(r: httpx.Response) -> bool:
+    return r.status_code >= 500 or r.status_code == 429
+
+
+def _delay(attempt: int, r: httpx.Response | None, base: float) -> float:
+    if r is not None and "Retry-After" in r.headers:
+        try:
+            return float(r.headers["Retry-After"])
+        except ValueError:
+            pass
+    return min(base * 2**attempt, 30.0)
+
+
+class TrainerClient:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        retries: int = 10,
+        backoff_s: float = 0.25,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._dedupe = _Dedupe()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> TrainerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        for attempt in range(self.retries + 1):
+            r: httpx.Response | None = None
+            try:
+                r = self._http.request(method, path, **kw)
+            except httpx.TransportError:
+                if attempt == self.retries:
+                    raise
+            else:
+                if not _retryable(r) or attempt == self.retries:
+                    return r
+            time.sleep(_delay(attempt, r, self.backoff_s))
+        raise AssertionError("unreachable")
+
+    def _ok(self, r: httpx.Response) -> httpx.Response:
+        if r.status_code >= 400:
+            raise _error(r)
+        return r
+
+    def submit(
+        self,
+        tasks_path: str,
+        n_samples: int = 8,
+        *,
+        ids: list[str] | None = None,
+        limit: int | None = None,
+        sampling: dict[str, Any] | None = None,
+        agent: dict[str, Any] | None = None,
+        advantage: dict[str, Any] | None = None,
+        priority: int = 0,
+    ) -> str:
+        body = _rollout_body(
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority
+        )
+        return self._ok(self._request("POST", "/v1/rollouts", json=body)).json()["id"]
+
+    def status(self, rollout_id: str) -> RolloutStatus:
+        r = self._ok(self._request("GET", f"/v1/rollouts/{rollout_id}"))
+        return RolloutStatus.model_validate_json(r.content)
+
+    def cancel(self, rollout_id: str) -> RolloutStatus:
+        r = self._ok(self._request("DELETE", f"/v1/rollouts/{rollout_id}"))
+        return RolloutStatus.model_validate_json(r.content)
+
+    def set_policy(self, version: int, max_staleness: int | None = None) -> PolicyState:
+        body = {"version": version, "max_staleness": max_staleness}
+        return PolicyState.model_validate_json(
+            self._ok(self._request("POST", "/v1/policy", json=body)).content
+        )
+
+    def _ack(self, batch: Batch) -> None:
+        r = self._request("POST", f"/v1/batches/{batch.batch_id}/ack")
+        # 409: the lease expired (or the service restarted); the groups come back and are
+        # skipped here by trajectory id, so the caller still sees each of them once.
+        if r.status_code not in (200, 409):
+            raise _error(r)
+        self._dedupe.record(batch)
+
+    def lease(
+        self, max_groups: int = 64, rollout_id: str | None = None, wait_s: float = 30.0
+    ) -> tuple[Batch | None, int]:
+        """One lease call: (batch or None, groups still to be delivered). Groups this client
+        already acked are acked again and left out; a batch of nothing but those is None."""
+        body = {"max_groups": max_groups, "wait_s": wait_s, "rollout_id": rollout_id}
+        r = self._ok(self._request("POST", "/v1/batches/lease", json=body))
+        remaining = int(r.headers.get(REMAINING_HEADER, "-1"))
+        if r.status_code == 204:
+            return None, remaining
+        raw = r.json()
+        groups = [Group.model_validate(g) for g in raw["groups"]]
+        batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack)
+        fresh = self._dedupe.fresh(groups)
+        if len(fresh) < len(groups):
+            if not fresh:
+                batch.ack()
+                return None, remaining
+            batch.groups = fresh  # acking the batch acks the duplicates too
+        return batch, remaining
+
+    def batches(
+        self,
+        max_groups: int = 64,
+        rollout_id: str | None = None,
+        wait_s: float = 30.0,
+        stop_when_done: bool = True,
+    ) -> Iterator[Batch]:
+        """Yield batches of complete groups. With stop_when_done, stop once nothing is left to
+        deliver (every group of the rollout, or of all rollouts, acked or dropped)."""
+        while True:
+            batch, remaining = self.lease(max_groups, rollout_id, wait_s)
+            if batch is not None:
+                yield batch
+            elif stop_when_done and remaining == 0:
+                return
+
+
+class AsyncTrainerClient:
+    """The same API as TrainerClient, for asyncio trainers (`await batch.ack()`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 60.0,
+        retries: int = 10,
+        backoff_s: float = 0.25,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s
+        )
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._dedupe = _Dedupe()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncTrainerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        for attempt in range(self.retries + 1):
+            r: httpx.Response | None = None
+            try:
+                r = await self._http.request(method, path, **kw)
+            except httpx.TransportError:
+                if attempt == self.retries:
+                    raise
+            else:
+                if not _retryable(r) or attempt == self.retries:
+                    return r
+            await asyncio.sleep(_delay(attempt, r, self.backoff_s))
+        raise AssertionError("unreachable")
+
+    async def _json(self, method: str, path: str, **kw: Any) -> bytes:
+        r = await self._request(method, path, **kw)
+        if r.status_code >= 400:
+            raise _error(r)
+        return r.content
+
+    async def submit(
+        self,
+        tasks_path: str,
+        n_samples: int = 8,
+        *,
+        ids: list[str] | None = None,
+        limit: int | None = None,
+        sampling: dict[str, Any] | None = None,
+        agent: dict[str, Any] | None = None,
+        advantage: dict[str, Any] | None = None,
+        priority: int = 0,
+    ) -> str:
+        body = _rollout_body(
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority
+        )
+        return RolloutCreated.model_validate_json(
+            await self._json("POST", "/v1/rollouts", json=body)
+        ).id
+
+    async def status(self, rollout_id: str) -> RolloutStatus:
+        return RolloutStatus.model_validate_json(
+            await self._json("GET", f"/v1/rollouts/{rollout_id}")
+        )
+
+    async def cancel(self, rollout_id: str) -> RolloutStatus:
+        return RolloutStatus.model_validate_json(
+            await self._json("DELETE", f"/v1/rollouts/{rollout_id}")
+        )
+
+    async def set_policy(self, version: int, max_staleness: int | None = None) -> PolicyState:
+        body = {"version": version, "max_staleness": max_staleness}
+        return PolicyState.model_validate_json(await self._json("POST", "/v1/policy", json=body))
+
+    async def _ack(self, batch: Batch) -> None:
+        r = await self._request("POST", f"/v1/batches/{batch.batch_id}/ack")
+        if r.status_code not in (200, 409):
+            raise _error(r)
+        self._dedupe.record(batch)
+
+    async def lease(
+        self, max_groups: int = 64, rollout_id: str | None = None, wait_s: float = 30.0
+    ) -> tuple[Batch | None, int]:
+        body = {"max_groups": max_groups, "wait_s": wait_s, "rollout_id": rollout_id}
+        r = await self._request("POST", "/v1/batches/lease", json=body)
+        if r.status_code >= 400:
+            raise _error(r)
+        remaining = int(r.headers.get(REMAINING_HEADER, "-1"))
+        if r.status_code == 204:
+            return None, remaining
+        raw = r.json()
+        groups = [Group.model_validate(g) for g in raw["groups"]]
+        batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack)
+        fresh = self._dedupe.fresh(groups)
+        if len(fresh) < len(groups):
+            if not fresh:
+                await batch.ack()
+                return None, remaining
+            batch.groups = fresh
+        return batch, remaining
+
+    async def batches(
+        self,
+        max_groups: int = 64,
+        rollout_id: str | None = None,
+        wait_s: float = 30.0,
+        stop_when_done: bool = True,
+    ) -> AsyncIterator[Batch]:
+        while True:
+            batch, remaining = await self.lease(max_groups, rollout_id, wait_s)
+            if batch is not None:
+                yield batch
+            elif stop_when_done and remaining == 0:
+                return

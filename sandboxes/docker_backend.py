@@ -1,0 +1,186 @@
+"""The local Docker implementation of `SandboxBackend` / `Sandbox` (see backend.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from sandboxes.backend import ExecResult, VerifyResult
+from sandboxes.docker_adapter import DockerAdapter, default_adapter
+from sandboxes.images import ImageResolver
+from sandboxes.isolation import LABEL_BACKEND, container_args
+from sandboxes.pool import ContainerPool, PoolSettings
+from sandboxes.process_tree import kill_tree_command, wrap_command
+from sandboxes.reaper import reap_orphans
+from sandboxes.task import Task
+from sandboxes.terminal import TerminalSession
+from sandboxes.verifier import run_verifier
+from sandboxes.workspace_tar import (
+    DEFAULT_MAX_WORKSPACE_BYTES,
+    build_tar,
+    sanitize_workspace,
+)
+from service.trajectory import Status
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EXEC_OUTPUT_CAP = 64 << 10
+
+
+class SandboxExecError(RuntimeError):
+    """A command that prepares the sandbox (upload, archive) failed."""
+
+
+@dataclass
+class BackendSettings:
+    pool: PoolSettings = field(default_factory=PoolSettings)
+    exec_output_cap: int = DEFAULT_EXEC_OUTPUT_CAP
+    max_workspace_bytes: int = DEFAULT_MAX_WORKSPACE_BYTES
+    image_override: str | None = None  # `--image`: one image for every task
+    reap_at_start: bool = True
+
+
+class DockerSandbox:
+    """One started agent container. Created by `DockerBackend.create`."""
+
+    def __init__(
+        self,
+        adapter: DockerAdapter,
+        container_id: str,
+        labels: dict[str, str],
+        create_s: float,
+        settings: BackendSettings,
+    ) -> None:
+        self.id = container_id
+        self.labels = labels  # rollout/sample ids, kept here: pooled containers cannot carry them
+        self.create_s = create_s
+        self.workspace_notes: list[str] = []
+        self._adapter = adapter
+        self._settings = settings
+        self._terminal = TerminalSession(adapter, container_id)
+
+    async def exec(self, command: str, timeout_s: float) -> ExecResult:
+        token = uuid.uuid4().hex[:12]
+
+        async def kill() -> None:
+            await self._adapter.exec_quick(self.id, ["bash", "-c", kill_tree_command(token)])
+
+        result, timed_out = await self._adapter.exec_stream(
+            self.id,
+            ["bash", "-c", wrap_command(), "rollouts-exec", token, command],
+            max_output=self._settings.exec_output_cap,
+            timeout_s=timeout_s,
+            on_timeout=kill,
+            workdir="/app",
+        )
+        return ExecResult(
+            exit_code=None if timed_out else result.exit_code,
+            output=result.output.text(),
+            timed_out=timed_out,
+            dropped_bytes=result.output.dropped,
+        )
+
+    async def send_keys(self, keystrokes: str, wait_s: float) -> str:
+        return await self._terminal.send_keys(keystrokes, wait_s)
+
+    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
+        if not dest_dir.startswith("/"):
+            raise ValueError(f"dest_dir must be absolute, got {dest_dir!r}")
+        # Streamed through an exec: the engine's archive API cannot write into tmpfs mounts
+        # on a read-only root filesystem.
+        result, _ = await self._adapter.exec_stream(
+            self.id,
+            [
+                "bash",
+                "-c",
+                'mkdir -p -- "$1" && tar -x --no-same-owner -C "$1" -f -',
+                "put",
+                dest_dir,
+            ],
+            stdin=build_tar(files),
+            timeout_s=120,
+        )
+        if result.exit_code != 0:
+            raise SandboxExecError(f"put_files to {dest_dir} failed: {result.output.text()}")
+
+    async def get_workspace(self) -> bytes:
+        limit = self._settings.max_workspace_bytes
+        result, _ = await self._adapter.exec_stream(
+            self.id,
+            ["tar", "-c", "-C", "/app", "."],
+            collect_stdout=limit + (1 << 20),  # tar headers on top of the content cap
+            timeout_s=300,
+        )
+        if result.exit_code != 0 or result.stdout_raw is None:
+            raise SandboxExecError(f"archiving /app failed: {result.output.text()}")
+        data, notes = sanitize_workspace(result.stdout_raw, limit)
+        for note in notes:
+            log.info("sandbox %s workspace: %s", self.id[:12], note)
+        self.workspace_notes = notes
+        return data
+
+
+class DockerBackend:
+    """Sandboxes as local Docker containers, from a warm pool, removed in the background."""
+
+    def __init__(
+        self,
+        settings: BackendSettings | None = None,
+        adapter: DockerAdapter | None = None,
+        resolver: ImageResolver | None = None,
+    ) -> None:
+        self.settings = settings or BackendSettings()
+        self.adapter = adapter or default_adapter()
+        self.resolver = resolver or ImageResolver(self.adapter)
+        self.backend_id = uuid.uuid4().hex[:12]
+        self.pool = ContainerPool(self.adapter, self.backend_id, self.settings.pool)
+        self._started = False
+        self._start_lock = asyncio.Lock()
+
+    async def _ensure_started(self) -> None:
+        async with self._start_lock:
+            if not self._started:
+                self._started = True
+                if self.settings.reap_at_start:
+                    removed = await reap_orphans(adapter=self.adapter)
+                    if removed:
+                        log.info("reaped %d orphaned containers", removed)
+
+    async def _container_args(self, task: Task, labels: dict[str, str]) -> dict:
+        image = await self.resolver.resolve(task, self.settings.image_override)
+        return container_args(task, {**labels, LABEL_BACKEND: self.backend_id}, image)
+
+    async def create(self, task: Task, labels: dict[str, str]) -> DockerSandbox:
+        await self._ensure_started()
+        args = await self._container_args(task, labels)
+        cid, create_s = await self.pool.acquire(args)
+        return DockerSandbox(self.adapter, cid, dict(labels), create_s, self.settings)
+
+    async def destroy(self, sandbox: DockerSandbox) -> None:  # type: ignore[override]
+        self.pool.remove_in_background(sandbox.id)
+
+    async def verify(
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+    ) -> VerifyResult:
+        await self._ensure_started()
+        t0 = time.monotonic()
+        try:
+            args = await self._container_args(task, labels)
+        except Exception as e:  # no image, no verdict: masked, never a fake zero
+            return VerifyResult(None, Status.sandbox_error, f"verifier image: {e}")
+        image_s = time.monotonic() - t0
+        result = await run_verifier(self.adapter, self.pool, args, task, workspace_tar)
+        result.durations["image_s"] = image_s
+        return result
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+    async def __aenter__(self) -> DockerBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,74 @@
+"""Run a task's reference solution through the real sandbox path: agent container, then verifier.
+
+This is what `rollouts verify` calls to prove a task is solvable (oracle -> 1.0) and that an
+empty solution fails (-> 0.0).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sandboxes.backend import SandboxBackend, VerifyResult
+from sandboxes.task import Task
+from service.trajectory import Status
+
+SOLUTION_DIR = "/tmp/solution"  # never /app: the solution must not leak into the workspace
+
+
+@dataclass
+class OracleResult(VerifyResult):
+    agent_output: str = ""
+    agent_exit_code: int | None = None
+
+
+async def run_oracle(
+    task: Task,
+    backend: SandboxBackend,
+    *,
+    solve_script: bytes | None,
+    labels: dict[str, str],
+) -> OracleResult:
+    """Run `solve_script` (None: the task's solution/solve.sh; b"": do nothing) as the agent.
+
+    An agent timeout still runs the verifier, and its reward counts (status agent_timeout).
+    """
+    if solve_script is None:
+        if not task.has_oracle:
+            raise ValueError(f"task {task.id}: no solution/solve.sh")
+        files = dict(task.solution_files)
+    else:
+        files = {"solve.sh": solve_script}
+    durations: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        sandbox = await backend.create(task, labels)
+    except Exception as e:
+        return OracleResult(None, Status.sandbox_error, f"creating the sandbox failed: {e}")
+    durations["create_s"] = time.monotonic() - t0
+    try:
+        t0 = time.monotonic()
+        await sandbox.put_files(SOLUTION_DIR, files)
+        agent = await sandbox.exec(
+            f"bash {SOLUTION_DIR}/solve.sh", timeout_s=task.config.agent_timeout_sec
+        )
+        durations["agent_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        workspace = await sandbox.get_workspace()
+        durations["workspace_s"] = time.monotonic() - t0
+    except Exception as e:
+        await backend.destroy(sandbox)
+        return OracleResult(None, Status.sandbox_error, f"agent container failed: {e}", durations)
+    await backend.destroy(sandbox)
+    verdict = await backend.verify(task, workspace, labels)
+    status = verdict.status
+    if agent.timed_out and status == Status.ok:
+        status = Status.agent_timeout
+    return OracleResult(
+        reward=verdict.reward,
+        status=status,
+        output=verdict.output,
+        durations={**durations, **verdict.durations},
+        agent_output=agent.output,
+        agent_exit_code=agent.exit_code,
+    )

@@ -1,0 +1,121 @@
+"""/v1/batches: lease complete groups, acknowledge them.
+
+Delivery is at-least-once until ack (docs/delivery.md). The stored trajectory bytes are sent
+as they are (decompressed, advantage spliced in), never re-validated or re-encoded per lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pyarrow as pa
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Response
+
+from service.app import ServiceState, service_state
+from service.store import LeasedGroup, LeaseExpired, UnknownBatch, payload_dict, with_advantage
+from service.trajectory import ARROW_SCHEMA
+from service.wire import AckResponse, LeaseRequest, LeaseResponse
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+REMAINING_HEADER = "X-Rollouts-Remaining"
+
+
+def _json_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> bytes:
+    parts = [
+        b'{"batch_id":',
+        json.dumps(batch_id).encode(),
+        b',"lease_expires_at":',
+        json.dumps(expires_at).encode(),
+        b',"groups":[',
+    ]
+    for i, g in enumerate(groups):
+        head = {"group_id": g.group_id, "task_id": g.task_id, "rollout_id": g.rollout_id}
+        parts.append(b"," if i else b"")
+        parts.append(json.dumps(head).encode()[:-1] + b',"trajectories":[')
+        parts.append(b",".join(with_advantage(c, d, a) for c, d, a in g.rows))
+        parts.append(b"]}")
+    parts.append(b"]}")
+    return b"".join(parts)
+
+
+def _arrow_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> bytes:
+    rows = [payload_dict(c, d, a) for g in groups for c, d, a in g.rows]
+    schema = ARROW_SCHEMA.with_metadata(
+        {"batch_id": batch_id, "lease_expires_at": repr(expires_at)}
+    )
+    table = pa.Table.from_pylist(rows, schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+@router.post(
+    "/lease",
+    response_model=LeaseResponse,
+    responses={
+        200: {
+            "description": "Complete groups, leased until lease_expires_at. With "
+            f"`Accept: {ARROW_STREAM}`: an Arrow IPC stream of ARROW_SCHEMA rows, batch id "
+            "and expiry in the X-Batch-Id / X-Lease-Expires-At headers and schema metadata.",
+            "content": {ARROW_STREAM: {}},
+        },
+        204: {"description": "No complete group became ready within wait_s."},
+    },
+)
+async def lease(
+    body: LeaseRequest,
+    state: ServiceState = Depends(service_state),
+    accept: str | None = Header(default=None),
+) -> Response:
+    if body.rollout_id is not None and not await state.store.rollout_exists(body.rollout_id):
+        raise HTTPException(404, f"no rollout with id {body.rollout_id!r}")
+    result = await state.leasing.lease(body.max_groups, body.rollout_id, body.wait_s, body.lease_s)
+    remaining = str(await state.store.remaining_groups(body.rollout_id))
+    if result is None or result.batch_id is None:
+        return Response(status_code=204, headers={REMAINING_HEADER: remaining})
+    headers = {
+        "X-Batch-Id": result.batch_id,
+        "X-Lease-Expires-At": repr(result.expires_at),
+        REMAINING_HEADER: remaining,
+    }
+    if accept is not None and ARROW_STREAM in accept:
+        data = await asyncio.to_thread(
+            _arrow_body, result.batch_id, result.expires_at, result.groups
+        )
+        return Response(data, media_type=ARROW_STREAM, headers=headers)
+    data = await asyncio.to_thread(_json_body, result.batch_id, result.expires_at, result.groups)
+    return Response(data, media_type="application/json", headers=headers)
+
+
+@router.post(
+    "/{batch_id}/ack",
+    response_model=AckResponse,
+    responses={
+        404: {"description": "No batch with this id was ever leased (by this data dir)."},
+        409: {
+            "description": "The lease expired (or the service restarted) before this ack: its "
+            "groups are offered again. Drop nothing: dedupe by trajectory_id."
+        },
+    },
+)
+async def ack(
+    batch_id: str = Path(max_length=200), state: ServiceState = Depends(service_state)
+) -> AckResponse:
+    try:
+        result = await state.store.ack(batch_id)
+    except UnknownBatch:
+        raise HTTPException(404, f"no batch with id {batch_id!r}") from None
+    except LeaseExpired:
+        raise HTTPException(
+            409,
+            f"lease of batch {batch_id!r} expired before this ack; its groups are offered "
+            "again (dedupe by trajectory_id)",
+        ) from None
+    if not result.already_acked:
+        state.metrics.leases.labels("acked").inc()
+    return AckResponse(
+        batch_id=result.batch_id, groups=result.groups, already_acked=result.already_acked
+    )

@@ -1,0 +1,48 @@
+"""/healthz (liveness, no auth), /readyz (policy server and Docker answer), /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.app import ServiceState, require_api_key, service_state
+
+router = APIRouter(tags=["health"])
+READY_TIMEOUT_S = 5.0
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", dependencies=[Depends(require_api_key)])
+async def readyz(state: ServiceState = Depends(service_state)) -> JSONResponse:
+    checks = state.components.readiness
+
+    async def run(check) -> bool:  # type: ignore[no-untyped-def]
+        try:
+            return bool(await asyncio.wait_for(check(), READY_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - a failing check means not ready
+            return False
+
+    results = await asyncio.gather(*(run(c) for c in checks.values()))
+    report = dict(zip(checks, results, strict=True))
+    ok = all(results)
+    return JSONResponse(
+        {"status": "ready" if ok else "not ready", "checks": report}, status_code=200 if ok else 503
+    )
+
+
+@router.get("/metrics", dependencies=[Depends(require_api_key)])
+async def metrics(request: Request, state: ServiceState = Depends(service_state)) -> Response:
+    m = state.metrics
+    for name in ("pending", "complete", "leased", "acked", "dropped"):
+        m.groups_by_state.labels(name).set(0)
+    for name, n in (await state.store.group_states()).items():
+        m.groups_by_state.labels(name).set(n)
+    m.policy_version.set(state.policy.version)
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

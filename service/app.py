@@ -1,0 +1,297 @@
+"""The FastAPI application: wiring, lifespan, auth, body limit and error handling.
+
+The lifespan opens the store, builds the components (policy client, sandbox backend, episode
+runner: injectable so tests can drive the scheduler with a runner of their own), and starts the
+scheduler, which re-runs samples a previous process left unfinished.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.events import EventHub
+from service.leasing import Leasing, PolicyVersion
+from service.metrics import Metrics
+from service.scheduler import GroupRunner, Scheduler, TaskLoader
+from service.settings import Settings
+from service.store import Store
+
+log = logging.getLogger(__name__)
+
+ReadinessCheck = Callable[[], Awaitable[bool]]
+
+
+@dataclass
+class Components:
+    """What the service drives. Built at startup by a factory (default: real ones)."""
+
+    runner: GroupRunner
+    load_tasks: TaskLoader
+    readiness: dict[str, ReadinessCheck] = field(default_factory=dict)
+    warm_pool_size: Callable[[], float] | None = None
+    aclose: Callable[[], Awaitable[None]] | None = None
+
+
+ComponentsFactory = Callable[[Settings, Callable[[], int]], Awaitable[Components]]
+
+
+@dataclass
+class ServiceState:
+    settings: Settings
+    store: Store
+    scheduler: Scheduler
+    leasing: Leasing
+    policy: PolicyVersion
+    events: EventHub
+    metrics: Metrics
+    components: Components
+
+
+def settings_task_loader(settings: Settings) -> TaskLoader:
+    from sandboxes.tasks import load_tasks
+
+    def load(path: str, ids: list[str] | None, limit: int | None) -> list:
+        return load_tasks(settings.resolve_tasks_path(path), ids=ids, limit=limit)
+
+    return load
+
+
+async def default_components(settings: Settings, current_version: Callable[[], int]) -> Components:
+    """Real policy client, Docker backend and episode runner."""
+    from sandboxes.docker_adapter import default_adapter
+    from sandboxes.docker_backend import DockerBackend
+    from service.episode import EpisodeRunner
+    from service.policy.client import PolicyClient
+
+    if not settings.policy_urls:
+        raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
+    policy = PolicyClient(settings.policy_urls, settings.model)
+    await policy.start()
+    backend = DockerBackend(
+        image_override=settings.image, max_concurrency=settings.max_concurrent_samples
+    )
+    runner = EpisodeRunner(policy, backend, current_version=current_version)
+    adapter = default_adapter()
+
+    async def docker_ready() -> bool:
+        try:
+            return bool(await adapter.call(lambda: adapter.client.ping()))
+        except Exception:  # noqa: BLE001 - not ready is the answer
+            return False
+
+    async def policy_ready() -> bool:
+        try:
+            return bool(await policy.healthy())
+        except Exception:  # noqa: BLE001
+            return False
+
+    async def aclose() -> None:
+        await backend.aclose()
+        await policy.aclose()
+
+    warm = getattr(backend, "warm_pool_size", None)
+    return Components(
+        runner=runner,
+        load_tasks=settings_task_loader(settings),
+        readiness={"policy": policy_ready, "docker": docker_ready},
+        warm_pool_size=(lambda: float(warm())) if callable(warm) else None,
+        aclose=aclose,
+    )
+
+
+# ---------------------------------------------------------------- request plumbing
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodySizeLimit:
+    """413 for bodies over the limit, by Content-Length or by counting a streamed body."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.max_bytes
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._reject(send)
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = b'{"detail":"request body too large (limit %d bytes)"}' % self.max_bytes
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+async def require_api_key(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> None:
+    expected = request.app.state.service.settings.api_key
+    if not expected:
+        return
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise StarletteHTTPException(
+            401,
+            "missing bearer token (Authorization: Bearer <key>)",
+            {"WWW-Authenticate": "Bearer"},
+        )
+    if not secrets.compare_digest(credentials.credentials.encode(), expected.encode()):
+        raise StarletteHTTPException(401, "invalid bearer token", {"WWW-Authenticate": "Bearer"})
+
+
+def service_state(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # pydantic's items, minus echoes of the input (which may be huge).
+        items = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": items}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error (logged)"}, status_code=500)
+
+
+# ---------------------------------------------------------------- the app
+
+
+def create_app(
+    settings: Settings, components_factory: ComponentsFactory = default_components
+) -> FastAPI:
+    from service.api import batches, health, policy, rollouts
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store(settings.data_dir)
+        store.open()
+        metrics = Metrics()
+        events = EventHub()
+        version, max_staleness = await store.get_policy()
+        policy_state = PolicyVersion(version, max_staleness, settings.stale_policy)
+        metrics.policy_version.set(version)
+        components = await components_factory(settings, lambda: policy_state.version)
+        if components.warm_pool_size is not None:
+            metrics.bind_warm_pool(components.warm_pool_size)
+        holder: dict[str, Any] = {}
+        scheduler = Scheduler(
+            store,
+            components.runner,
+            components.load_tasks,
+            max_concurrent_samples=settings.max_concurrent_samples,
+            max_queued_samples=settings.max_queued_samples,
+            current_version=lambda: policy_state.version,
+            events=events,
+            metrics=metrics,
+            on_group_ready=lambda: holder["leasing"].notify(),
+        )
+        leasing = Leasing(
+            store,
+            policy_state,
+            scheduler.requeue,
+            lease_ttl_s=settings.lease_ttl_s,
+            metrics=metrics,
+        )
+        holder["leasing"] = leasing
+        app.state.service = ServiceState(
+            settings, store, scheduler, leasing, policy_state, events, metrics, components
+        )
+        await scheduler.start()
+        try:
+            yield
+        finally:
+            await scheduler.aclose()
+            if components.aclose is not None:
+                await components.aclose()
+            store.close()
+
+    app = FastAPI(
+        title="rollouts",
+        version="1",
+        description="Agentic rollouts for RL: submit, lease complete groups, ack.",
+        lifespan=lifespan,
+        docs_url=None,
+        openapi_url=None,
+    )
+    _install_handlers(app)
+    auth = [Depends(require_api_key)]
+
+    # The schema and its viewer sit behind the key like everything but /healthz.
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=auth)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="rollouts API")
+
+    app.include_router(health.router)  # /healthz has no auth; the router guards the rest
+    app.include_router(rollouts.router, dependencies=auth)
+    app.include_router(batches.router, dependencies=auth)
+    app.include_router(policy.router, dependencies=auth)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app

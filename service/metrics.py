@@ -1,0 +1,70 @@
+"""Prometheus collectors of the service, on a registry of their own (one per app, so tests
+can build several apps in one process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from service.trajectory import Trajectory
+
+STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.samples = Counter(
+            "rollouts_samples", "Finished samples by status", ["status"], registry=r
+        )
+        self.tokens = Counter(
+            "rollouts_tokens", "Tokens of finished samples (rate() gives tokens/s)", ["kind"],
+            registry=r,
+        )  # fmt: skip
+        self.stage_seconds = Histogram(
+            "rollouts_sandbox_stage_seconds", "Per-sample stage latency", ["stage"],
+            buckets=STAGE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.reward_sum = Counter(
+            "rollouts_reward_sum", "Sum of rewards by policy version", ["policy_version"],
+            registry=r,
+        )  # fmt: skip
+        self.reward_count = Counter(
+            "rollouts_reward_count", "Scored samples by policy version", ["policy_version"],
+            registry=r,
+        )  # fmt: skip
+        self.leases = Counter(
+            "rollouts_leases", "Lease events", ["event"], registry=r
+        )  # granted / acked / expired / empty
+        self.groups_dropped_stale = Counter(
+            "rollouts_groups_stale", "Groups too old for max_staleness", ["action"], registry=r
+        )
+        self.queued_samples = Gauge(
+            "rollouts_queued_samples", "Samples waiting for a slot", registry=r
+        )
+        self.running_samples = Gauge("rollouts_running_samples", "Samples in flight", registry=r)
+        self.groups_by_state = Gauge(
+            "rollouts_groups", "Groups by state (refreshed on scrape)", ["state"], registry=r
+        )
+        self.warm_pool = Gauge("rollouts_warm_pool_size", "Warm sandboxes ready", registry=r)
+        self.policy_version = Gauge("rollouts_policy_version", "Current policy version", registry=r)
+
+    def bind_warm_pool(self, fn: Callable[[], float]) -> None:
+        self.warm_pool.set_function(fn)
+
+    def observe_trajectory(self, t: Trajectory) -> None:
+        self.samples.labels(t.status.value).inc()
+        self.tokens.labels("prompt").inc(len(t.prompt_token_ids))
+        self.tokens.labels("response").inc(len(t.response_token_ids))
+        self.tokens.labels("generated").inc(sum(t.loss_mask))
+        tm = t.timings
+        for stage in ("create_s", "generate_s", "agent_s", "verify_s", "teardown_s", "total_s"):
+            value = getattr(tm, stage)
+            if value > 0:
+                self.stage_seconds.labels(stage.removesuffix("_s")).observe(value)
+        if t.reward is not None:
+            v = str(t.policy_version_start)
+            self.reward_sum.labels(v).inc(t.reward)
+            self.reward_count.labels(v).inc()

@@ -1,0 +1,322 @@
+"""The policy client: token-in/token-out generation against vLLM replicas (or the stand-in).
+
+Prompts go out as token ids and the engine's own token ids and logprobs come back, so what the
+trainer sees is exactly what was sampled (no re-tokenization drift). Transient faults (5xx,
+connection errors, timeouts, malformed or truncated bodies) are retried with exponential backoff
+and jitter, through the router so a retry can land on another replica; after that the sample
+becomes policy_error (masked). A prompt too long for the context is not retried: it raises
+ContextLengthError, which the episode turns into its own status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from service.policy.routing import PolicyRouter
+from service.policy.vllm_wire import (
+    CompletionResponse,
+    DetokenizeResponse,
+    ErrorResponse,
+    ModelList,
+    TokenizeResponse,
+    cache_salt_problem,
+)
+from service.sample import SamplingParams
+
+DEFAULT_MAX_MODEL_LEN = 32768
+_MAX_BACKOFF_S = 30.0
+_CONTEXT_PARAMS = frozenset({"input_tokens", "max_tokens"})  # vLLM's "does not fit" errors
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]  # exactly the engine's choice.token_ids (EOS included on an EOS stop)
+    logprobs: list[float]  # choice.logprobs.token_logprobs, aligned 1:1 with token_ids
+    finish_reason: str  # "stop" | "length"
+    stop_reason: str | int | None
+    text: str
+
+
+class PolicyError(Exception):
+    """The policy servers failed (after retries, or with a non-retryable 4xx)."""
+
+
+class ContextLengthError(Exception):
+    """The prompt does not fit the model's context (vLLM 400, param input_tokens)."""
+
+
+class _Retryable(Exception):
+    """A transient fault: try again (maybe elsewhere)."""
+
+
+def normalize_base_url(url: str) -> str:
+    """Accept `http://host:8000`, `http://host:8000/` and `http://host:8000/v1`."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"policy server URL must start with http:// or https://, got {url!r}")
+    return url.removesuffix("/v1")
+
+
+def _error_message(resp: httpx.Response) -> tuple[str, str | None]:
+    try:
+        err = ErrorResponse.model_validate_json(resp.content).error
+        return err.message, err.param
+    except ValidationError:
+        return resp.text[:500] or resp.reason_phrase, None
+
+
+class PolicyClient:
+    def __init__(
+        self,
+        base_urls: list[str],
+        model: str | None = None,
+        *,
+        timeout_s: float = 600,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_model_len: int | None = None,
+        cooldown_s: float = 10.0,
+    ) -> None:
+        urls = [normalize_base_url(u) for u in base_urls]
+        self.router = PolicyRouter(urls, cooldown_s=cooldown_s)
+        self.model: str = model or ""
+        self._model_given = model is not None
+        self.max_model_len: int = max_model_len or DEFAULT_MAX_MODEL_LEN
+        self._max_model_len_given = max_model_len is not None
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self._http: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Open the connection pool; resolve the model and max_model_len from /v1/models."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
+                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+            )
+        if self._model_given and self._max_model_len_given:
+            return
+        models = await self._call("GET", "/v1/models", None, ModelList, server=None)
+        if not self._model_given:
+            ids = [m.id for m in models.data]
+            if len(ids) != 1:
+                raise PolicyError(
+                    f"model: the policy server serves {len(ids)} models ({', '.join(ids)}); "
+                    "name one explicitly"
+                )
+            self.model = ids[0]
+        card = next((m for m in models.data if m.id == self.model), None)
+        if card is None:
+            served = ", ".join(m.id for m in models.data)
+            raise PolicyError(f"model: {self.model!r} is not served (served: {served})")
+        if not self._max_model_len_given and card.max_model_len:
+            self.max_model_len = card.max_model_len
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def __aenter__(self) -> PolicyClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ endpoints
+
+    async def tokenize_messages(
+        self, messages: list[dict[str, str]], *, server: str | None = None
+    ) -> list[int]:
+        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        resp = await self._call("POST", "/tokenize", body, TokenizeResponse, server=server)
+        return resp.tokens
+
+    async def tokenize_text(self, text: str, *, server: str | None = None) -> list[int]:
+        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+        resp = await self._call("POST", "/tokenize", body, TokenizeResponse, server=server)
+        return resp.tokens
+
+    async def detokenize(self, token_ids: list[int], *, server: str | None = None) -> str:
+        body = {"model": self.model, "tokens": token_ids}
+        resp = await self._call("POST", "/detokenize", body, DetokenizeResponse, server=server)
+        return resp.prompt
+
+    async def complete(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        n: int = 1,
+        server: str,
+        cache_salt: str | None = None,
+        sample_key: str | None = None,
+    ) -> list[Generation]:
+        """Generate `n` continuations of the prompt on `server`. With `sample_key`, a retry after a
+        server failure goes wherever the router now sends that sample."""
+        if cache_salt is not None and (problem := cache_salt_problem(cache_salt)):
+            raise ValueError(f"cache_salt: {problem}")
+        if not prompt_token_ids:
+            raise ValueError("prompt_token_ids: empty prompt")
+        room = self.max_model_len - len(prompt_token_ids)
+        if room <= 0:
+            raise ContextLengthError(
+                f"prompt of {len(prompt_token_ids)} tokens leaves no room for output "
+                f"(max_model_len {self.max_model_len})"
+            )
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt_token_ids,
+            "n": n,
+            # vLLM rejects prompt + max_tokens > max_model_len; a turn near the end of the
+            # context gets what is left instead.
+            "max_tokens": min(params.max_tokens, room),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 1,
+            "return_token_ids": True,
+        }
+        if params.top_k != -1:
+            body["top_k"] = params.top_k
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if cache_salt is not None:
+            body["cache_salt"] = cache_salt
+        resp = await self._call(
+            "POST",
+            "/v1/completions",
+            body,
+            CompletionResponse,
+            server=server,
+            sample_key=sample_key,
+            check=lambda r: _generations(r, n),
+        )
+        return _generations(resp, n)
+
+    async def healthy(self) -> bool:
+        """True when any server answers /health with 200."""
+        http = self._client()
+
+        async def one(url: str) -> bool:
+            try:
+                return (await http.get(url + "/health", timeout=5.0)).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        results = await asyncio.gather(*(one(u) for u in self.router.urls))
+        return any(results)
+
+    # ------------------------------------------------------------ transport
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise RuntimeError("PolicyClient.start() was not called")
+        return self._http
+
+    def _server_for(self, server: str | None, sample_key: str | None, attempt: int) -> str:
+        if sample_key is not None and attempt > 0:
+            return self.router.acquire(sample_key)
+        if server is not None:
+            server = normalize_base_url(server)
+            if attempt == 0 or self.router.healthy(server):
+                return server
+        return self.router.pick()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        model: type[M],
+        *,
+        server: str | None,
+        sample_key: str | None = None,
+        check: Any = None,
+    ) -> M:
+        http = self._client()
+        last = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                delay = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: no thundering herd
+            url = self._server_for(server, sample_key, attempt)
+            try:
+                result = await self._once(http, method, url + path, body, model)
+                if check is not None:
+                    check(result)
+            except _Retryable as e:
+                last = f"{url}{path}: {e}"
+                self.router.mark_failed(url)
+                continue
+            self.router.mark_ok(url)
+            return result
+        raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
+
+    async def _once(
+        self,
+        http: httpx.AsyncClient,
+        method: str,
+        url: str,
+        body: dict[str, Any] | None,
+        model: type[M],
+    ) -> M:
+        try:
+            resp = await http.request(method, url, json=body)
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"timed out ({type(e).__name__})") from e
+        except httpx.TransportError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from e
+        if resp.status_code >= 500 or resp.status_code == 429:
+            message, _ = _error_message(resp)
+            raise _Retryable(f"HTTP {resp.status_code}: {message}")
+        if resp.status_code >= 400:
+            message, param = _error_message(resp)
+            if resp.status_code == 400 and param in _CONTEXT_PARAMS:
+                raise ContextLengthError(message)
+            raise PolicyError(f"{url}: HTTP {resp.status_code}: {message}")
+        try:
+            return model.model_validate_json(resp.content)
+        except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise _Retryable(f"malformed response body ({len(resp.content)} bytes): {e}") from e
+
+
+def _generations(resp: CompletionResponse, n: int) -> list[Generation]:
+    """Turn a validated response into Generations; anything inconsistent is a retryable fault."""
+    if len(resp.choices) != n:
+        raise _Retryable(f"expected {n} choices, got {len(resp.choices)}")
+    out: list[Generation] = []
+    for choice in sorted(resp.choices, key=lambda c: c.index):
+        if choice.token_ids is None or choice.logprobs is None:
+            raise _Retryable(f"choice {choice.index}: token_ids or logprobs missing")
+        lps = choice.logprobs.token_logprobs
+        if len(lps) != len(choice.token_ids) or any(lp is None for lp in lps):
+            raise _Retryable(
+                f"choice {choice.index}: {len(choice.token_ids)} token ids but {len(lps)} logprobs"
+            )
+        if choice.finish_reason not in ("stop", "length"):
+            raise _Retryable(f"choice {choice.index}: finish_reason {choice.finish_reason!r}")
+        out.append(
+            Generation(
+                token_ids=list(choice.token_ids),
+                logprobs=[float(lp) for lp in lps if lp is not None],
+                finish_reason=choice.finish_reason,
+                stop_reason=choice.stop_reason,
+                text=choice.text,
+            )
+        )
+    return out

@@ -1,0 +1,85 @@
+"""Which policy server (vLLM replica) serves which sample.
+
+A new sample goes to the least-loaded healthy server (fewest in-flight samples); a sample's later
+turns stick to the same server, where its prefix is cached. A failed server leaves the rotation
+for a cool-down and is tried again afterwards; if every server is cooling down, the least recently
+failed one is used anyway (better a retry than a certain failure). When a sample's sticky server
+fails, the sample moves; only its prefix cache is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class PolicyRouter:
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        cooldown_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not urls:
+            raise ValueError("policy servers: at least one URL is required")
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"policy servers: duplicate URLs in {urls}")
+        self.urls = list(urls)
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self._in_flight: dict[str, int] = dict.fromkeys(urls, 0)
+        self._failed_at: dict[str, float] = {}
+        self._sticky: dict[str, str] = {}  # sample key -> url
+
+    def in_flight(self, url: str) -> int:
+        return self._in_flight[url]
+
+    def healthy(self, url: str) -> bool:
+        failed = self._failed_at.get(url)
+        return failed is None or self._clock() - failed >= self.cooldown_s
+
+    def pick(self) -> str:
+        """A server for a one-off request (no sample, no stickiness, nothing counted)."""
+        healthy = [u for u in self.urls if self.healthy(u)]
+        if healthy:
+            # ties go to the first listed server: deterministic, easy to reason about
+            return min(healthy, key=lambda u: self._in_flight[u])
+        return min(self.urls, key=lambda u: self._failed_at[u])
+
+    def acquire(self, sample_key: str) -> str:
+        """The server for this sample's next request; counts the sample as in flight there."""
+        url = self._sticky.get(sample_key)
+        if url is not None and self.healthy(url):
+            return url
+        if url is not None:  # its server is cooling down: move the sample
+            self._in_flight[url] -= 1
+        url = self.pick()
+        self._sticky[sample_key] = url
+        self._in_flight[url] += 1
+        return url
+
+    def assign(self, sample_key: str, url: str) -> None:
+        """Pin a sample to a given server (e.g. where its group's shared first turn ran, so its
+        prefix is cached there); counts it in flight there, like acquire."""
+        if url not in self._in_flight:
+            raise ValueError(f"policy servers: unknown URL {url}")
+        old = self._sticky.get(sample_key)
+        if old is not None:
+            self._in_flight[old] -= 1
+        self._sticky[sample_key] = url
+        self._in_flight[url] += 1
+
+    def release(self, sample_key: str) -> None:
+        """The sample is finished: forget it and free its slot."""
+        url = self._sticky.pop(sample_key, None)
+        if url is not None:
+            self._in_flight[url] -= 1
+
+    def mark_failed(self, url: str) -> None:
+        if url not in self._in_flight:
+            raise ValueError(f"policy servers: unknown URL {url}")
+        self._failed_at[url] = self._clock()
+
+    def mark_ok(self, url: str) -> None:
+        self._failed_at.pop(url, None)

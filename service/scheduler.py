@@ -1,0 +1,366 @@
+"""Rollout requests -> groups of samples -> a group runner, under bounded concurrency.
+
+Higher `priority` runs first, then first come first served. A group whose n samples exceed the
+free sample slots is run in chunks, so `max_concurrent_samples` holds for any n. Every sample
+ends as one committed trajectory: from the runner, or `cancelled` when its rollout is
+cancelled, or a masked `sandbox_error` if the runner broke its contract (raised, or returned
+without reporting a sample).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sandboxes.task import Task
+from service.events import EventHub
+from service.metrics import Metrics
+from service.sample import SampleSpec
+from service.store import (
+    GroupPlan,
+    PendingGroup,
+    Requeued,
+    Store,
+    group_id_for,
+    sample_trajectory_id,
+)
+from service.trajectory import Status, Trajectory
+from service.wire import RolloutRequest
+
+log = logging.getLogger(__name__)
+
+OnTrajectory = Callable[[Trajectory], Awaitable[None]]
+# (path, ids, limit) -> tasks; blocking, run in a worker thread.
+TaskLoader = Callable[[str, list[str] | None, int | None], list[Task]]
+
+
+class GroupRunner(Protocol):
+    async def run_group(
+        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
+    ) -> None: ...
+
+
+class QueueFull(Exception):
+    def __init__(self, queued: int, limit: int, requested: int) -> None:
+        self.queued, self.limit, self.requested = queued, limit, requested
+        super().__init__(f"sample queue is full: {queued} queued + {requested} requested > {limit}")
+
+
+@dataclass
+class _Rollout:
+    id: str
+    request: RolloutRequest
+    tasks: dict[str, Task]
+    running: set[asyncio.Task[None]] = field(default_factory=set)
+    queued: set[_Work] = field(default_factory=set)
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class _Work:
+    rollout: _Rollout
+    group_id: str
+    task_id: str
+    samples: list[SampleSpec]
+
+
+class _Slots:
+    """A counting semaphore that can take n permits at once (a group chunk)."""
+
+    def __init__(self, n: int) -> None:
+        self.total = n
+        self.free = n
+        self._cond = asyncio.Condition()
+
+    async def acquire(self, n: int) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= n)
+            self.free -= n
+
+    async def release(self, n: int = 1) -> None:
+        async with self._cond:
+            self.free += n
+            self._cond.notify_all()
+
+
+class Scheduler:
+    def __init__(
+        self,
+        store: Store,
+        runner: GroupRunner,
+        load_tasks: TaskLoader,
+        *,
+        max_concurrent_samples: int,
+        max_queued_samples: int,
+        current_version: Callable[[], int],
+        events: EventHub | None = None,
+        metrics: Metrics | None = None,
+        on_group_ready: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.load_tasks = load_tasks
+        self.max_concurrent = max_concurrent_samples
+        self.max_queued = max_queued_samples
+        self.current_version = current_version
+        self.events = events or EventHub()
+        self.metrics = metrics
+        self.on_group_ready = on_group_ready
+        self.queued_samples = 0
+        self.running_samples = 0
+        self._rollouts: dict[str, _Rollout] = {}
+        self._queue: asyncio.PriorityQueue[tuple[int, int, _Work]] = asyncio.PriorityQueue()
+        self._seq = itertools.count()
+        self._slots = _Slots(max_concurrent_samples)
+        self._dispatcher: asyncio.Task[None] | None = None
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Start dispatching, first re-queueing samples a previous process left unfinished."""
+        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="scheduler")
+        pending = await self.store.pending_groups()
+        if pending:
+            log.info("resuming %d unfinished groups", len(pending))
+            await self._resume(pending)
+
+    async def aclose(self) -> None:
+        """Stop everything in flight. Unfinished samples stay pending in the store and are run
+        again by the next process (the backend's reaper removes their old sandboxes)."""
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
+        running = [t for r in self._rollouts.values() for t in r.running]
+        for t in running:
+            t.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    # -- requests
+
+    async def submit(self, request: RolloutRequest, tasks: list[Task]) -> str:
+        n = len(tasks) * request.n_samples
+        if self.queued_samples + n > self.max_queued:
+            raise QueueFull(self.queued_samples, self.max_queued, n)
+        rollout_id = uuid.uuid4().hex[:16]
+        plans: list[GroupPlan] = []
+        for i, task in enumerate(tasks):
+            gid = group_id_for(rollout_id, i)
+            ids = [sample_trajectory_id(gid, k) for k in range(request.n_samples)]
+            plans.append(GroupPlan(gid, task.id, ids))
+        await self.store.create_rollout(
+            rollout_id,
+            request.model_dump_json(),
+            request.priority,
+            request.advantage.to_config(),
+            plans,
+        )
+        ctx = _Rollout(rollout_id, request, {t.id: t for t in tasks})
+        self._rollouts[rollout_id] = ctx
+        for plan in plans:
+            specs = [self._spec(ctx, plan.group_id, plan.task_id, k, tid)
+                     for k, tid in enumerate(plan.trajectory_ids)]  # fmt: skip
+            self._enqueue(_Work(ctx, plan.group_id, plan.task_id, specs))
+        return rollout_id
+
+    async def cancel(self, rollout_id: str) -> None:
+        """In-flight samples are cancelled (the runner removes their sandboxes); every sample
+        without a trajectory becomes `cancelled`. Raises store.UnknownRollout."""
+        ctx = self._rollouts.get(rollout_id)
+        if ctx is not None:
+            ctx.cancelled = True
+            for work in ctx.queued:
+                self.queued_samples -= len(work.samples)
+            ctx.queued.clear()
+            running = list(ctx.running)
+            for t in running:
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+        completed = await self.store.cancel_rollout(rollout_id, self.current_version())
+        for gid in completed:
+            self.events.publish(rollout_id, "group", {"group_id": gid, "state": "cancelled"})
+        self.events.publish(rollout_id, "rollout", {"id": rollout_id, "status": "cancelled"})
+        self._rollouts.pop(rollout_id, None)
+        self._update_gauges()
+        if completed:
+            self.on_group_ready()
+
+    async def requeue(self, groups: list[Requeued]) -> None:
+        """Run again groups the store reset for being too stale."""
+        if not groups:
+            return
+        request_json: dict[str, str] = {}
+        pending: list[PendingGroup] = []
+        for g in groups:
+            if g.rollout_id not in request_json:
+                request_json[g.rollout_id] = await self.store.rollout_request(g.rollout_id)
+            samples = [(tid, k) for k, tid in enumerate(g.trajectory_ids)]
+            pending.append(
+                PendingGroup(
+                    g.rollout_id, request_json[g.rollout_id], g.group_id, g.task_id, samples
+                )
+            )
+        await self._resume(pending)
+
+    # -- internals
+
+    def _spec(self, ctx: _Rollout, gid: str, task_id: str, index: int, tid: str) -> SampleSpec:
+        return SampleSpec(
+            trajectory_id=tid,
+            rollout_id=ctx.id,
+            group_id=gid,
+            task_id=task_id,
+            sample_index=index,
+            sampling=ctx.request.sampling.to_params(),
+            agent=ctx.request.agent.to_limits(),
+        )
+
+    def _enqueue(self, work: _Work) -> None:
+        work.rollout.queued.add(work)
+        self.queued_samples += len(work.samples)
+        self._queue.put_nowait((-work.rollout.request.priority, next(self._seq), work))
+        self._update_gauges()
+
+    async def _resume(self, pending: list[PendingGroup]) -> None:
+        by_rollout: dict[str, list[PendingGroup]] = {}
+        for g in pending:
+            by_rollout.setdefault(g.rollout_id, []).append(g)
+        for rollout_id, groups in by_rollout.items():
+            ctx = self._rollouts.get(rollout_id)
+            if ctx is None:
+                request = RolloutRequest.model_validate_json(groups[0].request_json)
+                ctx = _Rollout(rollout_id, request, {})
+                self._rollouts[rollout_id] = ctx
+            missing = sorted({g.task_id for g in groups} - set(ctx.tasks))
+            if missing:
+                try:
+                    loaded = await asyncio.to_thread(
+                        self.load_tasks, ctx.request.tasks.path, missing, None
+                    )
+                except Exception as e:  # noqa: BLE001 - the source changed since submission
+                    log.error("rollout %s: cannot reload its tasks (%s); cancelling", rollout_id, e)
+                    await self.cancel(rollout_id)
+                    continue
+                ctx.tasks.update({t.id: t for t in loaded})
+            for g in groups:
+                specs = [self._spec(ctx, g.group_id, g.task_id, k, tid) for tid, k in g.samples]
+                self._enqueue(_Work(ctx, g.group_id, g.task_id, specs))
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            _, _, work = await self._queue.get()
+            ctx = work.rollout
+            if ctx.cancelled or work not in ctx.queued:
+                continue
+            samples = work.samples
+            while samples and not ctx.cancelled:
+                k = min(len(samples), self.max_concurrent)
+                await self._slots.acquire(k)
+                if ctx.cancelled:
+                    await self._slots.release(k)
+                    break
+                chunk, samples = samples[:k], samples[k:]
+                self.queued_samples -= k
+                self.running_samples += k
+                self._update_gauges()
+                task = asyncio.create_task(
+                    self._run_chunk(ctx, work.task_id, chunk), name=f"group {work.group_id}"
+                )
+                ctx.running.add(task)
+                task.add_done_callback(ctx.running.discard)
+            ctx.queued.discard(work)
+
+    async def _run_chunk(self, ctx: _Rollout, task_id: str, chunk: list[SampleSpec]) -> None:
+        unreported = {s.trajectory_id: s for s in chunk}
+
+        async def on_trajectory(t: Trajectory) -> None:
+            if unreported.pop(t.trajectory_id, None) is None:
+                log.warning("runner reported unknown or repeated trajectory %s", t.trajectory_id)
+                return
+            self.running_samples -= 1
+            await self._slots.release(1)
+            await self._record(t)
+
+        error: BaseException | None = None
+        try:
+            await self.runner.run_group(ctx.tasks[task_id], chunk, on_trajectory)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a runner bug must not lose the samples
+            log.exception("runner failed on task %s", task_id)
+            error = e
+        finally:
+            left = list(unreported.values())
+            unreported.clear()
+            if left:
+                self.running_samples -= len(left)
+                await self._slots.release(len(left))
+                self._update_gauges()
+        if left and not ctx.cancelled:
+            why = f"runner error: {error!r}" if error else "runner returned without this sample"
+            for spec in left:
+                await self._record(_failed(spec, self.current_version(), why))
+
+    async def _record(self, t: Trajectory) -> None:
+        result = await self.store.commit_trajectory(t)
+        self._update_gauges()
+        if result.duplicate:
+            return
+        if self.metrics is not None:
+            self.metrics.observe_trajectory(t)
+        self.events.publish(
+            t.rollout_id,
+            "trajectory",
+            {
+                "trajectory_id": t.trajectory_id,
+                "group_id": t.group_id,
+                "task_id": t.task_id,
+                "sample_index": t.sample_index,
+                "status": t.status.value,
+                "reward": t.reward,
+            },
+        )
+        if result.group_state is not None:
+            self.events.publish(
+                t.rollout_id,
+                "group",
+                {
+                    "group_id": result.group_id,
+                    "state": result.group_state,
+                    "advantages": result.advantages,
+                },
+            )
+            self.on_group_ready()
+        if result.rollout_finished:
+            self.events.publish(
+                t.rollout_id, "rollout", {"id": t.rollout_id, "status": "completed"}
+            )
+            self._rollouts.pop(t.rollout_id, None)
+
+    def _update_gauges(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queued_samples.set(self.queued_samples)
+            self.metrics.running_samples.set(self.running_samples)
+
+
+def _failed(spec: SampleSpec, version: int, why: str) -> Trajectory:
+    return Trajectory(
+        trajectory_id=spec.trajectory_id,
+        rollout_id=spec.rollout_id,
+        group_id=spec.group_id,
+        task_id=spec.task_id,
+        sample_index=spec.sample_index,
+        policy_version_start=version,
+        policy_version_end=version,
+        prompt_token_ids=[],
+        response_token_ids=[],
+        loss_mask=[],
+        rollout_logprobs=[],
+        reward=None,
+        status=Status.sandbox_error,
+        verifier_output=why,
+    )

@@ -1,0 +1,61 @@
+"""Fixtures for tests against the real Docker Engine (marker `docker`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from sandboxes.docker_adapter import default_adapter
+from sandboxes.docker_backend import BackendSettings, DockerBackend
+from sandboxes.images import BASE_TAG, ensure_base_image
+from sandboxes.isolation import LABEL_BACKEND
+from sandboxes.pool import PoolSettings
+from sandboxes.task import Task
+from sandboxes.tasks import iter_tasks
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "camel-to-snake"
+
+
+@pytest.fixture
+def example_task() -> Task:
+    return next(iter_tasks(EXAMPLE))
+
+
+@pytest.fixture
+def run_labels() -> dict[str, str]:
+    return {"rollouts.rollout_id": f"test-{uuid.uuid4().hex[:8]}", "rollouts.sample_id": "0"}
+
+
+async def _leftovers(backend: DockerBackend) -> list[dict]:
+    return await backend.adapter.list_containers({LABEL_BACKEND: backend.backend_id})
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[DockerBackend]:
+    """A backend without a warm pool (fewer containers on 2 cores); checks for leaks after."""
+    await ensure_base_image(BASE_TAG)
+    b = DockerBackend(BackendSettings(pool=PoolSettings(warm_per_key=0), reap_at_start=False))
+    try:
+        yield b
+    finally:
+        await b.aclose()
+        assert await _leftovers(b) == [], "containers of this test were left behind"
+
+
+@pytest.fixture
+async def pooled_backend() -> AsyncIterator[DockerBackend]:
+    await ensure_base_image(BASE_TAG)
+    b = DockerBackend(BackendSettings(pool=PoolSettings(warm_per_key=1), reap_at_start=False))
+    try:
+        yield b
+    finally:
+        await b.aclose()
+        assert await _leftovers(b) == [], "containers of this test were left behind"
+
+
+@pytest.fixture
+def adapter():
+    return default_adapter()

@@ -1,0 +1,123 @@
+"""The agent container: isolation, exec (timeouts, caps), terminal, workspace export."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+
+import pytest
+
+from sandboxes.isolation import IsolationError, container_args
+from sandboxes.task import EnvironmentConfig, TaskConfig
+
+pytestmark = pytest.mark.docker
+
+
+def test_container_args_lock_down(example_task):
+    args = container_args(example_task, {"rollouts.sample_id": "3"}, "img:1")
+    host = args["host_config"]
+    assert args["image"] == "img:1"
+    assert args["labels"]["rollouts.managed"] == "true"
+    assert args["labels"]["rollouts.owner"].endswith(":" + str(__import__("os").getpid()))
+    assert args["labels"]["rollouts.sample_id"] == "3"
+    assert host["network_mode"] == "none"
+    assert host["cap_drop"] == ["ALL"] and host["security_opt"] == ["no-new-privileges"]
+    assert host["read_only"] is True and host["init"] is True and host["pids_limit"] == 256
+    assert host["mem_limit"] == host["memswap_limit"] == "1024m"
+    assert host["nano_cpus"] == 1_000_000_000
+    assert "size=1024m" in host["tmpfs"]["/app"] and "exec" in host["tmpfs"]["/app"]
+    assert not any("docker.sock" in b for b in host["binds"])
+
+
+def test_container_args_follow_task_and_refuse_host_network(example_task):
+    from dataclasses import replace
+
+    env = EnvironmentConfig(cpus=0.5, memory_mb=256, storage_mb=64, network_mode="bridge")
+    task = replace(example_task, config=TaskConfig(environment=env))
+    host = container_args(task, {}, "img")["host_config"]
+    assert host["nano_cpus"] == 500_000_000 and host["mem_limit"] == "256m"
+    assert host["network_mode"] == "bridge" and "size=64m" in host["tmpfs"]["/app"]
+    bad = replace(task, config=TaskConfig(environment=EnvironmentConfig(network_mode="host")))
+    with pytest.raises(IsolationError, match="network_mode"):
+        container_args(bad, {}, "img")
+
+
+async def test_container_is_isolated(backend, example_task, run_labels):
+    sb = await backend.create(example_task, run_labels)
+    r = await sb.exec(
+        "touch /etc/x 2>&1; echo w > /app/f && cat /app/f; "
+        "grep CapEff /proc/self/status; ls /var/run/docker.sock 2>&1; ls /sys/class/net",
+        30,
+    )
+    assert "Read-only file system" in r.output
+    assert "w\n" in r.output
+    assert "CapEff:\t0000000000000000" in r.output
+    assert "No such file" in r.output
+    assert r.output.strip().endswith("lo")  # network none: loopback only
+    await backend.destroy(sb)
+
+
+async def test_exec_timeout_kills_process_tree(backend, example_task, run_labels):
+    sb = await backend.create(example_task, run_labels)
+    r = await sb.exec("echo started; (sleep 301 &) ; sleep 302 & sleep 303", 1.0)
+    assert r.timed_out and r.exit_code is None
+    assert "started" in r.output
+    ps = await sb.exec("ps -eo args", 10)
+    assert "sleep 302" not in ps.output and "sleep 303" not in ps.output
+    ok = await sb.exec("echo $((6*7)); exit 3", 10)
+    assert ok.exit_code == 3 and ok.output == "42\n" and not ok.timed_out
+    await backend.destroy(sb)
+
+
+async def test_exec_output_capped_with_marker(backend, example_task, run_labels):
+    sb = await backend.create(example_task, run_labels)
+    cap = backend.settings.exec_output_cap
+    r = await sb.exec("echo FIRST; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo LAST", 120)
+    assert r.exit_code == 0
+    assert r.output.startswith("FIRST")
+    assert r.output.rstrip().endswith("LAST")
+    assert "bytes dropped ...]" in r.output
+    assert len(r.output) <= cap + 100
+    assert r.dropped_bytes > 49_000_000
+    await backend.destroy(sb)
+
+
+async def test_terminal_session(backend, example_task, run_labels):
+    sb = await backend.create(example_task, run_labels)
+    await sb.send_keys("cd /tmp && export FOO=bar42\n", 5)
+    out = await sb.send_keys("echo $FOO; pwd\n", 5)
+    assert "bar42\n/tmp\n" in out
+    t0 = time.monotonic()
+    out = await sb.send_keys("echo quick\n", 30)
+    assert "quick" in out
+    assert time.monotonic() - t0 < 20  # returned when the shell went idle, not after 30 s
+    out = await sb.send_keys("sleep 100\n", 0.5)
+    ps = await sb.exec("ps -eo args", 10)
+    assert "sleep 100" in ps.output
+    out = await sb.send_keys("C-c", 5)
+    assert "^C" in out
+    ps = await sb.exec("ps -eo args", 10)
+    assert "sleep 100" not in ps.output
+    out = await sb.send_keys("printf '\\xff\\xfe ok\\n'\n", 5)
+    assert "\ufffd" in out and " ok" in out
+    await backend.destroy(sb)
+
+
+async def test_put_files_and_workspace_refuses_outside_links(backend, example_task, run_labels):
+    sb = await backend.create(example_task, run_labels)
+    await sb.put_files("/app", {"pkg/mod.py": b"X = 1\n"})
+    r = await sb.exec(
+        "ln -s /etc/shadow /app/shadow; ln -s ../../etc/passwd /app/pkg/up; "
+        "ln -s pkg/mod.py /app/inside; cat /app/pkg/mod.py",
+        10,
+    )
+    assert r.output == "X = 1\n"
+    data = await sb.get_workspace()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        names = {m.name: m for m in tf.getmembers()}
+        assert tf.extractfile(names["pkg/mod.py"]).read() == b"X = 1\n"
+    assert "shadow" not in names and "pkg/up" not in names
+    assert names["inside"].issym()
+    assert any("/etc/shadow" in n for n in sb.workspace_notes)
+    await backend.destroy(sb)

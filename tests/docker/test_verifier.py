@@ -1,0 +1,92 @@
+"""The verifier in a fresh container: rewards, timeouts, masked failures, reward-file hacking."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sandboxes.oracle import run_oracle
+from sandboxes.task import Task, TaskConfig
+from sandboxes.verifier import RewardError, parse_reward
+from sandboxes.workspace_tar import build_tar
+from service.trajectory import Status
+
+pytestmark = pytest.mark.docker
+
+
+def _with_tests(task: Task, test_sh: bytes, verifier_timeout: float | None = None) -> Task:
+    config = task.config
+    if verifier_timeout is not None:
+        config = TaskConfig(
+            verifier_timeout_sec=verifier_timeout,
+            agent_timeout_sec=config.agent_timeout_sec,
+            environment=config.environment,
+        )
+    return replace(task, test_files={**task.test_files, "test.sh": test_sh}, config=config)
+
+
+def test_parse_reward():
+    assert parse_reward("reward.json", '{"reward": 0.5}') == 0.5
+    assert parse_reward("reward.txt", " 1\n") == 1.0
+    for kind, text in [
+        ("reward.json", "[1]"),
+        ("reward.json", '{"reward": true}'),
+        ("reward.txt", "nan"),
+        ("reward.txt", "yes"),
+    ]:
+        with pytest.raises(RewardError):
+            parse_reward(kind, text)
+
+
+async def test_oracle_scores_one_and_empty_scores_zero(pooled_backend, example_task, run_labels):
+    oracle = await run_oracle(example_task, pooled_backend, solve_script=None, labels=run_labels)
+    assert (oracle.status, oracle.reward) == (Status.ok, 1.0), oracle.output + oracle.agent_output
+    assert {"create_s", "agent_s", "tests_s", "verify_s"} <= set(oracle.durations)
+    empty = await run_oracle(example_task, pooled_backend, solve_script=b"", labels=run_labels)
+    assert (empty.status, empty.reward) == (Status.ok, 0.0)
+
+
+async def test_agent_written_reward_is_never_read(backend, example_task, run_labels):
+    hack = (
+        b"mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt; echo 1 > /app/reward.txt"
+    )
+    result = await run_oracle(example_task, backend, solve_script=hack, labels=run_labels)
+    assert (result.status, result.reward) == (Status.ok, 0.0)
+
+
+async def test_missing_reward_is_masked(backend, example_task, run_labels):
+    task = _with_tests(example_task, b"echo no reward here\n")
+    result = await backend.verify(task, build_tar({"solution.py": b""}), run_labels)
+    assert result.status == Status.verifier_error and result.reward is None
+    assert "no reward here" in result.output
+
+
+async def test_verifier_timeout_scores_zero(backend, example_task, run_labels):
+    task = _with_tests(
+        example_task, b"echo 1 > /logs/verifier/reward.txt; sleep 100\n", verifier_timeout=1.5
+    )
+    result = await backend.verify(task, build_tar({"solution.py": b""}), run_labels)
+    assert result.status == Status.verifier_timeout and result.reward == 0.0
+
+
+async def test_reward_json_preferred_and_tests_see_workspace(backend, example_task, run_labels):
+    script = (
+        b"test -f /app/solution.py && test -f /tests/test_solution.py && "
+        b"echo '{\"reward\": 0.25}' > /logs/verifier/reward.json; "
+        b"echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = _with_tests(example_task, script)
+    result = await backend.verify(task, build_tar({"solution.py": b"x = 1\n"}), run_labels)
+    assert (result.status, result.reward) == (Status.ok, 0.25)
+
+
+async def test_agent_timeout_still_verifies(backend, example_task, run_labels):
+    config = TaskConfig(
+        verifier_timeout_sec=60, agent_timeout_sec=1.0, environment=example_task.config.environment
+    )
+    task = replace(example_task, config=config)
+    solve = example_task.solution_files["solve.sh"] + b"\nsleep 100\n"
+    result = await run_oracle(task, backend, solve_script=solve, labels=run_labels)
+    assert result.status == Status.agent_timeout
+    assert result.reward == 1.0

@@ -1,0 +1,367 @@
+"""The HTTP API over real loopback HTTP (uvicorn in a thread), with the real store and task
+loader and a small in-test group runner in place of Docker + a policy server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+import uvicorn
+
+from sandboxes.task import Task
+from service.app import Components, create_app, settings_task_loader
+from service.sample import SampleSpec
+from service.settings import Settings
+from service.trajectory import ARROW_SCHEMA, Status, Trajectory
+
+TASKS = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
+KEY = "test-key-123"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+class GatedRunner:
+    """Reports sample k of a group with reward k % 2 once `gate` is open; sample index 1 is a
+    masked sandbox error, to exercise rloo_n."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = 0
+
+    async def run_group(
+        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable
+    ) -> None:
+        self.started += len(samples)
+        for s in samples:
+            while not self.gate.is_set():
+                await asyncio.sleep(0.01)
+            masked = s.sample_index == 1
+            await on_trajectory(
+                Trajectory(
+                    trajectory_id=s.trajectory_id,
+                    rollout_id=s.rollout_id,
+                    group_id=s.group_id,
+                    task_id=s.task_id,
+                    sample_index=s.sample_index,
+                    prompt_token_ids=[1, 2, 3],
+                    response_token_ids=[4, 5],
+                    loss_mask=[1, 0],
+                    rollout_logprobs=[-0.1, 0.0],
+                    reward=None if masked else float(s.sample_index % 2 == 0),
+                    status=Status.sandbox_error if masked else Status.ok,
+                )
+            )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, settings: Settings, runner: GatedRunner) -> None:
+        async def components(s: Settings, _version: Callable[[], int]) -> Components:
+            async def ready() -> bool:
+                return True
+
+            return Components(runner, settings_task_loader(s), {"test": ready})
+
+        self.runner = runner
+        self.url = f"http://127.0.0.1:{settings.port}"
+        config = uvicorn.Config(
+            create_app(settings, components), host="127.0.0.1", port=settings.port,
+            log_level="warning", lifespan="on",
+        )  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.runner.gate.set()
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+def make_settings(tmp_path: Path, **kw: object) -> Settings:
+    base: dict[str, object] = dict(
+        port=_free_port(), data_dir=tmp_path, api_key=KEY, max_body_bytes=4096,
+        max_concurrent_samples=4, max_queued_samples=64, datasets={"bundled": TASKS},
+    )  # fmt: skip
+    base.update(kw)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with Server(make_settings(tmp_path), GatedRunner()) as s:
+        yield s
+
+
+def client(server: Server, headers: dict[str, str] | None = AUTH) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers=headers or {}, timeout=30)
+
+
+def submit(c: httpx.Client, **kw: object) -> str:
+    body: dict[str, object] = {"tasks": {"path": TASKS, "limit": 3}, "n_samples": 4}
+    body.update(kw)
+    r = c.post("/v1/rollouts", json=body)
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
+
+
+def wait_status(c: httpx.Client, rid: str, want: str) -> dict:
+    deadline = time.monotonic() + 20
+    while True:
+        body = c.get(f"/v1/rollouts/{rid}").json()
+        if body["status"] == want:
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+
+
+def test_auth(server: Server) -> None:
+    with client(server, headers=None) as c:
+        assert c.get("/healthz").status_code == 200
+        for path in ("/v1/policy", "/metrics", "/readyz", "/openapi.json", "/v1/rollouts/x"):
+            assert c.get(path).status_code == 401, path
+        assert c.post("/v1/batches/lease", json={}).status_code == 401
+        assert c.get("/v1/policy", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/v1/policy", headers={"X-API-Key": KEY}).status_code == 401
+        assert c.get("/v1/policy", headers={"Authorization": KEY}).status_code == 401
+        assert c.get("/v1/policy", headers={"Authorization": f"Basic {KEY}"}).status_code == 401
+        assert c.get("/v1/policy", headers=AUTH).status_code == 200
+        assert c.get("/readyz", headers=AUTH).json()["status"] == "ready"
+        assert c.get("/openapi.json", headers=AUTH).status_code == 200
+
+
+def test_bad_input_is_4xx_naming_the_field(server: Server) -> None:
+    with client(server) as c:
+        r = c.post(
+            "/v1/rollouts", content=b"x" * 10_000, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 413
+        cases = [
+            ({"tasks": {"path": TASKS}, "n_samples": 0}, ["body", "n_samples"]),
+            ({"tasks": {"path": "/nonexistent/tasks"}}, ["body", "tasks", "path"]),
+            ({"tasks": {"path": TASKS, "ids": ["no-such-task"]}}, ["body", "tasks", "ids"]),
+            ({"tasks": {"path": TASKS}, "n_sample": 4}, ["body", "n_sample"]),
+            ({"tasks": {"path": TASKS}, "sampling": {"top_p": 0}}, ["body", "sampling", "top_p"]),
+            ({"tasks": {"path": TASKS}, "advantage": {"estimator": "grpo"}},
+             ["body", "advantage", "estimator"]),
+            ({}, ["body", "tasks"]),
+        ]  # fmt: skip
+        for body, loc in cases:
+            r = c.post("/v1/rollouts", json=body)
+            assert r.status_code == 422, (body, r.text)
+            assert loc in [d["loc"] for d in r.json()["detail"]], (body, r.text)
+        r = c.post(
+            "/v1/rollouts", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 422
+        assert c.post("/v1/batches/lease", json={"max_groups": 0}).status_code == 422
+        assert (
+            c.post("/v1/batches/lease", json={"rollout_id": "nope", "wait_s": 0}).status_code == 404
+        )
+        assert c.get("/v1/rollouts/nope").status_code == 404
+        assert c.delete("/v1/rollouts/nope").status_code == 404
+        assert c.post("/v1/batches/nope/ack").status_code == 404
+        assert c.post("/v1/policy", json={"version": -1}).status_code == 422
+
+
+def test_submit_lease_ack(server: Server) -> None:
+    with client(server) as c:
+        r = c.post("/v1/batches/lease", json={"wait_s": 0.2})
+        assert r.status_code == 204
+        rid = submit(c, tasks={"path": "bundled", "limit": 3})  # dataset name
+        seen: dict[str, dict] = {}
+        batches = []
+        while len(seen) < 3:
+            r = c.post("/v1/batches/lease", json={"max_groups": 2, "wait_s": 10, "rollout_id": rid})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            batches.append(body["batch_id"])
+            for g in body["groups"]:
+                assert g["group_id"] not in seen
+                seen[g["group_id"]] = g
+        for g in seen.values():
+            trajs = [Trajectory.model_validate(t) for t in g["trajectories"]]
+            assert [t.sample_index for t in trajs] == [0, 1, 2, 3]
+            assert trajs[1].exclude_from_baseline and trajs[1].advantage == 0.0
+            # rloo_n, min_group_size 4, only 3 included: every advantage is 0.
+            assert all(t.advantage == 0.0 for t in trajs)
+        status = wait_status(c, rid, "completed")
+        assert status["counts"] == {"ok": 9, "sandbox_error": 3}
+        assert status["groups_completed"] == 3
+        for b in batches:
+            assert c.post(f"/v1/batches/{b}/ack").json()["already_acked"] is False
+            assert c.post(f"/v1/batches/{b}/ack").json()["already_acked"] is True
+        r = c.post("/v1/batches/lease", json={"wait_s": 0.1, "rollout_id": rid})
+        assert r.status_code == 204
+        assert r.headers["X-Rollouts-Remaining"] == "0"
+        metrics = c.get("/metrics").text
+        assert 'rollouts_samples_total{status="ok"} 9.0' in metrics
+
+
+def test_arrow_lease_and_rloo(server: Server) -> None:
+    with client(server) as c:
+        rid = submit(
+            c, tasks={"path": TASKS, "limit": 1},
+            advantage={"estimator": "rloo", "min_group_size": 1},
+        )  # fmt: skip
+        r = c.post(
+            "/v1/batches/lease",
+            json={"wait_s": 10, "rollout_id": rid},
+            headers={"Accept": "application/vnd.apache.arrow.stream"},
+        )
+        assert r.status_code == 200
+        table = pa.ipc.open_stream(r.content).read_all()
+        assert table.schema.remove_metadata() == ARROW_SCHEMA
+        assert table.schema.metadata[b"batch_id"].decode() == r.headers["X-Batch-Id"]
+        rows = table.to_pylist()
+        assert [row["sample_index"] for row in rows] == [0, 1, 2, 3]
+        # rewards 1, masked, 1, 0 -> RLOO over the included: 0.5, 0, 0.5, -1.
+        assert [row["advantage"] for row in rows] == pytest.approx([0.5, 0.0, 0.5, -1.0])
+        assert c.post(f"/v1/batches/{r.headers['X-Batch-Id']}/ack").status_code == 200
+
+
+def test_queue_full_then_cancel(tmp_path: Path) -> None:
+    runner = GatedRunner()
+    runner.gate.clear()
+    with Server(make_settings(tmp_path, max_queued_samples=8), runner) as s, client(s) as c:
+        rid = submit(c, tasks={"path": TASKS, "limit": 2}, n_samples=4)  # 4 run, 4 queue
+        deadline = time.monotonic() + 10
+        while runner.started < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 2}, "n_samples": 4})
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
+        r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 3}, "n_samples": 4})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "n_samples"]
+        body = c.delete(f"/v1/rollouts/{rid}").json()
+        assert body["status"] == "cancelled"
+        assert body["counts"] == {"cancelled": 8}
+        # All-cancelled groups carry nothing to train on: never offered.
+        assert c.post("/v1/batches/lease", json={"wait_s": 0.1}).status_code == 204
+        # The queue has room again.
+        runner.gate.set()
+        rid2 = submit(c, tasks={"path": TASKS, "limit": 2}, n_samples=4)
+        wait_status(c, rid2, "completed")
+
+
+def test_events_stream(server: Server) -> None:
+    server.runner.gate.clear()
+    with client(server) as c:
+        rid = submit(c, tasks={"path": TASKS, "limit": 1}, n_samples=2)
+        kinds: list[str] = []
+        with c.stream("GET", f"/v1/rollouts/{rid}/events") as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            server.runner.gate.set()
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    kinds.append(line.removeprefix("event: "))
+        assert kinds == ["status", "trajectory", "trajectory", "group", "rollout"]
+
+
+def test_policy_version_persists(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with Server(settings, GatedRunner()) as s, client(s) as c:
+        r = c.post("/v1/policy", json={"version": 7, "max_staleness": 2})
+        assert r.json() == {"version": 7, "max_staleness": 2, "stale_policy": "drop"}
+    with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
+        assert c.get("/v1/policy").json()["version"] == 7
+
+
+def test_trainer_client_pull_and_export(server: Server, tmp_path: Path) -> None:
+    import datasets
+    import pyarrow.parquet as pq
+
+    from clients.commands.export import export_parquet
+    from clients.commands.pull import write_batch
+    from clients.trainer import TrainerClient
+
+    with TrainerClient(server.url, KEY) as tc:
+        rid = tc.submit(TASKS, n_samples=4, limit=3, advantage={"min_group_size": 2})
+        out = tmp_path / "pulled"
+        out.mkdir()
+        ids: list[str] = []
+        for batch in tc.batches(max_groups=2, rollout_id=rid, wait_s=5):
+            skyrl = batch.to_skyrl()
+            n = len(batch.trajectories)
+            assert all(len(skyrl[k]) == n for k in skyrl)
+            for resp, mask, lp in zip(
+                skyrl["response_ids"], skyrl["loss_masks"], skyrl["rollout_logprobs"], strict=True
+            ):
+                assert len(resp) == len(mask) == len(lp)
+            masked = [i for i, ex in enumerate(skyrl["exclude_from_baseline"]) if ex]
+            assert masked and all(skyrl["rewards"][i] == 0.0 for i in masked)
+            write_batch(batch, out)
+            batch.ack()
+            ids += [t.trajectory_id for t in batch.trajectories]
+        assert len(ids) == len(set(ids)) == 12
+        assert tc.status(rid).status == "completed"
+        pulled = pq.read_table(out)
+        assert sorted(pulled.column("trajectory_id").to_pylist()) == sorted(ids)
+
+    target = tmp_path / "export.parquet"
+    assert export_parquet(server.server.config.app.state.service.settings.data_dir, target) == 12
+    table = pq.read_table(target)
+    assert table.schema == pq.read_schema(target) and table.num_rows == 12
+    ds = datasets.load_dataset("parquet", data_files=str(target), split="train")
+    assert len(ds) == 12 and set(ds["trajectory_id"]) == set(ids)
+
+
+def test_client_dedupes_redelivered_groups(tmp_path: Path) -> None:
+    from clients.trainer import TrainerClient
+
+    settings = make_settings(tmp_path)
+    with Server(settings, GatedRunner()) as s, TrainerClient(s.url, KEY) as tc:
+        rid = tc.submit(TASKS, n_samples=2, limit=2)
+        tc_status_deadline = time.monotonic() + 20
+        while tc.status(rid).status != "completed":
+            assert time.monotonic() < tc_status_deadline
+            time.sleep(0.05)
+        first, _ = tc.lease(max_groups=1, rollout_id=rid, wait_s=5)
+        assert first is not None
+    # Restart on the same data dir before the ack reaches the service: the ack gets 409, the
+    # group is offered again, and the client skips it (it already handed it out).
+    settings2 = make_settings(tmp_path)
+    with Server(settings2, GatedRunner()) as s:
+        tc._http = type(tc._http)(base_url=s.url, headers={"Authorization": f"Bearer {KEY}"})
+        first.ack()
+        rest = list(tc.batches(max_groups=10, rollout_id=rid, wait_s=2))
+        seen = [t.trajectory_id for b in rest for t in b.trajectories]
+        assert not set(seen) & {t.trajectory_id for t in first.trajectories}
+        assert len(seen) == 2
+        for b in rest:
+            b.ack()
+
+
+def test_serve_refuses_public_host_without_key() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from clients.commands import serve
+
+    app = typer.Typer()
+    serve.register(app)
+    app.command("noop")(lambda: None)  # typer needs two commands to keep names
+    result = CliRunner().invoke(
+        app, ["serve", "--host", "0.0.0.0", "--policy-url", "http://x"], env={}
+    )
+    assert result.exit_code == 2
+    assert "without an API key" in result.output

@@ -1,0 +1,226 @@
+"""The recorded vLLM 0.32 responses are the contract: our models must parse every one of them,
+and the policy client must read them correctly when a real HTTP server replays them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from service.policy import vllm_wire as w
+from service.policy.client import ContextLengthError, PolicyClient, PolicyError
+from service.policy.stub.background import BackgroundServer
+from service.sample import SamplingParams
+
+# Copies of the real vLLM 0.32 recordings (shared/vllm-wire/), kept in the repo so CI checks them.
+WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-wire"
+
+
+def recording(name: str) -> dict[str, Any]:
+    return json.loads((WIRE / name).read_text())
+
+
+def response_model(path: str, status: int) -> type[w.BaseModel] | None:
+    if status >= 400:
+        return w.ErrorResponse
+    return {
+        "/v1/completions": w.CompletionResponse,
+        "/v1/chat/completions": w.ChatCompletionResponse,
+        "/v1/models": w.ModelList,
+        "/tokenize": w.TokenizeResponse,
+        "/detokenize": w.DetokenizeResponse,
+        "/is_paused": w.IsPausedResponse,
+        "/reset_prefix_cache": w.ResetPrefixCacheResponse,
+        "/pause": w.StatusResponse,
+        "/resume": w.StatusResponse,
+        "/health": None,
+    }[path.split("?")[0]]
+
+
+# Every recording of one request/response (the multi-turn episode file has another layout).
+RECORDINGS = sorted(p.name for p in WIRE.glob("*.json") if "request" in json.loads(p.read_text()))
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_every_recorded_response_parses(name: str) -> None:
+    rec = recording(name)
+    model = response_model(rec["request"]["path"], rec["status"])
+    if model is None:
+        assert rec["response"] == ""
+        return
+    parsed = model.model_validate(rec["response"])
+    # Nothing of the recording is lost: every recorded key is a field or kept as an extra.
+    assert set(parsed.model_dump()) >= set(rec["response"])
+
+
+def test_recorded_completion_facts_hold_in_our_models() -> None:
+    eos = w.CompletionResponse.model_validate(recording("completions_eos.json")["response"])
+    c0 = eos.choices[0]
+    assert c0.finish_reason == "stop" and c0.stop_reason is None
+    assert c0.token_ids[-1] == 2 and "<|im_end|>" not in c0.text
+    assert len(c0.token_ids) == len(c0.logprobs.token_logprobs)
+    stop = w.CompletionResponse.model_validate(recording("completions_stop_eos.json")["response"])
+    stopped = [c for c in stop.choices if c.finish_reason == "stop"]
+    assert stopped and all(c.stop_reason == "}" and "}" not in c.text for c in stopped)
+
+
+# ---------------------------------------------------------------- replaying server
+
+
+class Replay:
+    """Serves recorded responses; each request pops the next queued (status, body) per path."""
+
+    def __init__(self) -> None:
+        self.queue: dict[str, list[tuple[int, Any]]] = {}
+        self.requests: list[tuple[str, Any]] = []
+        app = FastAPI()
+
+        @app.api_route("/{path:path}", methods=["GET", "POST"])
+        async def serve(path: str, request: Request) -> Response:
+            body = await request.body()
+            self.requests.append(("/" + path, json.loads(body) if body else None))
+            status, payload = self.queue["/" + path].pop(0)
+            if payload == "":
+                return Response(status_code=status)
+            return JSONResponse(payload, status_code=status)
+
+        self.app = app
+
+    def push(self, name: str) -> dict[str, Any]:
+        rec = recording(name)
+        self.queue.setdefault(rec["request"]["path"], []).append((rec["status"], rec["response"]))
+        return rec
+
+
+@pytest.fixture
+def replay() -> Iterator[tuple[Replay, str]]:
+    r = Replay()
+    with BackgroundServer(r.app) as server:
+        yield r, server.url
+
+
+async def started_client(url: str, **kw: Any) -> PolicyClient:
+    client = PolicyClient([url + "/v1"], backoff_s=0.01, **kw)
+    await client.start()
+    return client
+
+
+async def test_start_resolves_model_and_context(replay: tuple[Replay, str]) -> None:
+    r, url = replay
+    r.push("models.json")
+    client = await started_client(url)
+    try:
+        assert client.model == "tiny" and client.max_model_len == 4096
+    finally:
+        await client.aclose()
+
+
+async def test_complete_eos_and_length(replay: tuple[Replay, str]) -> None:
+    r, url = replay
+    r.push("models.json")
+    rec = r.push("completions_eos.json")
+    client = await started_client(url)
+    try:
+        gens = await client.complete(
+            rec["request"]["json"]["prompt"],
+            SamplingParams(temperature=1.0, max_tokens=8, seed=9),
+            n=2,
+            server=url,
+        )
+    finally:
+        await client.aclose()
+    recorded = rec["response"]["choices"]
+    assert [g.token_ids for g in gens] == [c["token_ids"] for c in recorded]
+    assert [g.logprobs for g in gens] == [c["logprobs"]["token_logprobs"] for c in recorded]
+    assert gens[0].finish_reason == "stop" and gens[0].token_ids[-1] == 2
+    assert gens[1].finish_reason == "length" and 2 not in gens[1].token_ids
+    sent = r.requests[-1][1]
+    assert sent["logprobs"] == 1 and sent["return_token_ids"] is True and sent["n"] == 2
+    assert sent["seed"] == 9 and "top_k" not in sent and sent["max_tokens"] == 8
+
+
+async def test_complete_stop_string_keeps_token_ids(replay: tuple[Replay, str]) -> None:
+    r, url = replay
+    r.push("models.json")
+    rec = r.push("completions_stop_eos.json")
+    client = await started_client(url)
+    try:
+        gens = await client.complete(
+            rec["request"]["json"]["prompt"],
+            SamplingParams(max_tokens=200, stop=["}"], top_k=5),
+            n=4,
+            server=url,
+        )
+    finally:
+        await client.aclose()
+    g = gens[3]
+    assert g.finish_reason == "stop" and g.stop_reason == "}"
+    assert g.token_ids == rec["response"]["choices"][3]["token_ids"]
+    assert not g.text.endswith("}")
+    assert r.requests[-1][1]["stop"] == ["}"] and r.requests[-1][1]["top_k"] == 5
+
+
+async def test_tokens_as_token_ids_and_tokenize(replay: tuple[Replay, str]) -> None:
+    r, url = replay
+    r.push("models.json")
+    rec = r.push("completions_tokens_as_ids.json")
+    tok = r.push("tokenize_messages.json")
+    tok_prompt = r.push("tokenize_prompt.json")
+    detok = r.push("detokenize.json")
+    client = await started_client(url)
+    try:
+        gens = await client.complete(
+            rec["request"]["json"]["prompt"], SamplingParams(max_tokens=12), n=2, server=url
+        )
+        ids = await client.tokenize_messages(tok["request"]["json"]["messages"])
+        delta = await client.tokenize_text(tok_prompt["request"]["json"]["prompt"])
+        text = await client.detokenize(detok["request"]["json"]["tokens"])
+    finally:
+        await client.aclose()
+    assert gens[0].token_ids == rec["response"]["choices"][0]["token_ids"]
+    assert ids == tok["response"]["tokens"]
+    assert delta == tok_prompt["response"]["tokens"]
+    assert text == detok["response"]["prompt"]
+    sent_tok = [b for p, b in r.requests if p == "/tokenize"]
+    assert sent_tok[0]["add_generation_prompt"] is True
+    assert sent_tok[1]["add_special_tokens"] is False
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("completions_unknown_model.json", PolicyError),
+        ("completions_too_long.json", ContextLengthError),
+        ("completions_bad_field.json", PolicyError),
+    ],
+)
+async def test_recorded_errors(replay: tuple[Replay, str], name: str, error: type) -> None:
+    r, url = replay
+    rec = r.push(name)
+    client = PolicyClient([url], model="tiny", max_model_len=100_000, backoff_s=0.01)
+    await client.start()
+    try:
+        with pytest.raises(error) as info:
+            await client.complete([1, 2, 3], SamplingParams(max_tokens=4), server=url)
+    finally:
+        await client.aclose()
+    assert rec["response"]["error"]["message"][:40] in str(info.value)
+    assert len(r.requests) == 1  # 4xx errors are not retried
+
+
+async def test_bad_cache_salt_rejected_before_sending(replay: tuple[Replay, str]) -> None:
+    r, url = replay
+    client = PolicyClient([url], model="tiny", max_model_len=4096)
+    await client.start()
+    try:
+        for salt in ["model@v3", "a/b", "a\\b", "nul\x00", "x" * 129]:
+            with pytest.raises(ValueError, match="cache_salt"):
+                await client.complete([1], SamplingParams(), server=url, cache_salt=salt)
+    finally:
+        await client.aclose()
+    assert r.requests == []
