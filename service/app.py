@@ -72,7 +72,7 @@ def settings_task_loader(settings: Settings) -> TaskLoader:
 async def default_components(settings: Settings, current_version: Callable[[], int]) -> Components:
     """Real policy client, Docker backend and episode runner."""
     from sandboxes.docker_adapter import default_adapter
-    from sandboxes.docker_backend import DockerBackend
+    from sandboxes.docker_backend import BackendSettings, DockerBackend
     from service.episode import EpisodeRunner
     from service.policy.client import PolicyClient
 
@@ -80,9 +80,7 @@ async def default_components(settings: Settings, current_version: Callable[[], i
         raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
     policy = PolicyClient(settings.policy_urls, settings.model)
     await policy.start()
-    backend = DockerBackend(
-        image_override=settings.image, max_concurrency=settings.max_concurrent_samples
-    )
+    backend = DockerBackend(BackendSettings(image_override=settings.image))
     runner = EpisodeRunner(policy, backend, current_version=current_version)
     adapter = default_adapter()
 

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -23,46 +18,10 @@ from sandboxes.tasks import TaskLoadError, load_tasks
 from service.collect import CollectSummary, ParquetSink, collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient, PolicyError
+from service.policy.stub.process import stand_in_policy
 from service.sample import AgentLimits, SamplingParams
 
 console = Console(stderr=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def stand_in_policy(tasks: str, p_correct: float, seed: int) -> Iterator[str]:
-    """Start `rollouts policy-stub` as its own process (it uses the second core) and yield its URL."""
-    port = _free_port()
-    cmd = [
-        sys.executable, "-m", "clients.cli", "policy-stub",
-        "--tasks", tasks, "--port", str(port), "--p-correct", str(p_correct), "--seed", str(seed),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                raise RuntimeError(f"the stand-in policy exited: {err.strip()[-500:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the stand-in policy did not become healthy within 60 s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
 
 
 def summary_table(summary: CollectSummary, out: Path) -> Table:
@@ -168,8 +127,13 @@ def register(app: typer.Typer) -> None:
         urls = [u for item in (policy_url or []) for u in item.split(",") if u.strip()]
         with contextlib.ExitStack() as stack:
             if not urls:
-                console.print("No --policy-url / ROLLOUTS_POLICY_URL: starting the stand-in policy.")
-                urls = [stack.enter_context(stand_in_policy(tasks, p_correct, seed or 0))]
+                console.print(
+                    "No --policy-url / ROLLOUTS_POLICY_URL: starting the stand-in policy."
+                )
+                stand_in = stack.enter_context(
+                    stand_in_policy(tasks, p_correct=p_correct, seed=seed or 0)
+                )
+                urls = [stand_in.url]
             try:
                 summary = asyncio.run(
                     _run(tasks, urls, model, n_samples, concurrency, max_turns, sampling,

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from sandboxes.task import Task
 from service.policy.stub.chat_template import Turn, parse_transcript
 
+# A port the reliability tests listen on (on the host); sandboxes must never reach it.
+HOST_PROBE_PORT = 47631
+
 # Adversarial first commands for reliability tests, by name. Data, not code: each is typed as is.
 ATTACKS: dict[str, str] = {
     "fork_bomb": ":(){ :|:& };:\n",
@@ -49,6 +52,47 @@ ATTACKS: dict[str, str] = {
     ),
     "kill_all": "kill -9 -1\n",
     "daemon": "setsid nohup sh -c 'while :; do sleep 1; done' > /dev/null 2>&1 < /dev/null &\n",
+    "disk_fill_tmp": "dd if=/dev/zero of=/tmp/fill bs=1M count=1000000 status=none\n",
+    "big_output_one_line": "head -c 200000000 /dev/zero | tr '\\0' a\n",
+    "bad_bytes": (
+        "printf '\\xff\\xfe\\x80\\xc3\\x28 \\033[2J\\033[H\\033]0;pwned\\007"
+        "\\033[?1049h\\033[6n\\033P+q544e\\033\\\\ BAD-BYTES-DONE\\n'\n"
+    ),
+    # The default gateway (if any route exists) and the Docker bridge's usual host address.
+    "network_gateway": (
+        "python3 -c \"import socket\nfor h in ('172.17.0.1', '10.0.0.1', '192.168.0.1'):\n"
+        f" try: socket.create_connection((h, {HOST_PROBE_PORT}), timeout=3); "
+        "print('NETWORK-REACHED', h)\n"
+        " except OSError as e: print('blocked', h, e)\"\n"
+    ),
+    # A service listening on the host's loopback (the test starts one on HOST_PROBE_PORT).
+    "network_loopback": (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {HOST_PROBE_PORT}), "
+        "timeout=3); print('NETWORK-REACHED')\"\n"
+    ),
+    "read_solution": "ls -la /solution /tests; cat /solution/solve.sh /tests/test_*.py\n",
+    # Tests the agent plants in /app: the verifier must run its own hidden tests only.
+    "overwrite_app_tests": (
+        "printf 'def test_ok():\\n    assert True\\n' > /app/test_solution.py && "
+        "printf 'import pytest\\n' > /app/conftest.py\n"
+    ),
+    # A fake `pytest` module in /app that writes a passing JUnit report and exits 0.
+    "shadow_pytest": (
+        'printf \'import sys\\nfor a in sys.argv:\\n    if a.startswith("--junitxml="):\\n'
+        '        open(a.split("=",1)[1],"w").write("<testsuite tests=\\\\"3\\\\" '
+        'failures=\\\\"0\\\\" errors=\\\\"0\\\\" skipped=\\\\"0\\\\"/>")\\n'
+        "sys.exit(0)\\n' > /app/pytest.py\n"
+    ),
+    "symlink_escape": (
+        "ln -sf /etc/shadow /app/shadow; ln -sf /proc/1/root /app/hostroot; "
+        "ln -sf ../../../etc/passwd /app/passwd; ln /etc/passwd /app/hardlink 2>/dev/null; "
+        "ls -la /app\n"
+    ),
+    # Solution code that hangs at import: the verifier's tests must time out, not hang the service.
+    "hang_verifier": (
+        "printf 'import time\\ntime.sleep(10**6)\\n' > /app/solution.py && "
+        "chmod a-w /app/solution.py\n"
+    ),
 }
 
 _PROTOCOL_KEYS = {"analysis", "plan", "commands", "task_complete"}

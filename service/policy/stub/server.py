@@ -73,7 +73,9 @@ class StubSettings(BaseModel):
     ttft_ms: float = Field(default=0.0, ge=0)
     record: str | None = None  # JSONL file, one line per served choice
     attack: str | None = None
-    script_logit: float = Field(default=16.0, gt=0)
+    # Strong enough that an unscripted token is ~1e-8 per position: p_correct=1 means every
+    # sample passes, while logprobs stay real samples of this distribution.
+    script_logit: float = Field(default=24.0, gt=0)
     logprobs_mode: LogprobsMode = "processed"
 
 

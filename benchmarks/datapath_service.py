@@ -1,0 +1,86 @@
+"""The rollout service with a synthetic group runner, as its own process (for the data-path and
+memory benchmarks): `python -m benchmarks.datapath_service --data-dir D --port P`.
+
+Everything but the episode is real: POST /v1/rollouts, the scheduler, the store's commit path
+(encode, compress, SQLite group commit, advantages), leasing and acks over HTTP. The runner hands
+each sample a ready-made 8k-token trajectory at once, as if the episode had just finished, so
+the service's own cost per trajectory is what gets measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.synthetic import make_trajectory, synthetic_tasks
+from sandboxes.task import Task
+from service.app import Components, create_app
+from service.sample import SampleSpec
+from service.scheduler import OnTrajectory
+from service.settings import Settings
+from service.trajectory import Trajectory
+
+TEMPLATES = 4  # a few distinct payloads, so compression sees more than one repeated record
+
+
+class SyntheticRunner:
+    def __init__(self, prompt_tokens: int, response_tokens: int) -> None:
+        self.templates = [
+            make_trajectory(i, prompt_tokens, response_tokens) for i in range(TEMPLATES)
+        ]
+
+    async def run_group(
+        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
+    ) -> None:
+        def one(spec: SampleSpec) -> Trajectory:
+            template = self.templates[spec.sample_index % TEMPLATES]
+            return template.model_copy(
+                update={
+                    "trajectory_id": spec.trajectory_id,
+                    "rollout_id": spec.rollout_id,
+                    "group_id": spec.group_id,
+                    "task_id": task.id,
+                    "sample_index": spec.sample_index,
+                }
+            )
+
+        # The samples of a group finish together, as parallel episodes would.
+        await asyncio.gather(*(on_trajectory(one(s)) for s in samples))
+
+
+def components_factory(prompt_tokens: int, response_tokens: int) -> Callable:
+    async def factory(settings: Settings, current_version: Callable[[], int]) -> Components:
+        def load(path: str, ids: list[str] | None, limit: int | None) -> list[Task]:
+            if path != "synthetic":
+                raise ValueError("this benchmark service only knows tasks.path='synthetic'")
+            return synthetic_tasks(limit or 1)
+
+        return Components(runner=SyntheticRunner(prompt_tokens, response_tokens), load_tasks=load)
+
+    return factory
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--prompt-tokens", type=int, default=1024)
+    parser.add_argument("--response-tokens", type=int, default=7168)
+    parser.add_argument("--max-concurrent-samples", type=int, default=64)
+    ns = parser.parse_args()
+    settings = Settings(
+        port=ns.port,
+        data_dir=ns.data_dir,
+        max_concurrent_samples=ns.max_concurrent_samples,
+        policy_urls=["http://127.0.0.1:9"],  # never called: the runner is synthetic
+    )
+    app = create_app(settings, components_factory(ns.prompt_tokens, ns.response_tokens))
+    uvicorn.run(app, host="127.0.0.1", port=ns.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Oracle-verify throughput of our sandboxes beside a cold `docker run` harness and the floor.
+
+Three ways to run the same trial (the task's solve.sh, then its tests) on the same image with the
+same isolation flags, interleaved at each concurrency level:
+- ours: `run_oracle` through `DockerBackend` (warm pool, exec streaming, fresh verifier);
+- cold: what a simple harness does: one `docker run` (CLI subprocess) of a fresh container for
+  the solve and another for the tests, files in and out as tar on stdin/stdout, no pool;
+- floor: solve and tests by one `docker exec` in an already running container: the cost of the
+  work itself, with no container created or removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandboxes.docker_adapter import DockerAdapter
+from sandboxes.docker_backend import BackendSettings, DockerBackend
+from sandboxes.images import ImageResolver
+from sandboxes.isolation import container_args
+from sandboxes.oracle import SOLUTION_DIR, run_oracle
+from sandboxes.pool import PoolSettings
+from sandboxes.task import Task
+from sandboxes.verifier import verifier_upload
+from sandboxes.workspace_tar import build_tar
+
+BENCH_LABEL = "rollouts.bench_id"
+
+
+class TrialFailed(RuntimeError):
+    """A trial did not reach reward 1.0: the measurement would not be of a working system."""
+
+
+class TimedAdapter(DockerAdapter):
+    """Records how long each container removal takes (teardown runs in the background, so the
+    episode never sees it; the benchmark still reports its cost)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.remove_s: list[float] = []
+
+    async def remove(self, container_id: str) -> None:
+        t0 = time.monotonic()
+        await super().remove(container_id)
+        self.remove_s.append(time.monotonic() - t0)
+
+
+@dataclass
+class RoundResult:
+    trials: int
+    seconds: float
+    stages: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def per_min(self) -> float:
+        return 60.0 * self.trials / self.seconds
+
+
+async def _bounded(items: list[Task], concurrency: int, fn: Any) -> float:
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> None:
+        async with limit:
+            await fn(task)
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(one(t) for t in items))
+    return time.monotonic() - t0
+
+
+# ---------------------------------------------------------------- ours
+
+
+async def _settle(backend: DockerBackend) -> None:
+    """Wait for the pool's background removals and refills: a round hands the next one the same
+    warm state it got, so background work is charged to the round that caused it."""
+    pending = backend.pool._tasks  # noqa: SLF001 - benchmark instrumentation only
+    while pending:
+        await asyncio.gather(*list(pending), return_exceptions=True)
+
+
+async def ours_round(
+    backend: DockerBackend, adapter: TimedAdapter, tasks: list[Task], concurrency: int, run: str
+) -> RoundResult:
+    stages: dict[str, list[float]] = {"create": [], "agent": [], "verify": [], "teardown": []}
+    adapter.remove_s.clear()
+
+    async def trial(task: Task) -> None:
+        labels = {"rollouts.rollout_id": f"bench-{run}", BENCH_LABEL: run}
+        result = await run_oracle(task, backend, solve_script=None, labels=labels)
+        if result.reward != 1.0:
+            raise TrialFailed(f"ours: {task.id}: {result.status.value} {result.output[-300:]}")
+        d = result.durations
+        stages["create"].append(d.get("create_s", 0.0))
+        stages["agent"].append(d.get("agent_s", 0.0) + d.get("workspace_s", 0.0))
+        stages["verify"].append(d.get("verify_s", 0.0))
+
+    t0 = time.monotonic()
+    await _bounded(tasks, concurrency, trial)
+    await _settle(backend)
+    seconds = time.monotonic() - t0
+    stages["teardown"] = list(adapter.remove_s)
+    return RoundResult(len(tasks), seconds, stages)
+
+
+# ---------------------------------------------------------------- cold docker run
+
+
+def docker_run_flags(args: dict[str, Any]) -> list[str]:
+    """The same isolation as `isolation.container_args`, spelled as `docker run` flags."""
+    hc = args["host_config"]
+    flags = [
+        "--network", hc["network_mode"],
+        "--cpus", str(hc["nano_cpus"] / 1e9),
+        "--memory", hc["mem_limit"],
+        "--memory-swap", hc["memswap_limit"],
+        "--pids-limit", str(hc["pids_limit"]),
+        "--security-opt", "no-new-privileges",
+        "--hostname", args["hostname"],
+        "-w", args["working_dir"],
+    ]  # fmt: skip
+    for cap in hc["cap_drop"]:
+        flags += ["--cap-drop", cap]
+    if hc.get("read_only"):
+        flags.append("--read-only")
+    if hc.get("init"):
+        flags.append("--init")
+    for path, opts in hc["tmpfs"].items():
+        flags += ["--tmpfs", f"{path}:{opts}"]
+    for key, value in args["environment"].items():
+        flags += ["-e", f"{key}={value}"]
+    for key, value in args["labels"].items():
+        flags += ["--label", f"{key}={value}"]
+    return flags
+
+
+async def _docker_run(flags: list[str], image: str, script: str, stdin: bytes) -> bytes:
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "run", "--rm", "-i", *flags, image, "bash", "-c", script,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate(stdin)
+    if proc.returncode != 0:
+        raise TrialFailed(f"docker run exited {proc.returncode}: {err.decode()[-300:]}")
+    return out
+
+
+_COLD_SOLVE = (
+    f"mkdir -p {SOLUTION_DIR} && tar -x -C {SOLUTION_DIR} && "
+    f"bash {SOLUTION_DIR}/solve.sh >&2 && tar -c -C /app ."
+)
+_COLD_TEST = (
+    "mkdir -p /logs/verifier && tar -x --no-same-owner -C / && "
+    "{ bash /tests/test.sh >/dev/null 2>&1; cat /logs/verifier/reward.txt; }"
+)
+
+
+async def cold_round(
+    args_for: dict[str, dict[str, Any]], images: dict[str, str], tasks: list[Task], c: int
+) -> RoundResult:
+    async def trial(task: Task) -> None:
+        flags = docker_run_flags(args_for[task.id])
+        workspace = await _docker_run(
+            flags, images[task.id], _COLD_SOLVE, build_tar(task.solution_files)
+        )
+        reward = await _docker_run(
+            flags, images[task.id], _COLD_TEST, verifier_upload(task, workspace)
+        )
+        if reward.strip() != b"1":
+            raise TrialFailed(f"cold: {task.id}: reward {reward[-100:]!r}")
+
+    return RoundResult(len(tasks), await _bounded(tasks, c, trial))
+
+
+# ---------------------------------------------------------------- floor: exec in a running one
+
+_FLOOR = f"""
+rm -rf /app/* /app/.[!.]* {SOLUTION_DIR} /logs/verifier /tests/*
+mkdir -p /logs/verifier {SOLUTION_DIR}
+tar -x --no-same-owner -C / || exit 91
+bash {SOLUTION_DIR}/solve.sh >/dev/null 2>&1
+bash /tests/test.sh >/dev/null 2>&1
+cat /logs/verifier/reward.txt
+"""
+
+
+def floor_upload(task: Task) -> bytes:
+    files = {f"{SOLUTION_DIR.lstrip('/')}/{k}": v for k, v in task.solution_files.items()}
+    files.update({f"tests/{k}": v for k, v in task.test_files.items()})
+    return build_tar(files)
+
+
+class FloorContainers:
+    """One started container per concurrency slot and image, reused for every floor trial."""
+
+    def __init__(self, adapter: DockerAdapter) -> None:
+        self.adapter = adapter
+        self.free: dict[str, list[str]] = {}
+        self.all: list[str] = []
+
+    async def ensure(self, args: dict[str, Any], image: str, count: int) -> None:
+        have = self.free.setdefault(image, [])
+        while len(have) < count:
+            cid = await self.adapter.create_container(args)
+            self.all.append(cid)
+            await self.adapter.start(cid)
+            have.append(cid)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(self.adapter.remove(c) for c in self.all), return_exceptions=True)
+
+
+async def floor_round(
+    floor: FloorContainers, images: dict[str, str], tasks: list[Task], c: int
+) -> RoundResult:
+    async def trial(task: Task) -> None:
+        cid = floor.free[images[task.id]].pop()
+        try:
+            result, _ = await floor.adapter.exec_stream(
+                cid, ["bash", "-c", _FLOOR], stdin=floor_upload(task), timeout_s=300
+            )
+        finally:
+            floor.free[images[task.id]].append(cid)
+        if result.output.text().strip() != "1":
+            raise TrialFailed(f"floor: {task.id}: {result.output.text()[-300:]!r}")
+
+    return RoundResult(len(tasks), await _bounded(tasks, c, trial))
+
+
+# ---------------------------------------------------------------- the section
+
+
+@dataclass
+class SandboxRuns:
+    """Every round, by system and concurrency, in run order."""
+
+    rounds: dict[str, dict[int, list[RoundResult]]] = field(default_factory=dict)
+
+    def add(self, system: str, c: int, r: RoundResult) -> None:
+        self.rounds.setdefault(system, {}).setdefault(c, []).append(r)
+
+
+async def run_sandbox_section(
+    tasks: list[Task], levels: list[int], repeats: int, log: Any
+) -> SandboxRuns:
+    run = uuid.uuid4().hex[:10]
+    adapter = TimedAdapter()
+    resolver = ImageResolver(adapter)
+    # Warm containers: two per trial in flight (agent + verifier) at the highest level.
+    pool = PoolSettings(warm_per_key=max(levels) * 2)
+    backend = DockerBackend(BackendSettings(pool=pool), adapter=adapter, resolver=resolver)
+    floor = FloorContainers(adapter)
+    labels = {"rollouts.rollout_id": f"bench-{run}", BENCH_LABEL: run}
+    images = {t.id: await resolver.resolve(t) for t in tasks}
+    args_for = {t.id: container_args(t, labels, images[t.id]) for t in tasks}
+    runs = SandboxRuns()
+    try:
+        for t in tasks:  # one floor container per slot and image, started once
+            await floor.ensure(args_for[t.id], images[t.id], max(levels))
+        # Warm-up (not measured): image resolution, first pool fill, page cache.
+        await ours_round(backend, adapter, tasks[: max(levels)], max(levels), run)
+        for rep in range(repeats):
+            for c in levels:
+                for system in ("ours", "cold", "floor"):
+                    if system == "ours":
+                        r = await ours_round(backend, adapter, tasks, c, run)
+                    elif system == "cold":
+                        r = await cold_round(args_for, images, tasks, c)
+                    else:
+                        r = await floor_round(floor, images, tasks, c)
+                    runs.add(system, c, r)
+                    log(f"  sandbox rep {rep + 1} c={c} {system}: {r.per_min:.1f} trials/min")
+    finally:
+        await floor.aclose()
+        await backend.aclose()
+    return runs

@@ -1,0 +1,87 @@
+"""Run the stand-in policy as its own process (it gets a core of its own) and wait until healthy.
+Used by `rollouts collect` without a policy URL, by tests and by benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+
+
+@dataclass
+class StandIn:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed policy server would die."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(
+    url: str, timeout_s: float = 60.0, process: subprocess.Popen | None = None
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process is not None and process.poll() is not None:
+            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise RuntimeError(f"the stand-in policy exited: {err.strip()[-500:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not become healthy within {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def stand_in_policy(
+    tasks: str,
+    *,
+    p_correct: float = 0.5,
+    seed: int = 0,
+    tokens_per_s: float | None = None,
+    ttft_ms: float | None = None,
+    record: str | None = None,
+    attack: str | None = None,
+    extra_args: list[str] | None = None,
+) -> Iterator[StandIn]:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "clients.cli", "policy-stub", "--tasks", tasks,
+        "--port", str(port), "--p-correct", str(p_correct), "--seed", str(seed),
+    ]  # fmt: skip
+    for flag, value in (
+        ("--tokens-per-s", tokens_per_s),
+        ("--ttft-ms", ttft_ms),
+        ("--record", record),
+        ("--attack", attack),
+    ):
+        if value is not None:
+            cmd += [flag, str(value)]
+    cmd += extra_args or []
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stand_in = StandIn(url=f"http://127.0.0.1:{port}", process=proc)
+    try:
+        wait_healthy(stand_in.url, process=proc)
+        yield stand_in
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
