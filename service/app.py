@@ -100,7 +100,9 @@ async def default_components(settings: Settings, current_version: Callable[[], i
         await backend.aclose()
         await policy.aclose()
 
-    warm = getattr(backend, "warm_pool_size", None)
+    # Idle warm containers, whatever the pool calls its per-key lists.
+    idle = getattr(backend.pool, "_idle", None)
+    warm = (lambda: sum(len(v) for v in idle.values())) if isinstance(idle, dict) else None
     return Components(
         runner=runner,
         load_tasks=settings_task_loader(settings),

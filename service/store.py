@@ -16,27 +16,33 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import queue
 import sqlite3
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from service.advantages import AdvantageConfig, compute_advantages
+
+# Re-exported: the API and tests read stored payloads through the store's names.
+from service.payload_codec import (  # noqa: F401
+    CODEC,
+    encode_payload,
+    payload_dict,
+    payloads_to_arrow,
+    with_advantage,
+)
 from service.trajectory import Status, Trajectory, is_masked
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DB_NAME = "rollouts.sqlite3"
-CODEC = "json+zlib"  # compact: token/logprob JSON compresses several-fold at level 1
 MAX_JOBS_PER_TRANSACTION = 1024
 
 _SCHEMA = """
@@ -122,29 +128,7 @@ class LeaseExpired(StoreError):
 
 
 # ---------------------------------------------------------------- payload encoding
-
-
-def encode_payload(trajectory: Trajectory) -> bytes:
-    # The advantage is only known when the group completes; it is spliced in at lease time
-    # (see with_advantage) so the stored bytes are written once and never re-encoded.
-    return zlib.compress(trajectory.model_dump_json(exclude={"advantage"}).encode(), 1)
-
-
-def with_advantage(codec: str, data: bytes, advantage: float | None) -> bytes:
-    """The stored record as JSON bytes of the Trajectory model, advantage included."""
-    if codec != CODEC:
-        raise ValueError(f"unknown payload codec {codec!r}")
-    raw = zlib.decompress(data)
-    # model_dump_json is compact and ends with the object's closing brace.
-    return raw[:-1] + b',"advantage":' + json.dumps(advantage).encode() + b"}"
-
-
-def payload_dict(codec: str, data: bytes, advantage: float | None) -> dict[str, Any]:
-    if codec != CODEC:
-        raise ValueError(f"unknown payload codec {codec!r}")
-    row = json.loads(zlib.decompress(data))
-    row["advantage"] = advantage
-    return row
+# The stored form of a trajectory lives in payload_codec.py (binary token arrays: see there).
 
 
 # ---------------------------------------------------------------- results

@@ -13,7 +13,13 @@ import pyarrow as pa
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Response
 
 from service.app import ServiceState, service_state
-from service.store import LeasedGroup, LeaseExpired, UnknownBatch, payload_dict, with_advantage
+from service.store import (
+    LeasedGroup,
+    LeaseExpired,
+    UnknownBatch,
+    payloads_to_arrow,
+    with_advantage,
+)
 from service.trajectory import ARROW_SCHEMA
 from service.wire import AckResponse, LeaseRequest, LeaseResponse
 
@@ -41,11 +47,13 @@ def _json_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> b
 
 
 def _arrow_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> bytes:
-    rows = [payload_dict(c, d, a) for g in groups for c, d, a in g.rows]
     schema = ARROW_SCHEMA.with_metadata(
         {"batch_id": batch_id, "lease_expires_at": repr(expires_at)}
     )
-    table = pa.Table.from_pylist(rows, schema=schema)
+    # Token columns straight from the stored binary arrays (no per-token Python objects).
+    table = payloads_to_arrow([row for g in groups for row in g.rows]).replace_schema_metadata(
+        schema.metadata
+    )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_table(table)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -246,7 +247,7 @@ class PolicyClient:
         *,
         server: str | None,
         sample_key: str | None = None,
-        check: Any = None,
+        check: Callable[[M], object] | None = None,
     ) -> M:
         http = self._client()
         last = "no attempt made"

@@ -5,6 +5,7 @@ queries against the Docker Engine."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import socket
@@ -23,6 +24,8 @@ from sandboxes.tasks import iter_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
+# The real engine, whatever DOCKER_HOST a fault-injection test points the service at.
+ENGINE_ENV = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
 
 
 class CaseLog:
@@ -104,5 +107,6 @@ def containers_labelled(label: str, value: str) -> list[str]:
         capture_output=True,
         text=True,
         check=True,
+        env=ENGINE_ENV,
     ).stdout
     return out.split()

@@ -42,7 +42,8 @@ VERIFIER_S = 20.0
 # a "did not hang" bound.
 BOUND_S = AGENT_S + VERIFIER_S + 150.0
 
-# Strings that must never appear in what the agent saw, per attack.
+# Strings that must never appear in what the agent saw, per attack (never in the typed command
+# itself: the terminal echoes it).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "network": ("NETWORK-REACHED",),
     "network_gateway": ("NETWORK-REACHED",),

@@ -249,7 +249,8 @@ def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(stack: Sta
 
     headers = {"Authorization": f"Bearer {stack.api_key}"}
     with httpx.Client(base_url=stack.url, headers=headers, timeout=30.0) as http:
-        assert http.get("/v1/rollouts/nope", headers={}).status_code == 401
+        # The key is enforced (httpx merges per-request headers, so a plain request here).
+        assert httpx.get(f"{stack.url}/v1/rollouts/nope", timeout=30.0).status_code == 401
         created = http.post(
             "/v1/rollouts",
             json={"tasks": {"path": "/data/tasks", "ids": TASK_IDS}, "n_samples": N_SAMPLES},

@@ -343,12 +343,12 @@ def test_client_dedupes_redelivered_groups(tmp_path: Path) -> None:
     with Server(settings2, GatedRunner()) as s:
         tc._http = type(tc._http)(base_url=s.url, headers={"Authorization": f"Bearer {KEY}"})
         first.ack()
-        rest = list(tc.batches(max_groups=10, rollout_id=rid, wait_s=2))
-        seen = [t.trajectory_id for b in rest for t in b.trajectories]
+        seen: list[str] = []
+        for b in tc.batches(max_groups=10, rollout_id=rid, wait_s=2):
+            seen += [t.trajectory_id for t in b.trajectories]
+            b.ack()
         assert not set(seen) & {t.trajectory_id for t in first.trajectories}
         assert len(seen) == 2
-        for b in rest:
-            b.ack()
 
 
 def test_serve_refuses_public_host_without_key() -> None:

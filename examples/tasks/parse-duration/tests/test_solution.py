@@ -1,5 +1,4 @@
 import pytest
-
 from solution import fn
 
 
@@ -15,9 +14,7 @@ def test_large_and_zero_parts():
     assert fn("0s") == 0
 
 
-@pytest.mark.parametrize(
-    "bad", ["", "10", "1x", "m5", "1m1h", "1h1h", "1H", " 1h", "-1h", "1.5h"]
-)
+@pytest.mark.parametrize("bad", ["", "10", "1x", "m5", "1m1h", "1h1h", "1H", " 1h", "-1h", "1.5h"])
 def test_invalid(bad):
     with pytest.raises(ValueError):
         fn(bad)

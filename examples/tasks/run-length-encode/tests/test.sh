@@ -7,11 +7,14 @@ rm -f /logs/verifier/reward.json /logs/verifier/reward.txt
 report="$(mktemp -d)/junit.xml"
 
 cd /app || { echo 0 > /logs/verifier/reward.txt; exit 0; }
-PYTHONPATH=/app python3 -m pytest -q -p no:cacheprovider --junitxml="$report" \
-    /tests/test_solution.py
+# -I: neither the cwd nor PYTHONPATH go first on sys.path, so files the agent left in /app
+# (a fake pytest.py, sitecustomize.py, xml/) cannot stand in for real modules; /app is
+# appended last, only so the tests can import the solution.
+python3 -I -c 'import sys; sys.path.append("/app"); import pytest; sys.exit(pytest.main(sys.argv[1:]))' \
+    -q -p no:cacheprovider --junitxml="$report" /tests/test_solution.py
 rc=$?
 
-passed=$(python3 - "$report" <<'PY'
+passed=$(python3 -I - "$report" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
 

@@ -1,0 +1,145 @@
+"""How the store keeps a trajectory: a JSON header plus the token arrays as raw binary.
+
+An 8k-token trajectory is ~210 KB of JSON, mostly numbers; encoding, compressing and re-parsing
+that text cost milliseconds per trajectory and capped the data path at a few hundred per second
+(docs/performance.md). So the four token arrays are stored as little-endian machine arrays
+(int32 ids, int8 mask, float64 logprobs: lossless for any Python float) after a small JSON header
+holding every other field. Leasing then
+- as Arrow: concatenates the raw arrays straight into Arrow list columns (no per-token Python);
+- as JSON: splices the arrays' JSON after the header (C-speed `json.dumps` of flat lists).
+
+Layout of codec "cols1": struct "<III" (header length, prompt length, response length), the
+header (compact JSON object, without the token fields and the advantage), then prompt ids
+(int32), response ids (int32), loss mask (int8), rollout logprobs (float64).
+The former codec "json+zlib" (whole record as zlib-compressed JSON) is still read.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import zlib
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from service.trajectory import ARROW_SCHEMA, Trajectory
+
+CODEC = "cols1"
+LEGACY_CODEC = "json+zlib"
+TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_logprobs")
+_PREFIX = struct.Struct("<III")
+# array typecodes: 'i' and 'b' are 4- and 1-byte signed ints on every platform CPython runs on.
+_TYPECODES = {"prompt_token_ids": "i", "response_token_ids": "i", "loss_mask": "b",
+              "rollout_logprobs": "d"}  # fmt: skip
+_ARROW_VALUE_TYPES = {"prompt_token_ids": pa.int32(), "response_token_ids": pa.int32(),
+                      "loss_mask": pa.int8(), "rollout_logprobs": pa.float64()}  # fmt: skip
+_LITTLE = sys.byteorder == "little"
+_EXCLUDE = {"advantage", *TOKEN_FIELDS}
+
+
+def _array(typecode: str, values: Any) -> array:
+    a = array(typecode, values)
+    if not _LITTLE:
+        a.byteswap()
+    return a
+
+
+def encode_payload(trajectory: Trajectory) -> bytes:
+    # The advantage is only known when the group completes; it is spliced in at lease time
+    # (see with_advantage) so the stored bytes are written once and never re-encoded.
+    header = trajectory.model_dump_json(exclude=_EXCLUDE).encode()
+    arrays = [_array(_TYPECODES[f], getattr(trajectory, f)) for f in TOKEN_FIELDS]
+    prefix = _PREFIX.pack(len(header), len(arrays[0]), len(arrays[1]))
+    return b"".join([prefix, header, *(a.tobytes() for a in arrays)])
+
+
+@dataclass
+class DecodedPayload:
+    header: bytes  # JSON object of every field but the token arrays and the advantage
+    arrays: dict[str, memoryview]  # field -> little-endian values (views into the payload)
+
+
+def decode_payload(codec: str, data: bytes) -> DecodedPayload:
+    if codec == CODEC:
+        header_len, n_prompt, n_response = _PREFIX.unpack_from(data)
+        view = memoryview(data)
+        pos = _PREFIX.size + header_len
+        arrays: dict[str, memoryview] = {}
+        counts = (n_prompt, n_response, n_response, n_response)
+        for field, n in zip(TOKEN_FIELDS, counts, strict=True):
+            size = n * array(_TYPECODES[field]).itemsize
+            arrays[field] = view[pos : pos + size]
+            pos += size
+        if pos != len(data):
+            raise ValueError(f"corrupt {CODEC} payload: {len(data)} bytes, layout says {pos}")
+        return DecodedPayload(bytes(view[_PREFIX.size : _PREFIX.size + header_len]), arrays)
+    if codec == LEGACY_CODEC:
+        row = json.loads(zlib.decompress(data))
+        arrays = {f: memoryview(_array(_TYPECODES[f], row.pop(f)).tobytes()) for f in TOKEN_FIELDS}
+        row.pop("advantage", None)
+        return DecodedPayload(json.dumps(row, separators=(",", ":")).encode(), arrays)
+    raise ValueError(f"unknown payload codec {codec!r}")
+
+
+def _values(field: str, raw: memoryview) -> list[Any]:
+    a = array(_TYPECODES[field])
+    a.frombytes(raw)
+    if not _LITTLE:
+        a.byteswap()
+    return a.tolist()
+
+
+def with_advantage(codec: str, data: bytes, advantage: float | None) -> bytes:
+    """The stored record as JSON bytes of the Trajectory model, advantage included."""
+    p = decode_payload(codec, data)
+    parts = [p.header[:-1]]  # compact JSON object: drop the closing brace, append fields
+    for field in TOKEN_FIELDS:
+        parts.append(b',"%s":' % field.encode())
+        parts.append(json.dumps(_values(field, p.arrays[field]), separators=(",", ":")).encode())
+    parts.append(b',"advantage":' + json.dumps(advantage).encode() + b"}")
+    return b"".join(parts)
+
+
+def payload_dict(codec: str, data: bytes, advantage: float | None) -> dict[str, Any]:
+    p = decode_payload(codec, data)
+    row = json.loads(p.header)
+    for field in TOKEN_FIELDS:
+        row[field] = _values(field, p.arrays[field])
+    row["advantage"] = advantage
+    return row
+
+
+_META_SCHEMA = pa.schema([f for f in ARROW_SCHEMA if f.name not in TOKEN_FIELDS])
+
+
+def payloads_to_arrow(rows: list[tuple[str, bytes, float | None]]) -> pa.Table:
+    """(codec, data, advantage) rows as an ARROW_SCHEMA table. The token columns are built from
+    the stored binary arrays in one copy each; only the small header goes through Python."""
+    decoded = [decode_payload(codec, data) for codec, data, _ in rows]
+    metas = []
+    for p, (_, _, advantage) in zip(decoded, rows, strict=True):
+        meta = json.loads(p.header)
+        meta["advantage"] = advantage
+        metas.append(meta)
+    meta_table = pa.Table.from_pylist(metas, schema=_META_SCHEMA)
+    columns: dict[str, pa.Array] = {}
+    itemsizes = {f: array(_TYPECODES[f]).itemsize for f in TOKEN_FIELDS}
+    for field in TOKEN_FIELDS:
+        offsets = array("i", [0])
+        for p in decoded:
+            offsets.append(offsets[-1] + len(p.arrays[field]) // itemsizes[field])
+        buf = pa.py_buffer(b"".join(p.arrays[field] for p in decoded))
+        values = pa.Array.from_buffers(_ARROW_VALUE_TYPES[field], offsets[-1], [None, buf])
+        target = ARROW_SCHEMA.field(field).type
+        if values.type != target.value_type:
+            # float64 -> float32 (the exchange schema's width for logprobs)
+            values = values.cast(target.value_type, safe=False)
+        columns[field] = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
+    arrays = [
+        columns[f.name] if f.name in columns else meta_table.column(f.name) for f in ARROW_SCHEMA
+    ]
+    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
