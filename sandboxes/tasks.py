@@ -244,11 +244,13 @@ def _iter_folder_of_tasks(folders: list[Path]) -> Iterator[Task | TaskLoadError]
     for folder in folders:
         # abspath, not resolve(): "." gets the cwd's name, and a symlinked task keeps its own.
         name = os.path.basename(os.path.abspath(folder))
+        item: Task | TaskLoadError
         try:
             task_id = task_id_from_path(name)
-            yield task_from_files(task_id, str(folder), _read_folder(folder, task_id))
+            item = task_from_files(task_id, str(folder), _read_folder(folder, task_id))
         except TaskLoadError as e:
-            yield e
+            item = e
+        yield item
 
 
 def _strip_single_top_folder(task_id: str, files: dict[str, bytes]) -> dict[str, bytes]:
@@ -294,10 +296,12 @@ def _iter_parquet(source: Path, parquet: pq.ParquetFile) -> Iterator[Task | Task
         for path, blob in zip(paths, blobs, strict=True):
             row += 1
             where = f"row {row} of {source.name}"
+            item: Task | TaskLoadError
             try:
-                yield _parquet_row_task(where, path, blob)
+                item = _parquet_row_task(where, path, blob)
             except TaskLoadError as e:
-                yield e
+                item = e
+            yield item
 
 
 def _parquet_row_task(where: str, path: object, blob: object) -> Task:

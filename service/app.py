@@ -74,12 +74,17 @@ async def default_components(settings: Settings, current_version: Callable[[], i
     from sandboxes.docker_adapter import default_adapter
     from sandboxes.docker_backend import BackendSettings, DockerBackend
     from service.episode import EpisodeRunner
-    from service.policy.client import PolicyClient
+    from service.policy.client import PolicyClient, PolicyError
 
     if not settings.policy_urls:
         raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
     policy = PolicyClient(settings.policy_urls, settings.model)
-    await policy.start()
+    try:
+        await policy.start()
+    except PolicyError as e:
+        # vLLM may still be loading weights: serve anyway, /readyz says not ready, and the
+        # first episode resolves the model.
+        log.warning("policy server not available yet: %s", e)
     backend = DockerBackend(BackendSettings(image_override=settings.image))
     runner = EpisodeRunner(policy, backend, current_version=current_version)
     adapter = default_adapter()

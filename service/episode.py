@@ -136,6 +136,7 @@ class EpisodeRunner:
         )
         t0 = time.monotonic()
         try:
+            await self.policy.start()  # no-op once the model is known; the server may start late
             first.prompt_ids = await self.policy.tokenize_messages(
                 [m.model_dump() for m in messages], server=first.server
             )

@@ -93,6 +93,7 @@ class PolicyClient:
         self._model_given = model is not None
         self.max_model_len: int = max_model_len or DEFAULT_MAX_MODEL_LEN
         self._max_model_len_given = max_model_len is not None
+        self._resolved = False
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
@@ -107,7 +108,7 @@ class PolicyClient:
                 timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
                 limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
             )
-        if self._model_given and self._max_model_len_given:
+        if self._resolved or (self._model_given and self._max_model_len_given):
             return
         models = await self._call("GET", "/v1/models", None, ModelList, server=None)
         if not self._model_given:
@@ -124,6 +125,7 @@ class PolicyClient:
             raise PolicyError(f"model: {self.model!r} is not served (served: {served})")
         if not self._max_model_len_given and card.max_model_len:
             self.max_model_len = card.max_model_len
+        self._resolved = True
 
     async def aclose(self) -> None:
         if self._http is not None:
