@@ -1,4 +1,4 @@
-"""The `rollouts` command. Each sub-command lives in clients/commands/; this file only wires them."""
+"""The `rollouts` command. Each sub-command lives in clients/commands/; this file wires them."""
 
 from __future__ import annotations
 

@@ -10,6 +10,24 @@ from sandboxes.task import Task
 from service.trajectory import Status
 
 
+class AgentCausedSandboxFault(RuntimeError):
+    """The sandbox broke because of what the agent did in it, not because of the infrastructure.
+
+    Such samples are graded (reward 0, status ok), never masked: a masked sample gets advantage
+    0, so a policy that cannot solve a task would learn that wrecking its sandbox beats a 0.
+    """
+
+
+class WorkspaceTooLarge(AgentCausedSandboxFault):
+    """The agent's /app holds more than the workspace size cap."""
+
+
+class SandboxExited(AgentCausedSandboxFault):
+    """The agent container still exists but is no longer running (its processes were killed,
+    or the kernel's OOM killer ended it). A container removed from outside or an unreachable
+    engine raise other errors and stay masked."""
+
+
 @dataclass
 class ExecResult:
     exit_code: int | None  # None when killed on timeout
@@ -44,7 +62,8 @@ class Sandbox(Protocol):
     async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None: ...
 
     async def get_workspace(self) -> bytes:
-        """A tar of /app. Symlinks pointing outside /app are refused."""
+        """A tar of /app. Symlinks pointing outside /app are refused. Raises WorkspaceTooLarge
+        over the size cap; every method raises SandboxExited once the container has exited."""
         ...
 
 

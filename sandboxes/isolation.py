@@ -2,7 +2,8 @@
 
 Defaults lock the sandbox down: no network, no capabilities, no privilege escalation, a
 read-only root filesystem with size-capped tmpfs for the writable places, bounded pids,
-CPU and memory, and an init process that reaps zombies. The Docker socket is never mounted.
+CPU and memory, and a PID 1 that reaps zombies and outlives everything the agent can kill.
+The Docker socket is never mounted.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ ALLOWED_NETWORK_MODES = frozenset({"none", "bridge"})
 PIDS_LIMIT = 256
 # Writable places besides /app, each its own small tmpfs (the root filesystem is read-only).
 _SMALL_TMPFS_MB = {"/logs": 64, "/tests": 64, "/root": 64}
+# The service's own state in the container (terminal log, tmux socket, exec pid files). A tmpfs
+# of its own so an agent that fills /tmp (or deletes it) cannot break the terminal.
+SERVICE_STATE_DIR = "/run/rollouts"
+SERVICE_STATE_MB = 64
+
+# PID 1. The kernel never delivers kill(-1) to PID 1 and ignores signals it has no handler for,
+# so `kill -9 -1` inside the sandbox kills the agent's processes but not the container (with
+# Docker's tini as PID 1 the container exited when its only child died, and a masked
+# sandbox_error rewarded wrecking the sandbox). `wait` reaps reparented orphans too (the shell
+# waits for any child). The engine's SIGKILL (`docker rm -f`) still ends it at once.
+PID1_COMMAND = ["sh", "-c", 'trap "" TERM INT HUP; while :; do sleep 3600 & wait; done']
 
 
 class IsolationError(ValueError):
@@ -62,12 +74,13 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
     }
     for path, mb in _SMALL_TMPFS_MB.items():
         tmpfs[path] = f"rw,exec,size={mb}m,mode=1777"
+    tmpfs[SERVICE_STATE_DIR] = f"rw,noexec,nosuid,nodev,size={SERVICE_STATE_MB}m,mode=1777"
 
     memory = f"{int(env.memory_mb)}m"
     all_labels = {**labels, LABEL_MANAGED: "true", LABEL_OWNER: owner_label()}
     return {
         "image": image,
-        "command": ["sleep", "infinity"],
+        "command": PID1_COMMAND,
         "working_dir": "/app",
         # A fixed hostname makes the shell prompt match the initial state the agent is shown.
         "hostname": "sandbox",
@@ -83,7 +96,7 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "tmpfs": tmpfs,
-            "init": True,
+            "init": False,  # PID1_COMMAND is the init: tini exits when its child is killed
             "binds": [],  # nothing from the host, the Docker socket least of all
         },
     }

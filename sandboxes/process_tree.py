@@ -8,7 +8,10 @@ with it, not just the shell. Pure bash: works in any image that has bash.
 
 from __future__ import annotations
 
-STATE_DIR = "/tmp/.rollouts"
+from sandboxes.isolation import SERVICE_STATE_DIR
+
+# Not /tmp: an agent that fills /tmp must not stop a timeout from killing its processes.
+STATE_DIR = SERVICE_STATE_DIR
 
 
 def pid_file(token: str) -> str:

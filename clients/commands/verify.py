@@ -19,7 +19,11 @@ from sandboxes.tasks import TaskLoadError, load_tasks
 
 
 async def _verify_all(
-    tasks: list[Task], solve_script: bytes | None, image: str | None, concurrency: int, as_json: bool
+    tasks: list[Task],
+    solve_script: bytes | None,
+    image: str | None,
+    concurrency: int,
+    as_json: bool,
 ) -> tuple[int, int, float]:
     backend = DockerBackend(BackendSettings(image_override=image))
     limit = asyncio.Semaphore(concurrency)

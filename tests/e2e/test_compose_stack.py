@@ -289,13 +289,13 @@ def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(stack: Sta
     # The acked group is never offered again; the other groups still are (a fresh client has
     # no memory of what was acked, so this is the service's durable state speaking).
     with TrainerClient(stack.url, stack.api_key) as trainer:
-        offered = [
-            g.group_id
-            for b in trainer.batches(max_groups=8, rollout_id=rollout_id, wait_s=5.0)
-            for g in b.groups
-        ]
-    assert acked_group.group_id not in offered
-    assert len(offered) == len(TASK_IDS) - 1
+        rest, _ = trainer.lease(max_groups=8, rollout_id=rollout_id, wait_s=10.0)
+        assert rest is not None
+        offered = {g.group_id for g in rest.groups}
+        assert acked_group.group_id not in offered
+        assert len(offered) == len(TASK_IDS) - 1
+        rest.ack()
+        assert trainer.lease(max_groups=8, rollout_id=rollout_id, wait_s=0.0) == (None, 0)
 
     # Everything the stack made: its containers' volumes (named and anonymous) and networks.
     ids = stack.container_ids()

@@ -1,0 +1,78 @@
+"""`rollouts verify` over every bundled task: the oracle scores 1.0, an empty solution 0.0, and a
+SIGKILLed run leaves nothing behind after `rollouts sandboxes gc`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sandboxes.docker_adapter import default_adapter
+from sandboxes.tasks import load_tasks
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "examples" / "tasks"
+
+
+def verify(*args: str) -> tuple[list[dict], dict]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "clients.cli", "verify", "--tasks", str(TASKS), "--json", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return [x for x in lines if "task_id" in x], lines[-1]["summary"]
+
+
+def test_oracle_scores_one_on_every_bundled_task() -> None:
+    rows, summary = verify("--concurrency", "4")
+    assert {r["task_id"] for r in rows} == {t.id for t in load_tasks(TASKS)}
+    assert all(r["reward"] == 1.0 and r["status"] == "ok" for r in rows), rows
+    assert summary["passed"] == summary["total"] == len(rows)
+    assert all({"create_s", "agent_s", "verify_s"} <= r["durations"].keys() for r in rows)
+
+
+def test_empty_solution_scores_zero_on_every_bundled_task(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.sh"
+    empty.write_text("")
+    rows, summary = verify("--concurrency", "4", "--solve-script", str(empty))
+    assert len(rows) == len(load_tasks(TASKS))
+    assert all(r["reward"] == 0.0 and r["status"] == "ok" for r in rows), rows
+    assert summary["passed"] == 0
+
+
+def _owned_by(pid: int) -> list:
+    owner = f"{socket.gethostname()}:{pid}"
+    client = default_adapter().client
+    return client.containers.list(all=True, filters={"label": f"rollouts.owner={owner}"})
+
+
+def test_sigkill_mid_run_then_gc_leaves_nothing(tmp_path: Path) -> None:
+    slow = tmp_path / "slow.sh"
+    slow.write_text("sleep 30\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "verify", "--tasks", str(TASKS),
+         "--solve-script", str(slow), "--concurrency", "3"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(_owned_by(proc.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _owned_by(proc.pid), "verify never started a sandbox"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _owned_by(proc.pid), "containers of the killed process should still exist before gc"
+    gc = subprocess.run(
+        [sys.executable, "-m", "clients.cli", "sandboxes", "gc"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert gc.returncode == 0, gc.stderr
+    assert _owned_by(proc.pid) == []
