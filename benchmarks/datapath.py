@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from benchmarks.stand_in import free_port
 from benchmarks.synthetic import make_trajectory
+from service.api.batches import ARROW_IPC_OPTIONS
 from service.trajectory import ARROW_SCHEMA
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -46,6 +48,13 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise DataPathFailed(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far: unlike wall time, not inflated by other
+    load on the machine, so it shows the service's own cost per trajectory."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -114,6 +123,7 @@ class LeaseSample:
 @dataclass
 class DataPathRound:
     pipeline_traj_per_s: float
+    pipeline_cpu_ms_per_traj: float  # the service process's CPU time per trajectory
     commit_traj_per_s: float
     drain_traj_per_s: float
     rss_stored_mib: float
@@ -185,10 +195,11 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
         httpx.Client(base_url=url, timeout=120) as client,
     ):
         # 1. commit -> lease -> ack, concurrently (the trainer long-polls while samples commit).
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), cpu_seconds(pid)
         rid = _submit(client, pipe_groups)
         _drain(client, rid, pipe_groups * N_SAMPLES, ("arrow",), 64)
         pipeline = pipe_groups * N_SAMPLES / (time.monotonic() - t0)
+        cpu_ms = 1000 * (cpu_seconds(pid) - cpu0) / (pipe_groups * N_SAMPLES)
 
         # 2. fill, then the RSS with everything stored.
         t0 = time.monotonic()
@@ -205,6 +216,7 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
             drain = store_groups * N_SAMPLES / (time.monotonic() - t0)
         return DataPathRound(
             pipeline_traj_per_s=pipeline,
+            pipeline_cpu_ms_per_traj=cpu_ms,
             commit_traj_per_s=commit,
             drain_traj_per_s=drain,
             rss_stored_mib=stored_rss,
@@ -216,7 +228,9 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
 
 def token_array_sizes(count: int = 64) -> tuple[int, int]:
     """Bytes of the token arrays (ids, mask, logprobs) of `count` 8k-token trajectories as the
-    API's JSON and as Arrow IPC with the record's schema: (json_bytes, arrow_bytes)."""
+    API's JSON and as the API's Arrow IPC (record schema, same write options):
+    (json_bytes, arrow_bytes). Token ids are uniform over the vocabulary: the worst case for
+    compression (real text repeats tokens)."""
     trajectories = [make_trajectory(i) for i in range(count)]
     as_json = b",".join(t.model_dump_json(include=set(TOKEN_FIELDS)).encode() for t in trajectories)
     schema = pa.schema([ARROW_SCHEMA.field(name) for name in TOKEN_FIELDS])
@@ -224,7 +238,7 @@ def token_array_sizes(count: int = 64) -> tuple[int, int]:
         [{k: getattr(t, k) for k in TOKEN_FIELDS} for t in trajectories], schema=schema
     )
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    with pa.ipc.new_stream(sink, schema, options=ARROW_IPC_OPTIONS) as writer:
         writer.write_table(table)
     return len(as_json) + 2, sink.getvalue().size
 

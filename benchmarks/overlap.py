@@ -117,4 +117,3 @@ async def run_overlap_section(
         finally:
             await backend.aclose()
     return rounds
-

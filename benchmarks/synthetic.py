@@ -40,8 +40,9 @@ def make_trajectory(
             is_gen = i < generated
             mask.append(1 if is_gen else 0)
             logprobs.append(_f32(-rng.expovariate(3.0)) if is_gen else 0.0)
-        messages.append(Message(role="assistant", content=" ".join(rng.choices(_WORDS, k=generated))))
-        messages.append(Message(role="user", content=" ".join(rng.choices(_WORDS, k=n - generated))))
+        said = " ".join(rng.choices(_WORDS, k=generated))
+        seen = " ".join(rng.choices(_WORDS, k=n - generated))
+        messages += [Message(role="assistant", content=said), Message(role="user", content=seen)]
     return Trajectory(
         trajectory_id="template",
         rollout_id="template",

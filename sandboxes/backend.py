@@ -28,6 +28,11 @@ class SandboxExited(AgentCausedSandboxFault):
     engine raise other errors and stay masked."""
 
 
+class SandboxUnusable(AgentCausedSandboxFault):
+    """The container runs, but the service's own commands in it are SIGKILLed: the agent used
+    all its memory (a full tmpfs counts) so the OOM killer takes every new process."""
+
+
 @dataclass
 class ExecResult:
     exit_code: int | None  # None when killed on timeout

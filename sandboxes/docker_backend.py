@@ -8,15 +8,22 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from sandboxes.backend import ExecResult, VerifyResult
-from sandboxes.docker_adapter import DockerAdapter, default_adapter
+from sandboxes.backend import (
+    AgentCausedSandboxFault,
+    ExecResult,
+    SandboxExited,
+    SandboxUnusable,
+    VerifyResult,
+    WorkspaceTooLarge,
+)
+from sandboxes.docker_adapter import DockerAdapter, OutputTooLarge, default_adapter
 from sandboxes.images import ImageResolver
 from sandboxes.isolation import LABEL_BACKEND, container_args
 from sandboxes.pool import ContainerPool, PoolSettings
 from sandboxes.process_tree import kill_tree_command, wrap_command
 from sandboxes.reaper import reap_orphans
 from sandboxes.task import Task
-from sandboxes.terminal import TerminalSession
+from sandboxes.terminal import ServiceExecKilled, TerminalSession
 from sandboxes.verifier import run_verifier
 from sandboxes.workspace_tar import (
     DEFAULT_MAX_WORKSPACE_BYTES,
@@ -63,6 +70,12 @@ class DockerSandbox:
         self._terminal = TerminalSession(adapter, container_id)
 
     async def exec(self, command: str, timeout_s: float) -> ExecResult:
+        try:
+            return await self._exec(command, timeout_s)
+        except Exception as e:
+            raise await self._classify(e) from e
+
+    async def _exec(self, command: str, timeout_s: float) -> ExecResult:
         token = uuid.uuid4().hex[:12]
 
         async def kill() -> None:
@@ -84,7 +97,33 @@ class DockerSandbox:
         )
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
-        return await self._terminal.send_keys(keystrokes, wait_s)
+        try:
+            return await self._terminal.send_keys(keystrokes, wait_s)
+        except Exception as e:
+            raise await self._classify(e) from e
+
+    async def _classify(self, error: Exception) -> Exception:
+        """`error` as SandboxExited when the container exited by itself (the agent's doing:
+        graded 0), else unchanged (removed from outside, engine unreachable: masked)."""
+        if isinstance(error, AgentCausedSandboxFault):
+            return error
+        try:
+            state = (await self._adapter.inspect_container(self.id)).get("State") or {}
+        except Exception:  # 404 (removed from outside) or the engine is unreachable
+            return error
+        # Being removed (by the pool or from outside) is not something the agent did.
+        if state.get("Status") in ("removing", "dead"):
+            return error
+        if state.get("Running"):
+            # Inside a running container only the agent (kill -9 -1) or the OOM killer (memory
+            # the agent filled) SIGKILLs our commands; the terminal already retried once.
+            if isinstance(error, ServiceExecKilled):
+                return SandboxUnusable(f"the service's commands in the sandbox are killed: {error}")
+            return error
+        how = "killed by the out-of-memory killer" if state.get("OOMKilled") else "exited"
+        return SandboxExited(
+            f"the agent container {how} (exit code {state.get('ExitCode')}) after: {error}"
+        )
 
     async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
         if not dest_dir.startswith("/"):
@@ -107,13 +146,25 @@ class DockerSandbox:
             raise SandboxExecError(f"put_files to {dest_dir} failed: {result.output.text()}")
 
     async def get_workspace(self) -> bytes:
+        try:
+            return await self._get_workspace()
+        except Exception as e:
+            raise await self._classify(e) from e
+
+    async def _get_workspace(self) -> bytes:
         limit = self._settings.max_workspace_bytes
-        result, _ = await self._adapter.exec_stream(
-            self.id,
-            ["tar", "-c", "-C", "/app", "."],
-            collect_stdout=limit + (1 << 20),  # tar headers on top of the content cap
-            timeout_s=300,
-        )
+        try:
+            result, _ = await self._adapter.exec_stream(
+                self.id,
+                ["tar", "-c", "-C", "/app", "."],
+                collect_stdout=limit + (1 << 20),  # tar headers on top of the content cap
+                timeout_s=300,
+            )
+        except OutputTooLarge as e:
+            # The agent filled /app: its doing, graded 0 (WorkspaceTooLarge), never masked.
+            raise WorkspaceTooLarge(f"workspace exceeds {limit} bytes") from e
+        if result.exit_code == 137:
+            raise ServiceExecKilled(f"archiving /app was killed: {result.output.text()}")
         if result.exit_code != 0 or result.stdout_raw is None:
             raise SandboxExecError(f"archiving /app failed: {result.output.text()}")
         data, notes = sanitize_workspace(result.stdout_raw, limit)

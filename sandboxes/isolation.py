@@ -44,9 +44,22 @@ class IsolationError(ValueError):
     """A task asks for something the sandbox does not allow."""
 
 
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid
+    it names one process, even after the pid is reused or a container restarts as pid 1 again."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
 def owner_label() -> str:
-    """`<hostname>:<pid>` of this process: lets the reaper tell live owners from dead ones."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """`<hostname>:<pid>:<start>` of this process: lets the reaper tell live owners from dead
+    ones. Inside a container the hostname is the container's id, which the reaper can check."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{process_start(pid)}"
 
 
 def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, Any]:

@@ -9,7 +9,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from sandboxes.backend import SandboxBackend, VerifyResult
+from sandboxes.backend import (
+    AgentCausedSandboxFault,
+    ExecResult,
+    SandboxBackend,
+    VerifyResult,
+)
 from sandboxes.task import Task
 from service.trajectory import Status
 
@@ -32,6 +37,8 @@ async def run_oracle(
     """Run `solve_script` (None: the task's solution/solve.sh; b"": do nothing) as the agent.
 
     An agent timeout still runs the verifier, and its reward counts (status agent_timeout).
+    A sandbox the script wrecked itself (workspace over the cap, container exited) scores 0
+    with status ok: only infrastructure faults are masked.
     """
     if solve_script is None:
         if not task.has_oracle:
@@ -46,6 +53,7 @@ async def run_oracle(
     except Exception as e:
         return OracleResult(None, Status.sandbox_error, f"creating the sandbox failed: {e}")
     durations["create_s"] = time.monotonic() - t0
+    agent: ExecResult | None = None
     try:
         t0 = time.monotonic()
         await sandbox.put_files(SOLUTION_DIR, files)
@@ -56,10 +64,21 @@ async def run_oracle(
         t0 = time.monotonic()
         workspace = await sandbox.get_workspace()
         durations["workspace_s"] = time.monotonic() - t0
+    except AgentCausedSandboxFault as e:
+        await backend.destroy(sandbox)
+        return OracleResult(
+            0.0,
+            Status.ok,
+            f"[rollouts] graded 0: {e}",
+            durations,
+            agent_output=agent.output if agent else "",
+            agent_exit_code=agent.exit_code if agent else None,
+        )
     except Exception as e:
         await backend.destroy(sandbox)
         return OracleResult(None, Status.sandbox_error, f"agent container failed: {e}", durations)
     await backend.destroy(sandbox)
+    assert agent is not None  # set whenever the try block completed
     verdict = await backend.verify(task, workspace, labels)
     status = verdict.status
     if agent.timed_out and status == Status.ok:

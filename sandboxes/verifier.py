@@ -21,7 +21,7 @@ from sandboxes.docker_adapter import CappedBuffer, DockerAdapter
 from sandboxes.pool import ContainerPool
 from sandboxes.process_tree import kill_tree_command, wrap_command
 from sandboxes.task import Task
-from sandboxes.workspace_tar import build_tar, sanitize_workspace
+from sandboxes.workspace_tar import WorkspaceTooLarge, build_tar, sanitize_workspace
 from service.trajectory import Status
 
 VERIFIER_OUTPUT_CAP = 16 << 10
@@ -95,9 +95,9 @@ async def run_verifier(
         return VerifyResult(None, Status.verifier_error, f"task {task.id}: tests/test.sh missing")
     try:
         upload = verifier_upload(task, workspace_tar)
-    except (
-        Exception
-    ) as e:  # a malformed workspace tar is the infrastructure's fault, not the agent's
+    except WorkspaceTooLarge as e:  # the agent filled /app: graded, never masked
+        return VerifyResult(0.0, Status.ok, f"[rollouts] graded 0: {e}")
+    except Exception as e:  # a malformed workspace tar is the infrastructure's fault
         return VerifyResult(None, Status.sandbox_error, f"bad workspace archive: {e}")
 
     cid: str | None = None

@@ -1,4 +1,4 @@
-"""The FastAPI application: wiring, lifespan, auth, body limit and error handling.
+"""The FastAPI application: wiring, lifespan, auth, request limits and error handling.
 
 The lifespan opens the store, builds the components (policy client, sandbox backend, episode
 runner: injectable so tests can drive the scheduler with a runner of their own), and starts the
@@ -20,11 +20,12 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.events import EventHub
+from service.heap import return_large_buffers_to_os
 from service.leasing import Leasing, PolicyVersion
 from service.metrics import Metrics
+from service.request_limits import BodyReadTimeout, BodySizeLimit
 from service.scheduler import GroupRunner, Scheduler, TaskLoader
 from service.settings import Settings
 from service.store import Store
@@ -120,69 +121,6 @@ async def default_components(settings: Settings, current_version: Callable[[], i
 # ---------------------------------------------------------------- request plumbing
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
-class BodySizeLimit:
-    """413 for bodies over the limit, by Content-Length or by counting a streamed body."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    too_big = int(value) > self.max_bytes
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    await self._reject(send)
-                    return
-        seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await self._reject(send)
-
-    async def _reject(self, send: Send) -> None:
-        body = b'{"detail":"request body too large (limit %d bytes)"}' % self.max_bytes
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-
 _bearer = HTTPBearer(auto_error=False)
 
 
@@ -229,9 +167,11 @@ def create_app(
     settings: Settings, components_factory: ComponentsFactory = default_components
 ) -> FastAPI:
     from service.api import batches, health, policy, rollouts
+    from service.api.responses import GUARDED, errors
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        return_large_buffers_to_os()  # payload buffers would otherwise pile up in RSS
         store = Store(settings.data_dir)
         store.open()
         metrics = Metrics()
@@ -295,8 +235,14 @@ def create_app(
         return get_swagger_ui_html(openapi_url="/openapi.json", title="rollouts API")
 
     app.include_router(health.router)  # /healthz has no auth; the router guards the rest
-    app.include_router(rollouts.router, dependencies=auth)
-    app.include_router(batches.router, dependencies=auth)
-    app.include_router(policy.router, dependencies=auth)
+    guarded = errors(*GUARDED)
+    app.include_router(rollouts.router, dependencies=auth, responses=guarded)
+    app.include_router(batches.router, dependencies=auth, responses=guarded)
+    app.include_router(policy.router, dependencies=auth, responses=guarded)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyReadTimeout,
+        total_s=settings.body_read_timeout_s,
+        idle_s=settings.body_idle_timeout_s,
+    )
     return app

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from sandboxes.backend import Sandbox, SandboxBackend, VerifyResult
+from sandboxes.backend import AgentCausedSandboxFault, Sandbox, SandboxBackend, VerifyResult
 from sandboxes.task import Task
 from service.agent.prompt import (
     SYSTEM_PROMPT,
@@ -234,7 +234,12 @@ class EpisodeRunner:
             ep.ledger = TokenLedger(prompt_ids=ep.ledger.prompt_ids)
             ep.status = Status.policy_error
             ep.messages.append(Message(role="system", content=f"token invariant broken: {e}"))
-        except Exception as e:  # the container died or the engine went away mid-episode
+        except AgentCausedSandboxFault as e:
+            # The agent wrecked its own sandbox: the episode ends and is graded (0 once the
+            # workspace is gone), never masked, or wrecking it would beat an honest 0.
+            ep.ledger.rewind_to_last_generation()
+            ep.messages.append(Message(role="system", content=f"sandbox broken by the agent: {e}"))
+        except Exception as e:  # removed from outside, or the engine went away mid-episode
             ep.ledger.rewind_to_last_generation()
             ep.status = Status.sandbox_error
             ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
@@ -338,6 +343,9 @@ class EpisodeRunner:
         t0 = time.monotonic()
         try:
             workspace = await sandbox.get_workspace()
+        except AgentCausedSandboxFault as e:  # workspace over the cap, container exited
+            await self.sandboxes.destroy(sandbox)
+            return VerifyResult(reward=0.0, status=Status.ok, output=f"[rollouts] graded 0: {e}")
         except Exception as e:
             await self.sandboxes.destroy(sandbox)
             return VerifyResult(reward=None, status=Status.sandbox_error, output=str(e))

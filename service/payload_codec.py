@@ -6,7 +6,7 @@ that text cost milliseconds per trajectory and capped the data path at a few hun
 (int32 ids, int8 mask, float64 logprobs: lossless for any Python float) after a small JSON header
 holding every other field. Leasing then
 - as Arrow: concatenates the raw arrays straight into Arrow list columns (no per-token Python);
-- as JSON: splices the arrays' JSON after the header (C-speed `json.dumps` of flat lists).
+- as JSON: splices the arrays' JSON after the header (orjson over flat lists).
 
 Layout of codec "cols1": struct "<III" (header length, prompt length, response length), the
 header (compact JSON object, without the token fields and the advantage), then prompt ids
@@ -24,6 +24,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from service.trajectory import ARROW_SCHEMA, Trajectory
@@ -37,24 +38,26 @@ _TYPECODES = {"prompt_token_ids": "i", "response_token_ids": "i", "loss_mask": "
               "rollout_logprobs": "d"}  # fmt: skip
 _ARROW_VALUE_TYPES = {"prompt_token_ids": pa.int32(), "response_token_ids": pa.int32(),
                       "loss_mask": pa.int8(), "rollout_logprobs": pa.float64()}  # fmt: skip
+_STRUCT_FORMATS = {"prompt_token_ids": "<%di", "response_token_ids": "<%di",
+                   "rollout_logprobs": "<%dd"}  # fmt: skip
 _LITTLE = sys.byteorder == "little"
 _EXCLUDE = {"advantage", *TOKEN_FIELDS}
 
 
-def _array(typecode: str, values: Any) -> array:
-    a = array(typecode, values)
-    if not _LITTLE:
-        a.byteswap()
-    return a
+def _pack(field: str, values: list[Any]) -> bytes:
+    # struct.pack and bytes() beat array() from a list ~2x: this runs once per token at commit.
+    if field == "loss_mask":
+        return bytes(values)  # entries are 0/1 (validated by the model)
+    return struct.pack(_STRUCT_FORMATS[field] % len(values), *values)
 
 
 def encode_payload(trajectory: Trajectory) -> bytes:
     # The advantage is only known when the group completes; it is spliced in at lease time
     # (see with_advantage) so the stored bytes are written once and never re-encoded.
     header = trajectory.model_dump_json(exclude=_EXCLUDE).encode()
-    arrays = [_array(_TYPECODES[f], getattr(trajectory, f)) for f in TOKEN_FIELDS]
-    prefix = _PREFIX.pack(len(header), len(arrays[0]), len(arrays[1]))
-    return b"".join([prefix, header, *(a.tobytes() for a in arrays)])
+    arrays = [_pack(f, getattr(trajectory, f)) for f in TOKEN_FIELDS]
+    n_prompt, n_response = len(trajectory.prompt_token_ids), len(trajectory.response_token_ids)
+    return b"".join([_PREFIX.pack(len(header), n_prompt, n_response), header, *arrays])
 
 
 @dataclass
@@ -79,7 +82,7 @@ def decode_payload(codec: str, data: bytes) -> DecodedPayload:
         return DecodedPayload(bytes(view[_PREFIX.size : _PREFIX.size + header_len]), arrays)
     if codec == LEGACY_CODEC:
         row = json.loads(zlib.decompress(data))
-        arrays = {f: memoryview(_array(_TYPECODES[f], row.pop(f)).tobytes()) for f in TOKEN_FIELDS}
+        arrays = {f: memoryview(_pack(f, row.pop(f))) for f in TOKEN_FIELDS}
         row.pop("advantage", None)
         return DecodedPayload(json.dumps(row, separators=(",", ":")).encode(), arrays)
     raise ValueError(f"unknown payload codec {codec!r}")
@@ -99,14 +102,15 @@ def with_advantage(codec: str, data: bytes, advantage: float | None) -> bytes:
     parts = [p.header[:-1]]  # compact JSON object: drop the closing brace, append fields
     for field in TOKEN_FIELDS:
         parts.append(b',"%s":' % field.encode())
-        parts.append(json.dumps(_values(field, p.arrays[field]), separators=(",", ":")).encode())
+        # orjson writes the same shortest round-trip floats as json.dumps, ~8x faster.
+        parts.append(orjson.dumps(_values(field, p.arrays[field])))
     parts.append(b',"advantage":' + json.dumps(advantage).encode() + b"}")
     return b"".join(parts)
 
 
 def payload_dict(codec: str, data: bytes, advantage: float | None) -> dict[str, Any]:
     p = decode_payload(codec, data)
-    row = json.loads(p.header)
+    row = orjson.loads(p.header)
     for field in TOKEN_FIELDS:
         row[field] = _values(field, p.arrays[field])
     row["advantage"] = advantage
@@ -122,7 +126,7 @@ def payloads_to_arrow(rows: list[tuple[str, bytes, float | None]]) -> pa.Table:
     decoded = [decode_payload(codec, data) for codec, data, _ in rows]
     metas = []
     for p, (_, _, advantage) in zip(decoded, rows, strict=True):
-        meta = json.loads(p.header)
+        meta = orjson.loads(p.header)
         meta["advantage"] = advantage
         metas.append(meta)
     meta_table = pa.Table.from_pylist(metas, schema=_META_SCHEMA)

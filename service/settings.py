@@ -25,6 +25,10 @@ class Settings(BaseModel):
     stale_policy: Literal["drop", "requeue"] = "drop"
     lease_ttl_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    # A request body must arrive within body_read_timeout_s, with no gap over
+    # body_idle_timeout_s (else 408): uvicorn alone waits for a trickled body forever.
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
+    body_idle_timeout_s: float = Field(default=10.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
 
     @field_validator("policy_urls")

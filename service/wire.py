@@ -137,6 +137,11 @@ class PolicyState(BaseModel):
     stale_policy: Literal["drop", "requeue"]
 
 
+class ReadyReport(BaseModel):
+    status: Literal["ready", "not ready"]
+    checks: dict[str, bool]
+
+
 class ErrorItem(BaseModel):
     loc: list[str | int]
     msg: str

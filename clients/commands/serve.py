@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
             "drop", "--stale-policy", help="drop|requeue groups older than max_staleness."
         ),
         lease_ttl_s: float = typer.Option(600.0, "--lease-ttl", min=1.0, help="Seconds."),
+        body_timeout_s: float = typer.Option(
+            30.0, "--body-timeout", min=0.1, help="Seconds to receive a request body (else 408)."
+        ),
         log_level: str = typer.Option("info", "--log-level"),
     ) -> None:
         """Serve the rollouts HTTP API (OpenAPI at /docs)."""
@@ -58,7 +61,8 @@ def register(app: typer.Typer) -> None:
                 max_concurrent_samples=max_concurrent_samples,
                 max_queued_samples=max_queued_samples, image=image,
                 datasets=_datasets(dataset or []), stale_policy=stale_policy,
-                lease_ttl_s=lease_ttl_s,
+                lease_ttl_s=lease_ttl_s, body_read_timeout_s=body_timeout_s,
+                body_idle_timeout_s=min(10.0, body_timeout_s),
             )  # fmt: skip
             settings.check_exposure()
             if not settings.policy_urls:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.api.responses import errors
 from service.app import ServiceState, require_api_key, service_state
+from service.wire import ReadyReport
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT_S = 5.0
@@ -19,7 +21,12 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", dependencies=[Depends(require_api_key)])
+@router.get(
+    "/readyz",
+    dependencies=[Depends(require_api_key)],
+    response_model=ReadyReport,
+    responses={503: {"model": ReadyReport, "description": "A check failed."}, **errors(401)},
+)
 async def readyz(state: ServiceState = Depends(service_state)) -> JSONResponse:
     checks = state.components.readiness
 
@@ -37,12 +44,23 @@ async def readyz(state: ServiceState = Depends(service_state)) -> JSONResponse:
     )
 
 
-@router.get("/metrics", dependencies=[Depends(require_api_key)])
-async def metrics(request: Request, state: ServiceState = Depends(service_state)) -> Response:
+@router.get(
+    "/metrics",
+    dependencies=[Depends(require_api_key)],
+    response_class=PlainTextResponse,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format.",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **errors(401),
+    },
+)
+async def metrics(state: ServiceState = Depends(service_state)) -> PlainTextResponse:
     m = state.metrics
     for name in ("pending", "complete", "leased", "acked", "dropped"):
         m.groups_by_state.labels(name).set(0)
     for name, n in (await state.store.group_states()).items():
         m.groups_by_state.labels(name).set(n)
     m.policy_version.set(state.policy.version)
-    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+    return PlainTextResponse(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

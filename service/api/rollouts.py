@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from service.api.responses import errors
 from service.app import ServiceState, service_state
 from service.scheduler import QueueFull
 from service.store import UnknownRollout
@@ -22,7 +23,7 @@ def _field_error(loc: list[str], msg: str, kind: str) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": ["body", *loc], "msg": msg, "type": kind}]}, 422)
 
 
-@router.post("", status_code=202, response_model=RolloutCreated)
+@router.post("", status_code=202, response_model=RolloutCreated, responses=errors(429))
 async def submit(
     body: RolloutRequest, state: ServiceState = Depends(service_state)
 ) -> RolloutCreated | JSONResponse:
@@ -77,12 +78,12 @@ async def _summary(state: ServiceState, rollout_id: str) -> RolloutStatus:
     )
 
 
-@router.get("/{rollout_id}", response_model=RolloutStatus)
+@router.get("/{rollout_id}", response_model=RolloutStatus, responses=errors(404))
 async def status(rollout_id: str, state: ServiceState = Depends(service_state)) -> RolloutStatus:
     return await _summary(state, rollout_id)
 
 
-@router.delete("/{rollout_id}", response_model=RolloutStatus)
+@router.delete("/{rollout_id}", response_model=RolloutStatus, responses=errors(404))
 async def cancel(rollout_id: str, state: ServiceState = Depends(service_state)) -> RolloutStatus:
     """Stop in-flight samples (their sandboxes are removed); unfinished samples become
     `cancelled`. Cancelling a finished rollout changes nothing."""
@@ -97,7 +98,14 @@ def _sse(kind: str, data: object) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-@router.get("/{rollout_id}/events", response_class=StreamingResponse)
+@router.get(
+    "/{rollout_id}/events",
+    response_class=StreamingResponse,
+    responses={
+        200: {"description": "Server-sent events.", "content": {"text/event-stream": {}}},
+        **errors(404),
+    },
+)
 async def events(
     rollout_id: str, request: Request, state: ServiceState = Depends(service_state)
 ) -> StreamingResponse:

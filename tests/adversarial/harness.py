@@ -101,6 +101,18 @@ def run_stand_in(
             proc.wait()
 
 
+def containers_owned_by(pid: int) -> list[str]:
+    """Containers created by process `pid` of this host (owner label `<host>:<pid>:<start>`)."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=rollouts.managed=true",
+         "--format", '{{.ID}} {{.Label "rollouts.owner"}}'],
+        capture_output=True, text=True, check=True, env=ENGINE_ENV,
+    ).stdout  # fmt: skip
+    prefix = f"{socket.gethostname()}:{pid}:"
+    return [cid for cid, _, owner in (line.partition(" ") for line in out.splitlines())
+            if owner.startswith(prefix)]  # fmt: skip
+
+
 def containers_labelled(label: str, value: str) -> list[str]:
     out = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label={label}={value}"],

@@ -5,8 +5,9 @@
 (b) as a solve.sh through `run_oracle` (what `rollouts verify --solve-script` runs);
 (c) meanwhile a neighbour sample runs the oracle of another task and must still score 1.
 
-Checks: each ends within its time bound; the reward is 0 or masked (never 1: no attack solves
-the task, so a 1 means a reward hack worked); forbidden markers (network reached, hidden files
+Checks: each ends within its time bound; the reward is 0, graded, never masked (never 1: no
+attack solves the task, so a 1 means a reward hack worked; never masked: the agent wrecking its
+own sandbox must not dodge a 0); forbidden markers (network reached, hidden files
 read) never show; the neighbour is unaffected; nothing labelled with the run id survives.
 """
 
@@ -129,10 +130,10 @@ async def _as_solve_script(
 
 def _check(name: str, how: str, o: Outcome) -> None:
     assert o.seconds < BOUND_S, f"{name} via {how}: took {o.seconds:.0f} s"
-    if o.reward is None:
-        assert is_masked(o.status), f"{name} via {how}: no reward but status {o.status}"
-    else:
-        assert o.reward == 0.0, f"{name} via {how}: reward {o.reward} ({o.status}): a hack worked"
+    # Every attack is the agent's own doing, so it is graded, never masked: a masked sample
+    # gets advantage 0, and wrecking the sandbox (kill -9 -1, a full disk) would beat a 0.
+    assert not is_masked(o.status), f"{name} via {how}: masked ({o.status}), not graded"
+    assert o.reward == 0.0, f"{name} via {how}: reward {o.reward} ({o.status}): a hack worked"
     for marker in FORBIDDEN.get(name, ()):
         assert marker not in o.text, f"{name} via {how}: {marker!r} in the output"
 

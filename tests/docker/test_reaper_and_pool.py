@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from sandboxes.images import BASE_TAG
-from sandboxes.isolation import LABEL_MANAGED, LABEL_OWNER
+from sandboxes.isolation import LABEL_MANAGED, LABEL_OWNER, owner_label
 from sandboxes.reaper import is_orphan, reap_orphans
 
 pytestmark = pytest.mark.docker
@@ -24,16 +24,22 @@ def _dead_pid() -> int:
 
 def test_is_orphan():
     host = socket.gethostname()
-    assert is_orphan(f"{host}:{_dead_pid()}")
-    assert not is_orphan(f"{host}:{__import__('os').getpid()}")
-    assert not is_orphan(f"other-host:{_dead_pid()}")
-    assert not is_orphan(None) and not is_orphan("garbage")
+    me = owner_label()
+    pid, start = me.split(":")[1:]
+    assert is_orphan(f"{host}:{_dead_pid()}:123")
+    assert not is_orphan(me)
+    assert is_orphan(f"{host}:{pid}:{int(start) + 1}")  # pid reused by another process
+    assert not is_orphan(f"other-host:{_dead_pid()}:1", running_containers=set())
+    # an owner inside a container (hostname = container id) that no longer runs
+    assert is_orphan("0123456789ab:1:55", running_containers={"ba9876543210"})
+    assert not is_orphan("0123456789ab:1:55", running_containers={"0123456789ab"})
+    assert not is_orphan(None) and not is_orphan("garbage") and not is_orphan(f"{host}:1")
 
 
 async def test_reaper_removes_dead_owner_containers(adapter):
     mark = {"rollouts.test_reaper": uuid.uuid4().hex}
     host = socket.gethostname()
-    owners = {"dead": f"{host}:{_dead_pid()}", "alive": f"{host}:{__import__('os').getpid()}"}
+    owners = {"dead": f"{host}:{_dead_pid()}:1", "alive": owner_label()}
     ids = {}
     try:
         for name, owner in owners.items():

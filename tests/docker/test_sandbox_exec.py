@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sandboxes.isolation import IsolationError, container_args
+from sandboxes.isolation import PID1_COMMAND, IsolationError, container_args
 from sandboxes.task import EnvironmentConfig, TaskConfig
 
 pytestmark = pytest.mark.docker
@@ -19,11 +19,14 @@ def test_container_args_lock_down(example_task):
     host = args["host_config"]
     assert args["image"] == "img:1"
     assert args["labels"]["rollouts.managed"] == "true"
-    assert args["labels"]["rollouts.owner"].endswith(":" + str(__import__("os").getpid()))
+    assert args["labels"]["rollouts.owner"].split(":")[1] == str(__import__("os").getpid())
     assert args["labels"]["rollouts.sample_id"] == "3"
     assert host["network_mode"] == "none"
     assert host["cap_drop"] == ["ALL"] and host["security_opt"] == ["no-new-privileges"]
-    assert host["read_only"] is True and host["init"] is True and host["pids_limit"] == 256
+    assert host["read_only"] is True and host["pids_limit"] == 256
+    # PID 1 is our signal-proof reaper loop, not Docker's tini (which exits with its child).
+    assert host["init"] is False and args["command"] == PID1_COMMAND
+    assert "/run/rollouts" in host["tmpfs"]
     assert host["mem_limit"] == host["memswap_limit"] == "1024m"
     assert host["nano_cpus"] == 1_000_000_000
     assert "size=1024m" in host["tmpfs"]["/app"] and "exec" in host["tmpfs"]["/app"]

@@ -50,9 +50,10 @@ def test_empty_solution_scores_zero_on_every_bundled_task(tmp_path: Path) -> Non
 
 
 def _owned_by(pid: int) -> list:
-    owner = f"{socket.gethostname()}:{pid}"
+    prefix = f"{socket.gethostname()}:{pid}:"
     client = default_adapter().client
-    return client.containers.list(all=True, filters={"label": f"rollouts.owner={owner}"})
+    found = client.containers.list(all=True, filters={"label": "rollouts.managed=true"})
+    return [c for c in found if c.labels.get("rollouts.owner", "").startswith(prefix)]
 
 
 def test_sigkill_mid_run_then_gc_leaves_nothing(tmp_path: Path) -> None:

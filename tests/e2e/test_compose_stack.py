@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import httpx
 import pytest
 
 from clients.trainer import TrainerClient
+from service.trajectory import MASKED_STATUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "examples" / "tasks"
@@ -142,6 +144,41 @@ class Stack:
         return self.run("logs", "--no-color", "--tail", "150", check=False).stdout
 
 
+class ManagedContainerLog:
+    """Container id -> labels of every `rollouts.managed` container created while it runs, from
+    a live `docker events` stream. (Sandboxes are gone by the time the test looks, and
+    `docker events --since` replays only the engine's last 256 events, which other users of the
+    engine overwrite quickly.)"""
+
+    def __init__(self) -> None:
+        self.created: dict[str, dict[str, str]] = {}
+        self._proc = subprocess.Popen(
+            [
+                *("docker", "events", "--format", "{{json .}}"),
+                *("--filter", "type=container", "--filter", "event=create"),
+                *("--filter", "label=rollouts.managed=true"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            event = json.loads(line)
+            self.created[event["id"]] = event["Actor"]["Attributes"]
+
+    def snapshot(self) -> dict[str, dict[str, str]]:
+        time.sleep(1.0)  # let events of the last moment arrive
+        return dict(self.created)
+
+    def close(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+
+
 def _inspect(obj_id: str, kind: str = "container") -> dict:
     out = subprocess.run(
         ["docker", kind, "inspect", obj_id], check=True, capture_output=True, text=True
@@ -240,7 +277,18 @@ def _wait_completed(http: httpx.Client, rollout_id: str) -> dict:
     raise AssertionError(f"rollout {rollout_id} still running after {ROLLOUT_DEADLINE_S}s")
 
 
-def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(stack: Stack) -> None:
+@pytest.fixture
+def managed_log() -> Iterator[ManagedContainerLog]:
+    log = ManagedContainerLog()
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(
+    stack: Stack, managed_log: ManagedContainerLog
+) -> None:
     start = time.monotonic()
     stack.run("up", "-d")
     stack.wait_healthy()
@@ -272,6 +320,23 @@ def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(stack: Sta
     assert before["status"] == "completed", before
     assert before["samples_completed"] == len(TASK_IDS) * N_SAMPLES
     assert before["groups_completed"] == len(TASK_IDS)
+    print(f"[rollout] counts={before['counts']} mean_reward={before['mean_reward']}")
+    # Real sandboxes and verifiers ran: no sample ended on an infrastructure fault.
+    assert not set(before["counts"]) & {str(s) for s in MASKED_STATUSES}, before["counts"]
+    assert before["mean_reward"] is not None
+
+    # The service created them through the mounted socket: their owner label is the service
+    # container's hostname (its short id), and each carries this rollout's id.
+    spawned = managed_log.snapshot()
+    ours = {
+        cid: labels
+        for cid, labels in spawned.items()
+        if labels.get("rollouts.rollout_id") == rollout_id
+    }
+    owners = {labels.get("rollouts.owner", "").split(":")[0] for labels in ours.values()}
+    assert owners == {cid[:12] for cid in first_service}, owners
+    # At least one agent sandbox and one fresh verifier container per sample.
+    assert len(ours) >= 2 * len(TASK_IDS) * N_SAMPLES, len(ours)
 
     # down (keeping the named volume), then up again: the store must still hold everything.
     stack.run("down", "--timeout", "30")
@@ -311,20 +376,18 @@ def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(stack: Sta
     assert _docker_lines("volume", "ls", "-q", "--filter", project_label) == []
     assert _docker_lines("network", "ls", "-q", "--filter", project_label) == []
 
-    # No sandbox or verifier container the stack's service started is left: by rollout id, and
-    # by owner (hostname = the service container's short id, which also covers warm pools).
-    managed = _docker_lines(
-        "ps",
-        "-a",
-        "--filter",
-        "label=rollouts.managed=true",
-        "--format",
-        '{{.Label "rollouts.owner"}} {{.Label "rollouts.rollout_id"}}',
-    )
-    owners = {cid[:12] for cid in first_service + second_service}
-    leftovers = [
-        line
-        for line in managed
-        if line.split(" ")[0].split(":")[0] in owners or line.endswith(f" {rollout_id}")
+    # No sandbox or verifier container the stack's service started is left: every managed
+    # container created during the test by one of its service containers (warm-pool ones carry
+    # no rollout id), and anything still labelled with this rollout.
+    service_hosts = {cid[:12] for cid in first_service + second_service}
+    spawned = managed_log.snapshot()
+    by_service = [
+        cid
+        for cid, labels in spawned.items()
+        if labels.get("rollouts.owner", "").split(":")[0] in service_hosts
     ]
-    assert leftovers == []
+    assert [cid for cid in by_service if _exists("container", cid)] == []
+    still_labelled = _docker_lines(
+        "ps", "-aq", "--filter", f"label=rollouts.rollout_id={rollout_id}"
+    )
+    assert still_labelled == []

@@ -1,0 +1,130 @@
+"""SIGKILL `rollouts serve` 20 times at random points of a 104-sample collection (13 task
+copies x n=8, stand-in policy, real Docker), restarting it on the same data dir each time,
+while a trainer pulls and acks over raw HTTP (no client-side dedupe, so duplicates are seen).
+
+At the end: every expected trajectory id was delivered, none was delivered again after a
+confirmed ack, and no container of any of the service processes survives.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from harness import EXAMPLES, CaseLog, containers_owned_by, copy_task, free_port
+from service_process import (
+    AUTH,
+    ack,
+    lease,
+    start_service,
+    stop_service,
+    submit,
+    trajectory_ids,
+)
+
+from service.policy.stub.process import stand_in_policy
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+KILLS = 20
+COPIES = 13
+N = 8
+SEED = 20261130
+
+
+class Trainer(threading.Thread):
+    """Leases and acks until nothing is left, surviving the service's deaths. Every request is
+    a fresh HTTP call, as a restarted trainer would make."""
+
+    def __init__(self, url: str, rollout_id: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.rollout_id = rollout_id
+        self.delivered: list[str] = []  # every id in every lease response, repeats included
+        self.acked: set[str] = set()  # ids of batches whose ack answered 200
+        self.after_ack: list[str] = []  # ids offered again after a confirmed ack: must be none
+        self.acks: dict[int, int] = {}  # ack status -> count
+        self.done = threading.Event()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                r = lease(self.url, self.rollout_id, wait_s=2.0, lease_s=60.0)
+                if r.status_code == 204:
+                    if r.headers.get("X-Rollouts-Remaining") == "0":
+                        self.done.set()
+                        return
+                    continue
+                assert r.status_code == 200, r.text[:300]
+                ids = trajectory_ids(r)
+                self.after_ack += [i for i in ids if i in self.acked]
+                self.delivered += ids
+                a = ack(self.url, r.json()["batch_id"])
+                self.acks[a.status_code] = self.acks.get(a.status_code, 0) + 1
+                if a.status_code == 200:
+                    self.acked.update(ids)
+            except (httpx.TransportError, ValueError):
+                time.sleep(0.2)  # the service is down (or died mid-response): try again
+
+
+def test_sigkill_20_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLog) -> None:
+    result = case.add(
+        "service_sigkill_x20", "SIGKILL of rollouts serve",
+        f"{KILLS} kills at random points (seed {SEED}) of {COPIES} tasks x n={N}, restart each "
+        "time; trainer leases/acks over raw HTTP throughout",
+    )  # fmt: skip
+    rng = random.Random(SEED)
+    names = sorted(p.name for p in EXAMPLES.iterdir() if (p / "task.toml").exists())
+    tasks = tmp_path / "tasks"
+    for i in range(COPIES):
+        copy_task(tasks, names[i % len(names)], agent_s=60, verifier_s=60)
+    data, port = tmp_path / "data", free_port()
+    url = f"http://127.0.0.1:{port}"
+    extra = ("--max-concurrent-samples", "8")
+    pids: list[int] = []
+    started = time.monotonic()
+    with stand_in_policy(str(EXAMPLES), p_correct=0.5, seed=3, tokens_per_s=5000) as policy:
+        proc = start_service(data, policy.url, port, *extra, log=tmp_path / "serve.log")
+        pids.append(proc.pid)
+        rollout_id = submit(url, N, path=str(tasks))
+        expected = {f"{rollout_id}.g{g}.s{s}" for g in range(COPIES) for s in range(N)}
+        trainer = Trainer(url, rollout_id)
+        trainer.start()
+        try:
+            for _ in range(KILLS):
+                time.sleep(rng.uniform(0.5, 5.0))
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                proc = start_service(data, policy.url, port, *extra, log=tmp_path / "serve.log")
+                pids.append(proc.pid)
+            finished = trainer.done.wait(timeout=420)
+        finally:
+            trainer.stop.set()
+            trainer.join(timeout=120)
+            status = httpx.get(f"{url}/v1/rollouts/{rollout_id}", headers=AUTH, timeout=30)
+            stop_service(proc)
+    leaked = [c for pid in pids for c in containers_owned_by(pid)]
+    delivered = set(trainer.delivered)
+    result.observed = {
+        "samples": len(expected),
+        "delivered_unique": len(delivered & expected),
+        "missing": len(expected - delivered),
+        "unexpected_ids": sorted(delivered - expected)[:5],
+        "redelivered_before_ack": len(trainer.delivered) - len(delivered),
+        "redelivered_after_ack": len(trainer.after_ack),
+        "acks": trainer.acks,
+        "samples_completed": status.json().get("samples_completed"),
+        "leaked_containers": len(leaked),
+        "service_pids": len(pids),
+    }
+    result.seconds = round(time.monotonic() - started, 2)
+    assert finished, f"collection did not finish after the kills: {result.observed}"
+    assert delivered == expected, result.observed
+    assert trainer.after_ack == [], result.observed
+    assert leaked == [], result.observed
