@@ -37,7 +37,7 @@ class Sizes:
     stored_trajectories: int
 
 
-FULL = Sizes(3, 8, (1, 2, 4), 4, 8, 8, 2048, 10_000)
+FULL = Sizes(3, 6, (1, 2, 4), 2, 8, 8, 2048, 10_000)
 QUICK = Sizes(1, 2, (1, 2), 1, 2, 2, 64, 128)
 
 
@@ -160,7 +160,7 @@ def datapath_section(results: Results, sizes: Sizes) -> None:
         "pipeline_trajectories": sizes.pipeline_trajectories,
         "stored_trajectories": rounds[0].stored,
         "trajectory_tokens": "1024 prompt + 7168 response",
-        "lease_batch": "8 groups x 8 samples",
+        "lease_batch": "16 groups x 8 samples",
         "lease_ttfb_ms": {f: lease_fig(f, "ttfb_s", 1000) for f in ("json", "arrow")},
         "lease_seconds": {f: lease_fig(f, "seconds") for f in ("json", "arrow")},
         "bytes_per_trajectory": {f: lease_fig(f, "bytes_per_traj") for f in ("json", "arrow")},

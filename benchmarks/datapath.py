@@ -13,7 +13,6 @@ HTTP. Per repeat, with a fresh data dir:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pyarrow as pa
 
 from benchmarks.stand_in import free_port
@@ -155,7 +155,7 @@ def _lease(client: httpx.Client, rollout_id: str, fmt: str, max_groups: int) -> 
     if fmt == "arrow":
         rows = pa.ipc.open_stream(data).read_all().num_rows
     else:
-        rows = sum(len(g["trajectories"]) for g in json.loads(data)["groups"])
+        rows = sum(len(g["trajectories"]) for g in orjson.loads(data)["groups"])
     ack = client.post(f"/v1/batches/{r.headers['X-Batch-Id']}/ack")
     if ack.status_code != 200:
         raise DataPathFailed(f"ack: {ack.status_code} {ack.text[:300]}")
@@ -209,10 +209,10 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
         time.sleep(0.5)  # let the allocator settle after the burst
         stored_rss = rss_mib(pid)
 
-        # 3. the trainer drains, alternating formats batch by batch (8 groups = 64 rows).
+        # 3. the trainer drains, alternating formats batch by batch (16 groups = 128 rows).
         with RssSampler(pid) as sampler:
             t0 = time.monotonic()
-            leases = _drain(client, rid, store_groups * N_SAMPLES, ("json", "arrow"), 8)
+            leases = _drain(client, rid, store_groups * N_SAMPLES, ("json", "arrow"), 16)
             drain = store_groups * N_SAMPLES / (time.monotonic() - t0)
         return DataPathRound(
             pipeline_traj_per_s=pipeline,

@@ -130,6 +130,11 @@ async def run_verifier(
         t0 = time.monotonic()
         code, raw = await adapter.exec_quick(cid, ["bash", "-c", _READ_REWARD])
         durations["reward_s"] = time.monotonic() - t0
+        if code != 0 and (result.exit_code or 0) >= 128:
+            # test.sh died from a signal (`kill -9 -1` or the memory killer): the code under
+            # test did it, as with a timeout. Masking it would let a policy dodge a 0.
+            note = f"graded 0: the tests were killed by signal {result.exit_code - 128}"
+            return VerifyResult(0.0, Status.ok, _append(output, note), durations)
         if code != 0:
             return VerifyResult(
                 None, Status.verifier_error, _append(output, "no reward file written"), durations

@@ -90,3 +90,14 @@ async def test_agent_timeout_still_verifies(backend, example_task, run_labels):
     result = await run_oracle(task, backend, solve_script=solve, labels=run_labels)
     assert result.status == Status.agent_timeout
     assert result.reward == 1.0
+
+
+async def test_solution_that_kills_the_tests_scores_zero_not_masked(
+    backend, example_task, run_labels
+):
+    """`kill -9 -1` at import stops test.sh before it writes a reward: the solution's doing, so it
+    is graded 0 like a timeout, never masked (masking would reward sabotage with advantage 0)."""
+    saboteur = b"import os, signal\nos.kill(-1, signal.SIGKILL)\n"
+    result = await backend.verify(example_task, build_tar({"solution.py": saboteur}), run_labels)
+    assert (result.status, result.reward) == (Status.ok, 0.0), result.output
+    assert "killed by signal" in result.output
