@@ -28,9 +28,9 @@ import httpx
 import orjson
 import pyarrow as pa
 
-from benchmarks.stand_in import free_port
 from benchmarks.synthetic import make_trajectory
 from service.api.batches import ARROW_IPC_OPTIONS
+from service.policy.stub.process import free_port
 from service.trajectory import ARROW_SCHEMA
 
 ARROW = "application/vnd.apache.arrow.stream"

@@ -13,20 +13,21 @@ import asyncio
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.noop_backend import NoopBackend
-from benchmarks.stand_in import stand_in_policy
 from sandboxes.backend import SandboxBackend
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.pool import PoolSettings
 from sandboxes.task import Task
-from service.collect import ParquetSink, collect
+from service.collect import collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.sample import AgentLimits, SamplingParams
+from service.policy.stub.process import stand_in_policy
+from service.wire import AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
 
 
 class OverlapRunFailed(RuntimeError):
@@ -44,27 +45,41 @@ class OverlapRound:
         return self.end_to_end_s / max(self.gen_only_s, self.sandbox_only_s)
 
 
+# Every sample types the oracle and never a malformed reply: the batch's work is fixed.
+STAND_IN = {"p_correct": 1.0, "extra_args": ["--p-malformed", "0"]}
+
+
 async def _timed_collect(
-    url: str, backend: SandboxBackend, tasks: list[Task], n: int, concurrency: int, out: Path
+    url: str,
+    backend: SandboxBackend,
+    tasks_path: str,
+    tasks: list[Task],
+    n: int,
+    concurrency: int,
+    out: Path,
 ) -> float:
     policy = PolicyClient([url], None)
     await policy.start()
-    sink = ParquetSink(out / f"{uuid.uuid4().hex[:8]}.parquet")
+    run = out / uuid.uuid4().hex[:8]
+    request = RolloutRequest(
+        tasks=TasksSpec(path=tasks_path, ids=[t.id for t in tasks]),
+        n_samples=n,
+        sampling=SamplingSpec(temperature=1.0, max_tokens=4096, seed=0),
+        agent=AgentSpec(max_turns=8),
+    )
     try:
         t0 = time.monotonic()
         summary = await collect(
+            tasks_path,
             tasks,
             EpisodeRunner(policy, backend),
-            sink,
-            n_samples=n,
+            run.with_suffix(".store"),
+            run.with_suffix(".parquet"),
+            request,
             concurrency=concurrency,
-            sampling=SamplingParams(temperature=1.0, max_tokens=4096, seed=0),
-            agent=AgentLimits(max_turns=8),
-            rollout_id=f"bench-{uuid.uuid4().hex[:8]}",
         )
         seconds = time.monotonic() - t0
     finally:
-        sink.close()
         await policy.aclose()
     # Every sample must have solved its task: a fast run of failures measures nothing.
     if summary.trajectories != len(tasks) * n or summary.mean_reward != 1.0:
@@ -95,19 +110,30 @@ async def run_overlap_section(
     noop = NoopBackend()
     with (
         tempfile.TemporaryDirectory(prefix="rollouts-bench-") as tmp,
-        stand_in_policy(tasks_path, tokens_per_s=tokens_per_s, ttft_ms=ttft_ms) as slow,
-        stand_in_policy(tasks_path, tokens_per_s=None, ttft_ms=0.0) as instant,
+        stand_in_policy(tasks_path, **STAND_IN, tokens_per_s=tokens_per_s, ttft_ms=ttft_ms) as slow,
+        stand_in_policy(tasks_path, **STAND_IN) as instant,
     ):
         out = Path(tmp)
         try:
             # Warm-up (not measured): pool fill, image resolution, stand-in tokenizer caches.
-            await _timed_collect(instant, backend, tasks[:1], 2, 2, out)
+            await _timed_collect(instant.url, backend, tasks_path, tasks[:1], 2, 2, out)
+
+            def timed(url: str, sandboxes: SandboxBackend) -> Awaitable[float]:
+                batch = (tasks_path, tasks, n_samples, concurrency, out)
+                return _timed_collect(url, sandboxes, *batch)
+
             for rep in range(repeats):
                 await _settle(backend)
-                e2e = await _timed_collect(slow, backend, tasks, n_samples, concurrency, out)
+                e2e = await _timed_collect(
+                    slow.url, backend, tasks_path, tasks, n_samples, concurrency, out
+                )
                 await _settle(backend)
-                gen = await _timed_collect(slow, noop, tasks, n_samples, concurrency, out)
-                sbx = await _timed_collect(instant, backend, tasks, n_samples, concurrency, out)
+                gen = await _timed_collect(
+                    slow.url, noop, tasks_path, tasks, n_samples, concurrency, out
+                )
+                sbx = await _timed_collect(
+                    instant.url, backend, tasks_path, tasks, n_samples, concurrency, out
+                )
                 r = OverlapRound(e2e, gen, sbx)
                 rounds.append(r)
                 log(

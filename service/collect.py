@@ -1,57 +1,46 @@
-"""Batch collection without the HTTP service: every task times n samples, generation and
-sandboxes overlapping, trajectories streamed to Parquet. `rollouts collect` is a thin CLI on it."""
+"""Batch collection without HTTP: the service's own scheduler and durable store, embedded.
+
+`rollouts collect` runs through exactly the path `rollouts serve` uses (admission of whole
+groups, commit before visibility, advantages at group completion), then exports the rollout as
+Parquet. A killed run loses nothing committed: `rollouts export --data-dir` recovers it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sandboxes.task import Task
-from service.advantages import AdvantageConfig, compute_advantages
-from service.episode import EpisodeRunner
-from service.sample import AgentLimits, SampleSpec, SamplingParams
-from service.trajectory import ARROW_SCHEMA, Trajectory, to_arrow
+from sandboxes.tasks import load_tasks
+from service.events import Event, EventHub
+from service.export import export_parquet
+from service.scheduler import GroupRunner, Scheduler
+from service.store import Store
+from service.wire import RolloutRequest
 
 
 @dataclass
 class CollectSummary:
+    rollout_id: str = ""
     trajectories: int = 0
     groups: int = 0
     masked: int = 0
-    rewards: list[float] = field(default_factory=list)
-    group_pass: dict[str, list[bool]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    mean_reward: float | None = None
+    pass_at_n: float | None = None
     generated_tokens: int = 0
     seconds: float = 0.0
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, t: Trajectory) -> None:
-        self.trajectories += 1
-        self.counts[t.status.value] = self.counts.get(t.status.value, 0) + 1
-        self.generated_tokens += sum(t.loss_mask)
-        if t.exclude_from_baseline or t.reward is None:
-            self.masked += 1
-            return
-        self.rewards.append(t.reward)
-        self.group_pass.setdefault(t.group_id, []).append(t.reward >= 1.0)
-
-    @property
-    def mean_reward(self) -> float | None:
-        return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
     @property
     def pass_at_1(self) -> float | None:
+        # Binary rewards: the mean reward over unmasked samples is pass@1.
         return self.mean_reward
-
-    @property
-    def pass_at_n(self) -> float | None:
-        groups = [any(v) for v in self.group_pass.values()]
-        return sum(groups) / len(groups) if groups else None
 
     @property
     def trajectories_per_min(self) -> float:
@@ -62,112 +51,74 @@ class CollectSummary:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
 
-class ParquetSink:
-    """Appends trajectories as they complete; a crash loses at most the open row group."""
-
-    def __init__(self, path: Path, row_group: int = 64) -> None:
-        self.path = path
-        self._writer = pq.ParquetWriter(str(path), ARROW_SCHEMA)
-        self._pending: list[Trajectory] = []
-        self._row_group = row_group
-
-    def write(self, trajectories: list[Trajectory]) -> None:
-        self._pending.extend(trajectories)
-        if len(self._pending) >= self._row_group:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._pending:
-            self._writer.write_table(to_arrow(self._pending))
-            self._pending = []
-
-    def close(self) -> None:
-        self.flush()
-        self._writer.close()
-
-
-def sample_specs(
-    task: Task,
-    rollout_id: str,
-    n_samples: int,
-    sampling: SamplingParams,
-    agent: AgentLimits,
-) -> list[SampleSpec]:
-    group_id = f"{rollout_id}:{task.id}"
-    return [
-        SampleSpec(
-            trajectory_id=f"{group_id}:{i}",
-            rollout_id=rollout_id,
-            group_id=group_id,
-            task_id=task.id,
-            sample_index=i,
-            sampling=sampling,
-            agent=agent,
-        )
-        for i in range(n_samples)
-    ]
+def summarize(parquet: Path, seconds: float, rollout_id: str) -> CollectSummary:
+    """Reads only the columns it needs, so a large export stays cheap to summarise."""
+    cols = ["group_id", "status", "reward", "exclude_from_baseline", "loss_mask"]
+    table = pq.read_table(parquet, columns=cols)
+    summary = CollectSummary(rollout_id=rollout_id, seconds=seconds, trajectories=table.num_rows)
+    if table.num_rows == 0:
+        return summary
+    for status, n in zip(*pc.value_counts(table["status"]).flatten(), strict=True):
+        summary.counts[status.as_py()] = n.as_py()
+    summary.masked = pc.sum(table["exclude_from_baseline"].cast("int64")).as_py() or 0
+    summary.generated_tokens = pc.sum(pc.list_flatten(table["loss_mask"]).cast("int64")).as_py()
+    graded = table.filter(pc.invert(table["exclude_from_baseline"]))
+    summary.groups = len(pc.unique(table["group_id"]))
+    if graded.num_rows:
+        summary.mean_reward = pc.mean(graded["reward"]).as_py()
+        best = graded.group_by("group_id").aggregate([("reward", "max")])
+        summary.pass_at_n = pc.mean(pc.greater_equal(best["reward_max"], 1.0)).as_py()
+    return summary
 
 
 async def collect(
-    tasks: Iterable[Task],
-    runner: EpisodeRunner,
-    sink: ParquetSink,
+    tasks_path: str,
+    tasks: list[Task],
+    runner: GroupRunner,
+    data_dir: Path,
+    out_file: Path,
+    request: RolloutRequest,
     *,
-    n_samples: int = 8,
     concurrency: int = 8,
-    sampling: SamplingParams | None = None,
-    agent: AgentLimits | None = None,
-    on_progress: Callable[[Trajectory], None] | None = None,
-    rollout_id: str | None = None,
+    on_trajectory: Callable[[dict], None] | None = None,
 ) -> CollectSummary:
-    """Runs groups while at most `concurrency` samples are in flight. A group is admitted as a
-    whole (its first turn is one n-sample request); one admitter avoids partial-admission
-    deadlocks."""
-    rollout_id = rollout_id or uuid.uuid4().hex[:12]
-    sampling = sampling or SamplingParams()
-    agent = agent or AgentLimits()
-    summary = CollectSummary()
-    slots = asyncio.Semaphore(concurrency)
+    """Runs every task x n samples with at most `concurrency` samples in flight, stores them in
+    `data_dir`, and writes the rollout to `out_file`."""
+    store = Store(data_dir)
+    store.open()
+    events = EventHub()
+    scheduler = Scheduler(
+        store,
+        runner,
+        lambda path, ids, limit: load_tasks(path, ids=ids, limit=limit),
+        max_concurrent_samples=concurrency,
+        max_queued_samples=max(1, len(tasks) * request.n_samples),
+        current_version=lambda: 0,
+        events=events,
+    )
     started = time.monotonic()
-
-    async def run(task: Task, specs: list[SampleSpec], held: int) -> None:
-        done: list[Trajectory] = []
-
-        async def on_trajectory(t: Trajectory) -> None:
-            done.append(t)
-            summary.add(t)
-            if on_progress:
-                on_progress(t)
-
-        try:
-            await runner.run_group(task, specs, on_trajectory)
-        finally:
-            for _ in range(held):
-                slots.release()
-        # Advantages are a group property: only a finished group gets them (rloo_n defaults).
-        advantages = compute_advantages(
-            [t.reward for t in done], [t.exclude_from_baseline for t in done], AdvantageConfig()
-        )
-        for t, a in zip(done, advantages, strict=True):
-            t.advantage = a
-        summary.groups += 1
-        sink.write(done)
-
-    in_flight: set[asyncio.Task] = set()
     try:
-        for task in tasks:
-            specs = sample_specs(task, rollout_id, n_samples, sampling, agent)
-            held = min(n_samples, concurrency)
-            for _ in range(held):
-                await slots.acquire()
-            t = asyncio.create_task(run(task, specs, held))
-            in_flight.add(t)
-            t.add_done_callback(in_flight.discard)
-        if in_flight:
-            await asyncio.gather(*in_flight)
+        await scheduler.start()
+        rollout_id = await scheduler.submit(request, tasks)
+        feed = events.subscribe(rollout_id)
+        while True:
+            try:
+                event: Event = await asyncio.wait_for(feed.get(), timeout=5.0)
+            except TimeoutError:
+                # The live feed may drop events under pressure; the store is the truth.
+                if (await store.rollout_summary(rollout_id)).status != "running":
+                    break
+                continue
+            if event.kind == "trajectory" and on_trajectory is not None:
+                on_trajectory(event.data)
+            if event.kind == "rollout":
+                break
+        events.unsubscribe(rollout_id, feed)
     finally:
-        for t in in_flight:
-            t.cancel()
-        await asyncio.gather(*in_flight, return_exceptions=True)
-        summary.seconds = time.monotonic() - started
-    return summary
+        await scheduler.aclose()
+    seconds = time.monotonic() - started
+    try:
+        await asyncio.to_thread(export_parquet, data_dir, out_file, rollout_id)
+    finally:
+        store.close()
+    return summarize(out_file, seconds, rollout_id)

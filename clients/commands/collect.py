@@ -15,11 +15,11 @@ from rich.table import Table
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
-from service.collect import CollectSummary, ParquetSink, collect
+from service.collect import CollectSummary, collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient, PolicyError
 from service.policy.stub.process import stand_in_policy
-from service.sample import AgentLimits, SamplingParams
+from service.wire import AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
 
 console = Console(stderr=True)
 
@@ -42,6 +42,7 @@ def summary_table(summary: CollectSummary, out: Path) -> Table:
     table.add_row("trajectories / min", f"{summary.trajectories_per_min:.1f}")
     table.add_row("generated tokens / s", f"{summary.tokens_per_s:.1f}")
     table.add_row("parquet", str(out))
+    table.add_row("store (rollouts export --data-dir)", str(out.with_suffix(".store")))
     return table
 
 
@@ -49,10 +50,8 @@ async def _run(
     tasks_path: str,
     policy_urls: list[str],
     model: str | None,
-    n_samples: int,
+    request: RolloutRequest,
     concurrency: int,
-    max_turns: int,
-    sampling: SamplingParams,
     image: str | None,
     out_file: Path,
     limit: int | None,
@@ -62,8 +61,6 @@ async def _run(
     await policy.start()
     backend = DockerBackend(BackendSettings(image_override=image))
     runner = EpisodeRunner(policy, backend)
-    sink = ParquetSink(out_file)
-    total = len(tasks) * n_samples
     try:
         with Progress(
             "[progress.description]{task.description}",
@@ -71,21 +68,19 @@ async def _run(
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            transient=False,
         ) as progress:
-            bar = progress.add_task("trajectories", total=total)
+            bar = progress.add_task("trajectories", total=len(tasks) * request.n_samples)
             return await collect(
+                tasks_path,
                 tasks,
                 runner,
-                sink,
-                n_samples=n_samples,
+                out_file.with_suffix(".store"),
+                out_file,
+                request,
                 concurrency=concurrency,
-                sampling=sampling,
-                agent=AgentLimits(max_turns=max_turns),
-                on_progress=lambda _t: progress.advance(bar),
+                on_trajectory=lambda _event: progress.advance(bar),
             )
     finally:
-        sink.close()
         await backend.aclose()
         await policy.aclose()
 
@@ -123,7 +118,12 @@ def register(app: typer.Typer) -> None:
         asyncio.run(ensure_base_image())
         out.mkdir(parents=True, exist_ok=True)
         out_file = out / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.parquet"
-        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+        request = RolloutRequest(
+            tasks=TasksSpec(path=tasks, limit=limit),
+            n_samples=n_samples,
+            sampling=SamplingSpec(temperature=temperature, max_tokens=max_tokens, seed=seed),
+            agent=AgentSpec(max_turns=max_turns),
+        )
         urls = [u for item in (policy_url or []) for u in item.split(",") if u.strip()]
         with contextlib.ExitStack() as stack:
             if not urls:
@@ -136,8 +136,7 @@ def register(app: typer.Typer) -> None:
                 urls = [stand_in.url]
             try:
                 summary = asyncio.run(
-                    _run(tasks, urls, model, n_samples, concurrency, max_turns, sampling,
-                         image, out_file, limit)
+                    _run(tasks, urls, model, request, concurrency, image, out_file, limit)
                 )  # fmt: skip
             except PolicyError as e:
                 typer.echo(f"error: policy server: {e}", err=True)

@@ -15,12 +15,12 @@ import pytest
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import load_tasks
-from service.collect import ParquetSink, collect
+from service.collect import collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.policy.stub.process import stand_in_policy
-from service.sample import SamplingParams
 from service.trajectory import Status, Trajectory, from_arrow
+from service.wire import RolloutRequest, SamplingSpec, TasksSpec
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,23 +108,25 @@ def test_policy_server_dying_masks_samples(tmp_path: Path) -> None:
 async def _policy_dies(tmp_path: Path) -> None:
     await ensure_base_image()
     tasks = load_tasks(TASKS, limit=1)
+    request = RolloutRequest(
+        tasks=TasksSpec(path=TASKS, limit=1), n_samples=4, sampling=SamplingSpec(seed=1)
+    )
+    out = tmp_path / "out.parquet"
     with stand_in_policy(TASKS, p_correct=1.0, tokens_per_s=150) as stand_in:
         policy = PolicyClient([stand_in.url], timeout_s=5, max_retries=2, backoff_s=0.1)
         await policy.start()
         backend = DockerBackend(BackendSettings(reap_at_start=False))
-        sink = ParquetSink(tmp_path / "out.parquet")
         runner = EpisodeRunner(policy, backend)
         run = asyncio.create_task(
-            collect(tasks, runner, sink, n_samples=4, sampling=SamplingParams(seed=1))
+            collect(TASKS, tasks, runner, tmp_path / "store", out, request, concurrency=4)
         )
         await asyncio.sleep(2.5)  # mid-episode: the first turns are decoding or done
         stand_in.kill()
         summary = await asyncio.wait_for(run, timeout=180)
-        sink.close()
         await backend.aclose()
         await policy.aclose()
-    trajs = from_arrow(pq.read_table(tmp_path / "out.parquet"))
-    assert summary.trajectories == 4
+    trajs = from_arrow(pq.read_table(out))
+    assert summary.trajectories == 4 and summary.masked == 4
     assert all(t.status is Status.policy_error for t in trajs), [t.status for t in trajs]
     assert all(t.reward is None and t.exclude_from_baseline for t in trajs)
     assert all(t.advantage == 0.0 for t in trajs)

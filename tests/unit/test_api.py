@@ -290,9 +290,9 @@ def test_trainer_client_pull_and_export(server: Server, tmp_path: Path) -> None:
     import datasets
     import pyarrow.parquet as pq
 
-    from clients.commands.export import export_parquet
     from clients.commands.pull import write_batch
     from clients.trainer import TrainerClient
+    from service.export import export_parquet
 
     with TrainerClient(server.url, KEY) as tc:
         rid = tc.submit(TASKS, n_samples=4, limit=3, advantage={"min_group_size": 2})
