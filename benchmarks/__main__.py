@@ -38,7 +38,7 @@ class Sizes:
 
 
 FULL = Sizes(3, 6, (1, 2, 4), 2, 8, 8, 2048, 10_000)
-QUICK = Sizes(1, 2, (1, 2), 1, 2, 2, 64, 128)
+QUICK = Sizes(1, 2, (1, 2), 1, 2, 2, 64, 256)  # 256: one JSON and one Arrow lease
 
 
 def log(message: str) -> None:
@@ -125,7 +125,8 @@ def datapath_section(results: Results, sizes: Sizes) -> None:
             f"  datapath rep {rep + 1}: pipeline {r.pipeline_traj_per_s:.0f}/s "
             f"({r.pipeline_cpu_ms_per_traj:.2f} CPU-ms each), commit "
             f"{r.commit_traj_per_s:.0f}/s, drain {r.drain_traj_per_s:.0f}/s, RSS "
-            f"{r.rss_stored_mib:.0f} MiB stored ({r.stored}), {r.rss_drain_peak_mib:.0f} draining"
+            f"{r.rss_stored_mib:.0f} MiB stored ({r.stored}), peaks {r.rss_fill_peak_mib:.0f} "
+            f"filling, {r.rss_drain_peak_mib:.0f} draining"
         )
     json_bytes, arrow_bytes = token_array_sizes()
     leases = [summarise_leases(r.leases) for r in rounds]
@@ -146,6 +147,7 @@ def datapath_section(results: Results, sizes: Sizes) -> None:
         higher_is_better=True,
     )
     results.add_figure("rss_mib_10k", figure([r.rss_stored_mib for r in rounds]), target="< 1024")
+    results.add_figure("rss_mib_filling", figure([r.rss_fill_peak_mib for r in rounds]))
     results.add_figure("rss_mib_draining", figure([r.rss_drain_peak_mib for r in rounds]))
     results.add_figure(
         "service_cpu_ms_per_traj", figure([r.pipeline_cpu_ms_per_traj for r in rounds])

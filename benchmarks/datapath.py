@@ -126,6 +126,7 @@ class DataPathRound:
     pipeline_cpu_ms_per_traj: float  # the service process's CPU time per trajectory
     commit_traj_per_s: float
     drain_traj_per_s: float
+    rss_fill_peak_mib: float  # while the 10k are being committed (transients count)
     rss_stored_mib: float
     rss_drain_peak_mib: float
     stored: int
@@ -202,10 +203,11 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
         cpu_ms = 1000 * (cpu_seconds(pid) - cpu0) / (pipe_groups * N_SAMPLES)
 
         # 2. fill, then the RSS with everything stored.
-        t0 = time.monotonic()
-        rid = _submit(client, store_groups)
-        _wait_committed(client, rid, store_groups * N_SAMPLES)
-        commit = store_groups * N_SAMPLES / (time.monotonic() - t0)
+        with RssSampler(pid) as fill_sampler:
+            t0 = time.monotonic()
+            rid = _submit(client, store_groups)
+            _wait_committed(client, rid, store_groups * N_SAMPLES)
+            commit = store_groups * N_SAMPLES / (time.monotonic() - t0)
         time.sleep(0.5)  # let the allocator settle after the burst
         stored_rss = rss_mib(pid)
 
@@ -219,6 +221,7 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
             pipeline_cpu_ms_per_traj=cpu_ms,
             commit_traj_per_s=commit,
             drain_traj_per_s=drain,
+            rss_fill_peak_mib=fill_sampler.peak,
             rss_stored_mib=stored_rss,
             rss_drain_peak_mib=max(sampler.peak, stored_rss),
             stored=(pipe_groups + store_groups) * N_SAMPLES,

@@ -15,6 +15,7 @@ _LABELS = {
     "datapath_traj_per_s": "commit → lease → ack, 8k-token trajectories / s",
     "arrow_vs_json_size": "token arrays: JSON bytes / Arrow bytes",
     "rss_mib_10k": "service RSS with 10k trajectories stored (MiB)",
+    "rss_mib_filling": "service RSS peak while the 10k are committed (MiB)",
     "rss_mib_draining": "service RSS peak while the trainer drains (MiB)",
     "service_cpu_ms_per_traj": "service CPU time per trajectory, commit → lease → ack (ms)",
     "commit_traj_per_s": "commits / s (fill, all stored before any lease)",

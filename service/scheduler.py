@@ -282,8 +282,13 @@ class Scheduler:
                 log.warning("runner reported unknown or repeated trajectory %s", t.trajectory_id)
                 return
             self.running_samples -= 1
-            await self._slots.release(1)
-            await self._record(t)
+            # The slot is held until the commit returns: a runner faster than the store must
+            # wait, or encoded payloads (~140 KB each) pile up unbounded (1.2 GiB RSS at 2k
+            # pending in the data-path benchmark, docs/performance.md).
+            try:
+                await self._record(t)
+            finally:
+                await self._slots.release(1)
 
         error: BaseException | None = None
         try:
