@@ -13,7 +13,6 @@ import asyncio
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,10 +116,6 @@ async def run_overlap_section(
         try:
             # Warm-up (not measured): pool fill, image resolution, stand-in tokenizer caches.
             await _timed_collect(instant.url, backend, tasks_path, tasks[:1], 2, 2, out)
-
-            def timed(url: str, sandboxes: SandboxBackend) -> Awaitable[float]:
-                batch = (tasks_path, tasks, n_samples, concurrency, out)
-                return _timed_collect(url, sandboxes, *batch)
 
             for rep in range(repeats):
                 await _settle(backend)
