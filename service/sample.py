@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sandboxes.task import Task
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -34,3 +36,27 @@ class SampleSpec:
     sample_index: int
     sampling: SamplingParams = field(default_factory=SamplingParams)
     agent: AgentLimits = field(default_factory=AgentLimits)
+
+
+def sample_specs(
+    task: Task,
+    rollout_id: str,
+    n_samples: int,
+    sampling: SamplingParams,
+    agent: AgentLimits,
+) -> list[SampleSpec]:
+    """One group of specs for driving the episode runner directly (tests, benchmarks); the
+    scheduler builds its own from the store's ids."""
+    group_id = f"{rollout_id}.{task.id}"
+    return [
+        SampleSpec(
+            trajectory_id=f"{group_id}.s{i}",
+            rollout_id=rollout_id,
+            group_id=group_id,
+            task_id=task.id,
+            sample_index=i,
+            sampling=sampling,
+            agent=agent,
+        )
+        for i in range(n_samples)
+    ]

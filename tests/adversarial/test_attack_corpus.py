@@ -28,11 +28,10 @@ from harness import CaseLog, containers_labelled
 from sandboxes.docker_backend import DockerBackend
 from sandboxes.oracle import run_oracle
 from sandboxes.task import Task
-from service.collect import sample_specs
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.policy.stub.behaviour import ATTACKS, HOST_PROBE_PORT
-from service.sample import AgentLimits, SamplingParams
+from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Trajectory, is_masked
 
 pytestmark = [pytest.mark.docker]

@@ -24,10 +24,9 @@ from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import BASE_TAG, ensure_base_image
 from sandboxes.pool import PoolSettings
 from sandboxes.task import Task
-from service.collect import sample_specs
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.sample import AgentLimits, SamplingParams
+from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory, is_masked
 
 pytestmark = [pytest.mark.docker]

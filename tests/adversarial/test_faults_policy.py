@@ -15,10 +15,9 @@ from harness import CaseLog, containers_labelled, free_port
 
 from sandboxes.docker_backend import DockerBackend
 from sandboxes.task import Task
-from service.collect import sample_specs
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.sample import AgentLimits, SamplingParams
+from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory
 
 pytestmark = [pytest.mark.docker]

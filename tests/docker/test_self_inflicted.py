@@ -29,10 +29,9 @@ from sandboxes.oracle import run_oracle
 from sandboxes.pool import PoolSettings
 from sandboxes.task import Task
 from sandboxes.terminal import RESTARTED_MARKER, SCREEN_MARKER
-from service.collect import sample_specs
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.sample import AgentLimits, SamplingParams
+from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory
 
 pytestmark = pytest.mark.docker
