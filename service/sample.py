@@ -47,10 +47,10 @@ def sample_specs(
 ) -> list[SampleSpec]:
     """One group of specs for driving the episode runner directly (tests, benchmarks); the
     scheduler builds its own from the store's ids."""
-    group_id = f"{rollout_id}.{task.id}"
+    group_id = f"{rollout_id}:{task.id}"
     return [
         SampleSpec(
-            trajectory_id=f"{group_id}.s{i}",
+            trajectory_id=f"{group_id}:{i}",
             rollout_id=rollout_id,
             group_id=group_id,
             task_id=task.id,
