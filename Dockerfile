@@ -59,9 +59,10 @@ ENV PATH=/opt/rollouts-app/bin:/opt/rollouts/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# The service keeps its SQLite store here; compose mounts a named volume over it.
+# The service keeps its SQLite store here; compose mounts the named volume `rollouts-data`
+# over it. No VOLUME instruction: it would give every container of this image (the stand-in
+# too) an anonymous volume that `down` without -v leaves behind.
 RUN mkdir -p /var/lib/rollouts /data/tasks
-VOLUME ["/var/lib/rollouts"]
 
 # Runs as root on purpose: `serve` talks to the host's Docker Engine through the mounted socket,
 # which is root-equivalent on the host anyway, so a non-root user here would protect nothing and

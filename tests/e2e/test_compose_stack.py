@@ -289,6 +289,7 @@ def managed_log() -> Iterator[ManagedContainerLog]:
 def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(
     stack: Stack, managed_log: ManagedContainerLog
 ) -> None:
+    volumes_before = set(_docker_lines("volume", "ls", "-q"))
     start = time.monotonic()
     stack.run("up", "-d")
     stack.wait_healthy()
@@ -375,6 +376,8 @@ def test_cpu_stack_rollout_survives_down_up_and_down_v_leaves_nothing(
     project_label = f"label=com.docker.compose.project={stack.project}"
     assert _docker_lines("volume", "ls", "-q", "--filter", project_label) == []
     assert _docker_lines("network", "ls", "-q", "--filter", project_label) == []
+    # Including anonymous volumes of containers replaced by the second `up`.
+    assert set(_docker_lines("volume", "ls", "-q")) - volumes_before == set()
 
     # No sandbox or verifier container the stack's service started is left: every managed
     # container created during the test by one of its service containers (warm-pool ones carry
