@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import tomllib
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -181,11 +182,17 @@ async def build_base_image(
 
 
 async def ensure_base_image(
-    tag: str = BASE_TAG, mode: BuildMode = "auto", adapter: DockerAdapter | None = None
+    tag: str = BASE_TAG,
+    mode: BuildMode = "auto",
+    adapter: DockerAdapter | None = None,
+    on_build: Callable[[str], None] | None = None,
 ) -> None:
-    """Build the base image unless it exists."""
+    """Build the base image unless it exists; `on_build` hears about it first (it takes a
+    minute, and a user should know why the first run waits)."""
     adapter = adapter or default_adapter()
     if not await adapter.image_exists(tag):
+        if on_build is not None:
+            on_build(tag)
         await build_base_image(tag, mode, adapter)
 
 

@@ -85,6 +85,10 @@ async def _run(
         await policy.aclose()
 
 
+def _announce_build(tag: str) -> None:
+    typer.echo(f"Building the sandbox base image {tag} (once, about a minute)...", err=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("collect")
     def collect_command(
@@ -115,7 +119,7 @@ def register(app: typer.Typer) -> None:
         except (TaskLoadError, FileNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-        asyncio.run(ensure_base_image())
+        asyncio.run(ensure_base_image(on_build=_announce_build))
         out.mkdir(parents=True, exist_ok=True)
         out_file = out / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.parquet"
         request = RolloutRequest(

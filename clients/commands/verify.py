@@ -54,6 +54,10 @@ async def _verify_all(
     return passed, len(tasks), time.monotonic() - started
 
 
+def _announce_build(tag: str) -> None:
+    typer.echo(f"Building the sandbox base image {tag} (once, about a minute)...", err=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("verify")
     def verify_command(
@@ -87,7 +91,7 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
                 raise typer.Exit(2)
-        asyncio.run(ensure_base_image())
+        asyncio.run(ensure_base_image(on_build=_announce_build))
         passed, total, seconds = asyncio.run(
             _verify_all(loaded, script, image, concurrency, as_json)
         )
