@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
-
 import typer
+
+from clients.commands import (
+    collect,
+    export,
+    images,
+    policy_stub,
+    pull,
+    sandboxes,
+    serve,
+    tasks,
+    verify,
+)
 
 app = typer.Typer(
     name="rollouts",
@@ -13,25 +23,11 @@ app = typer.Typer(
     add_completion=False,
 )
 
-# Command groups (modules exposing `app`) and modules adding top-level commands (`register`).
-_GROUPS = ["tasks", "images", "sandboxes"]
-_TOP_LEVEL = ["verify", "collect", "serve", "pull", "export", "policy_stub"]
+for _group, _name in ((tasks, "tasks"), (images, "images"), (sandboxes, "sandboxes")):
+    app.add_typer(_group.app, name=_name)
 
-for _name in _GROUPS:
-    try:
-        _mod = importlib.import_module(f"clients.commands.{_name}")
-    except ModuleNotFoundError as e:  # a sub-command still being built must not break the rest
-        if e.name != f"clients.commands.{_name}":
-            raise
-        continue
-    app.add_typer(_mod.app, name=_name)
-
-for _name in _TOP_LEVEL:
-    try:
-        _mod = importlib.import_module(f"clients.commands.{_name}")
-    except ModuleNotFoundError:
-        continue
-    _mod.register(app)
+for _module in (verify, collect, serve, pull, export, policy_stub):
+    _module.register(app)
 
 if __name__ == "__main__":
     app()
