@@ -11,7 +11,6 @@ holding every other field. Leasing then
 Layout of codec "cols1": struct "<III" (header length, prompt length, response length), the
 header (compact JSON object, without the token fields and the advantage), then prompt ids
 (int32), response ids (int32), loss mask (int8), rollout logprobs (float64).
-The former codec "json+zlib" (whole record as zlib-compressed JSON) is still read.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import json
 import struct
 import sys
-import zlib
 from array import array
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +28,6 @@ import pyarrow as pa
 from service.trajectory import ARROW_SCHEMA, Trajectory
 
 CODEC = "cols1"
-LEGACY_CODEC = "json+zlib"
 TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_logprobs")
 _PREFIX = struct.Struct("<III")
 # array typecodes: 'i' and 'b' are 4- and 1-byte signed ints on every platform CPython runs on.
@@ -80,11 +77,6 @@ def decode_payload(codec: str, data: bytes) -> DecodedPayload:
         if pos != len(data):
             raise ValueError(f"corrupt {CODEC} payload: {len(data)} bytes, layout says {pos}")
         return DecodedPayload(bytes(view[_PREFIX.size : _PREFIX.size + header_len]), arrays)
-    if codec == LEGACY_CODEC:
-        row = json.loads(zlib.decompress(data))
-        arrays = {f: memoryview(_pack(f, row.pop(f))) for f in TOKEN_FIELDS}
-        row.pop("advantage", None)
-        return DecodedPayload(json.dumps(row, separators=(",", ":")).encode(), arrays)
     raise ValueError(f"unknown payload codec {codec!r}")
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import zlib
 
 import pytest
 
 from service.payload_codec import (
     CODEC,
-    LEGACY_CODEC,
     encode_payload,
     payload_dict,
     payloads_to_arrow,
@@ -49,14 +47,6 @@ def test_arrow_view_matches_the_record_schema_conversion() -> None:
     rows = [(CODEC, encode_payload(t), float(i)) for i, t in enumerate(ts)]
     expected = to_arrow([t.model_copy(update={"advantage": float(i)}) for i, t in enumerate(ts)])
     assert payloads_to_arrow(rows).equals(expected)
-
-
-def test_legacy_payloads_are_still_read() -> None:
-    t = _trajectory(3)
-    legacy = zlib.compress(t.model_dump_json(exclude={"advantage"}).encode(), 1)
-    assert Trajectory.model_validate_json(with_advantage(LEGACY_CODEC, legacy, None)) == t
-    mixed = payloads_to_arrow([(LEGACY_CODEC, legacy, None), (CODEC, encode_payload(t), None)])
-    assert mixed.to_pylist()[0] == mixed.to_pylist()[1]
 
 
 def test_corrupt_or_unknown_payloads_are_refused() -> None:
