@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from benchmarks.synthetic import make_trajectory
 from service.api.batches import ARROW_IPC_OPTIONS
-from service.policy.stub.process import free_port
+from service.policy.stub.process import free_port, wait_healthy
 from service.trajectory import ARROW_SCHEMA
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -67,17 +67,10 @@ def service_process(data_dir: Path) -> Iterator[tuple[str, int]]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                raise DataPathFailed(f"the benchmark service exited: {err.strip()[-800:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise DataPathFailed("the benchmark service did not start within 60 s")
-            time.sleep(0.1)
+        try:
+            wait_healthy(url, 60, proc, path="/healthz")
+        except RuntimeError as e:
+            raise DataPathFailed(f"the benchmark service did not start: {e}") from e
         yield url, proc.pid
     finally:
         proc.terminate()

@@ -19,7 +19,7 @@ import pytest
 from clients.trainer import TrainerClient
 from sandboxes.docker_adapter import default_adapter
 from service.advantages import AdvantageConfig, compute_advantages
-from service.policy.stub.process import free_port, stand_in_policy
+from service.policy.stub.process import free_port, stand_in_policy, wait_healthy
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def serve(data_dir: Path, policy_url: str, port: int) -> Iterator[subprocess.Pop
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_healthy_service(f"http://127.0.0.1:{port}", proc)
+        wait_healthy(f"http://127.0.0.1:{port}", 60, proc, path="/healthz")
         yield proc
     finally:
         if proc.poll() is None:
@@ -46,20 +46,6 @@ def serve(data_dir: Path, policy_url: str, port: int) -> Iterator[subprocess.Pop
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-def wait_healthy_service(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read().decode()[-3000:] if proc.stderr else "")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("service never became healthy")
 
 
 def containers_of(pids: list[int]) -> list:

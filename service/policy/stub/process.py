@@ -32,15 +32,19 @@ def free_port() -> int:
 
 
 def wait_healthy(
-    url: str, timeout_s: float = 60.0, process: subprocess.Popen | None = None
+    url: str,
+    timeout_s: float = 60.0,
+    process: subprocess.Popen | None = None,
+    path: str = "/health",
 ) -> None:
+    """Poll `url + path` until it answers 200; fail early if `process` exits."""
     deadline = time.monotonic() + timeout_s
     while True:
         if process is not None and process.poll() is not None:
             err = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            raise RuntimeError(f"the stand-in policy exited: {err.strip()[-500:]}")
+            raise RuntimeError(f"{url}: the process exited: {err.strip()[-800:]}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=1).status_code == 200:
                 return
         if time.monotonic() > deadline:
             raise RuntimeError(f"{url} did not become healthy within {timeout_s:.0f} s")
