@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from benchmarks.synthetic import make_trajectory
 from service.api.batches import ARROW_IPC_OPTIONS
-from service.policy.stub.process import free_port, wait_healthy
+from service.policy.stub.process import free_port, stop_process, wait_healthy
 from service.trajectory import ARROW_SCHEMA
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -73,12 +73,7 @@ def service_process(data_dir: Path) -> Iterator[tuple[str, int]]:
             raise DataPathFailed(f"the benchmark service did not start: {e}") from e
         yield url, proc.pid
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=20)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=20)
 
 
 class RssSampler:

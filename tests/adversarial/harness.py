@@ -21,6 +21,7 @@ from results_log import CaseResult
 
 from sandboxes.task import Task
 from sandboxes.tasks import iter_tasks
+from service.policy.stub.process import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
@@ -93,12 +94,7 @@ def run_stand_in(
         wait_healthy(url + "/health", proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout_s=10)
 
 
 def containers_owned_by(pid: int) -> list[str]:

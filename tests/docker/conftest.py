@@ -33,27 +33,28 @@ async def _leftovers(backend: DockerBackend) -> list[dict]:
     return await backend.adapter.list_containers({LABEL_BACKEND: backend.backend_id})
 
 
-@pytest.fixture
-async def backend() -> AsyncIterator[DockerBackend]:
-    """A backend without a warm pool (fewer containers on 2 cores); checks for leaks after."""
+async def _backend(warm_per_key: int) -> AsyncIterator[DockerBackend]:
     await ensure_base_image(BASE_TAG)
-    b = DockerBackend(BackendSettings(pool=PoolSettings(warm_per_key=0), reap_at_start=False))
+    pool = PoolSettings(warm_per_key=warm_per_key)
+    b = DockerBackend(BackendSettings(pool=pool, reap_at_start=False))
     try:
         yield b
     finally:
         await b.aclose()
         assert await _leftovers(b) == [], "containers of this test were left behind"
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[DockerBackend]:
+    """A backend without a warm pool (fewer containers on 2 cores); checks for leaks after."""
+    async for b in _backend(warm_per_key=0):
+        yield b
 
 
 @pytest.fixture
 async def pooled_backend() -> AsyncIterator[DockerBackend]:
-    await ensure_base_image(BASE_TAG)
-    b = DockerBackend(BackendSettings(pool=PoolSettings(warm_per_key=1), reap_at_start=False))
-    try:
+    async for b in _backend(warm_per_key=1):
         yield b
-    finally:
-        await b.aclose()
-        assert await _leftovers(b) == [], "containers of this test were left behind"
 
 
 @pytest.fixture

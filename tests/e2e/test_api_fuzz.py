@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adversarial"))
 from harness import REPO, free_port, run_stand_in, wait_healthy  # noqa: E402
 from results_log import CaseResult, append_result  # noqa: E402
 
+from service.policy.stub.process import stop_process  # noqa: E402
+
 API_KEY = "fuzz-key-123"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 BODY_TIMEOUT_S = 5.0
@@ -47,12 +49,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             wait_healthy(url + "/healthz", proc, timeout_s=90)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout_s=20)
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,17 @@ def wait_healthy(
         time.sleep(0.1)
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=timeout_s)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def stand_in_policy(
     tasks: str,
@@ -83,9 +94,4 @@ def stand_in_policy(
         wait_healthy(stand_in.url, process=proc)
         yield stand_in
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
