@@ -1,4 +1,5 @@
-# The rollouts service image: `rollouts serve` and the CPU stand-in `rollouts policy-stub`.
+# The rollouts service image: `rollouts serve` and the CPU stand-in `rollouts policy-stub`
+# (the `standin` package, run as `python -m standin`).
 #
 # Normal machine (pip reaches PyPI):
 #   docker build -t rollouts:local .
@@ -45,10 +46,11 @@ COPY pyproject.toml README.m[d] /src/
 COPY service /src/service
 COPY sandboxes /src/sandboxes
 COPY clients /src/clients
+COPY standin /src/standin
 RUN set -eu; \
     $(cat /tmp/pip) install --no-cache-dir --disable-pip-version-check $(cat /tmp/pip-source) \
         --no-deps --target /opt/rollouts-app /src; \
-    /opt/rollouts/bin/python -c "import clients.cli, service, sandboxes"
+    /opt/rollouts/bin/python -c "import clients.cli, service, sandboxes, standin.server"
 
 # ---- final stage: the base plus the two folders -----------------------------------------------
 FROM ${BASE_IMAGE}

@@ -29,8 +29,8 @@ import orjson
 import pyarrow as pa
 
 from benchmarks.synthetic import make_trajectory
+from clients.commands.policy_stub import free_port, stop_process, wait_healthy
 from service.api.batches import ARROW_IPC_OPTIONS
-from service.policy.stub.process import free_port, stop_process, wait_healthy
 from service.trajectory import ARROW_SCHEMA
 
 ARROW = "application/vnd.apache.arrow.stream"

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import uuid
 
-from sandboxes.backend import ExecResult, VerifyResult
+from sandboxes.backend import ExecResult, Verdict, VerifyResult
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar
-from service.trajectory import Status
 
 _EMPTY_TAR = build_tar({})
 
@@ -47,7 +46,7 @@ class NoopBackend:
     async def verify(
         self, task: Task, workspace_tar: bytes, labels: dict[str, str]
     ) -> VerifyResult:
-        return VerifyResult(self.reward, Status.ok)
+        return VerifyResult(self.reward, Verdict.graded)
 
     async def aclose(self) -> None:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.noop_backend import NoopBackend
+from clients.commands.policy_stub import stand_in_policy
 from sandboxes.backend import SandboxBackend
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.pool import PoolSettings
@@ -25,8 +26,7 @@ from sandboxes.task import Task
 from service.collect import collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.policy.stub.process import stand_in_policy
-from service.wire import AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
+from service.wire import AdvantageSpec, AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
 
 
 class OverlapRunFailed(RuntimeError):
@@ -65,6 +65,7 @@ async def _timed_collect(
         n_samples=n,
         sampling=SamplingSpec(temperature=1.0, max_tokens=4096, seed=0),
         agent=AgentSpec(max_turns=8),
+        advantage=AdvantageSpec(min_group_size=min(n, AdvantageSpec().min_group_size)),
     )
     try:
         t0 = time.monotonic()

@@ -24,9 +24,7 @@ import httpx
 import pyarrow as pa
 
 from service.trajectory import Trajectory, to_arrow
-from service.wire import Group, PolicyState, RolloutCreated, RolloutStatus
-
-REMAINING_HEADER = "X-Rollouts-Remaining"
+from service.wire import REMAINING_HEADER, Group, PolicyState, RolloutCreated, RolloutStatus
 
 
 class ServiceError(RuntimeError):

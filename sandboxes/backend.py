@@ -4,10 +4,24 @@ a Ray backend driving remote Docker Engines is the planned second one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 from sandboxes.task import Task
-from service.trajectory import Status
+
+
+class Verdict(StrEnum):
+    """How a sandbox run ended, in this layer's own words (the service maps it to a status).
+
+    Only `infrastructure` and `tests_broken` carry no reward: the fault lies outside what the
+    agent controls. Everything the agent or its code can cause is `graded` (reward 0 at worst).
+    """
+
+    graded = "graded"  # the tests' reward stands
+    agent_timeout = "agent_timeout"  # the solve script outlived the agent timeout; still graded
+    tests_timeout = "tests_timeout"  # the tests outlived the verifier timeout: reward 0
+    tests_broken = "tests_broken"  # the task's tests gave no usable reward: no reward
+    infrastructure = "infrastructure"  # engine, image or container failed from outside: no reward
 
 
 class AgentCausedSandboxFault(RuntimeError):
@@ -29,8 +43,10 @@ class SandboxExited(AgentCausedSandboxFault):
 
 
 class SandboxUnusable(AgentCausedSandboxFault):
-    """The container runs, but the service's own commands in it are SIGKILLed: the agent used
-    all its memory (a full tmpfs counts) so the OOM killer takes every new process."""
+    """The container runs and the engine answers, yet the service's own tools in it fail: their
+    processes are killed (the agent used all the memory, or `kill -9 -1` twice), they hang
+    (`kill -STOP -1`), or their files were made unusable (`chmod 000 /run/rollouts`, an
+    unreadable file in /app). Inside a running container only the agent can do that."""
 
 
 @dataclass
@@ -43,10 +59,14 @@ class ExecResult:
 
 @dataclass
 class VerifyResult:
-    reward: float | None  # None when masked
-    status: Status  # ok / verifier_timeout / verifier_error / sandbox_error
+    reward: float | None  # None for tests_broken and infrastructure
+    verdict: Verdict
     output: str = ""  # verifier stdout+stderr, truncated
     durations: dict[str, float] = field(default_factory=dict)
+    # Why the reward is what it is: flags from sandboxes/reward.py (e.g. "pytest_tampered"),
+    # and the files the tests left under /logs/verifier (capped), as evidence.
+    flags: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
 
 
 class Sandbox(Protocol):

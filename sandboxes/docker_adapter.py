@@ -27,6 +27,8 @@ T = TypeVar("T")
 
 # Engine API calls block for at most this long (image builds get their own timeout).
 _API_TIMEOUT_S = 120
+QUICK_TIMEOUT_S = 30.0
+QUICK_OUTPUT_CAP = 1 << 20
 
 
 class DockerUnavailable(RuntimeError):
@@ -251,10 +253,10 @@ class DockerAdapter:
                 timed_out = True
                 if on_timeout is not None:
                     await on_timeout()
-                try:
-                    await asyncio.wait_for(asyncio.shield(pump), 10.0)
-                except TimeoutError:
-                    pass  # something escaped the kill and still holds the pipe: cut it
+                    try:
+                        await asyncio.wait_for(asyncio.shield(pump), 10.0)
+                    except TimeoutError:
+                        pass  # something escaped the kill and still holds the pipe: cut it
         finally:
             stream.close()
             if not pump.done():
@@ -269,15 +271,17 @@ class DockerAdapter:
         raw_out = out.getvalue() if out is not None else None
         return StreamResult(exit_code=exit_code, output=buf, stdout_raw=raw_out), timed_out
 
-    async def exec_quick(self, container_id: str, cmd: list[str]) -> tuple[int | None, bytes]:
-        """A short command whose whole output is wanted (tmux control, kill, probes)."""
-
-        def _run() -> tuple[int | None, bytes]:
-            r = self.client.api.exec_create(container_id, cmd, stdout=True, stderr=True)
-            output = self.client.api.exec_start(r["Id"])
-            return self.client.api.exec_inspect(r["Id"]).get("ExitCode"), output
-
-        return await self.call(_run)
+    async def exec_quick(
+        self, container_id: str, cmd: list[str], *, timeout_s: float = QUICK_TIMEOUT_S
+    ) -> tuple[int | None, bytes]:
+        """A short command whose whole output is wanted (tmux control, kill, probes): stdout,
+        then stderr. Exit code None when it outlived `timeout_s` (its stream is then cut, so
+        a process the agent stopped cannot hold one of our threads for longer)."""
+        result, timed_out = await self.exec_stream(
+            container_id, cmd, collect_stdout=QUICK_OUTPUT_CAP, timeout_s=timeout_s
+        )
+        out = (result.stdout_raw or b"") + bytes(result.output.head) + bytes(result.output.tail)
+        return (None if timed_out else result.exit_code), out
 
     # ---- images -----------------------------------------------------------------------------
 

@@ -8,15 +8,24 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import docker.errors
+import requests
+
 from sandboxes.backend import (
     AgentCausedSandboxFault,
     ExecResult,
     SandboxExited,
     SandboxUnusable,
+    Verdict,
     VerifyResult,
     WorkspaceTooLarge,
 )
-from sandboxes.docker_adapter import DockerAdapter, OutputTooLarge, default_adapter
+from sandboxes.docker_adapter import (
+    DockerAdapter,
+    DockerUnavailable,
+    OutputTooLarge,
+    default_adapter,
+)
 from sandboxes.images import ImageResolver
 from sandboxes.isolation import LABEL_BACKEND, container_args
 from sandboxes.pool import ContainerPool, PoolSettings
@@ -30,7 +39,6 @@ from sandboxes.workspace_tar import (
     build_tar,
     sanitize_workspace,
 )
-from service.trajectory import Status
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +111,10 @@ class DockerSandbox:
             raise await self._classify(e) from e
 
     async def _classify(self, error: Exception) -> Exception:
-        """`error` as SandboxExited when the container exited by itself (the agent's doing:
-        graded 0), else unchanged (removed from outside, engine unreachable: masked)."""
+        """What `error` means for the reward. Agent-caused (graded 0) when the container exited
+        by itself, or when it runs and the engine answers but our tools in it failed: inside a
+        running container only the agent breaks them. Unchanged (masked) when the container
+        was removed from outside or the engine failed."""
         if isinstance(error, AgentCausedSandboxFault):
             return error
         try:
@@ -115,11 +125,9 @@ class DockerSandbox:
         if state.get("Status") in ("removing", "dead"):
             return error
         if state.get("Running"):
-            # Inside a running container only the agent (kill -9 -1) or the OOM killer (memory
-            # the agent filled) SIGKILLs our commands; the terminal already retried once.
-            if isinstance(error, ServiceExecKilled):
-                return SandboxUnusable(f"the service's commands in the sandbox are killed: {error}")
-            return error
+            if _is_engine_error(error):
+                return error
+            return SandboxUnusable(f"the service's tools in the sandbox failed: {error}")
         how = "killed by the out-of-memory killer" if state.get("OOMKilled") else "exited"
         return SandboxExited(
             f"the agent container {how} (exit code {state.get('ExitCode')}) after: {error}"
@@ -156,7 +164,8 @@ class DockerSandbox:
         try:
             result, _ = await self._adapter.exec_stream(
                 self.id,
-                ["tar", "-c", "-C", "/app", "."],
+                # Files the agent made unreadable are left out, not a reason to stop grading.
+                ["tar", "-c", "--ignore-failed-read", "-C", "/app", "."],
                 collect_stdout=limit + (1 << 20),  # tar headers on top of the content cap
                 timeout_s=300,
             )
@@ -172,6 +181,15 @@ class DockerSandbox:
             log.info("sandbox %s workspace: %s", self.id[:12], note)
         self.workspace_notes = notes
         return data
+
+
+def _is_engine_error(error: BaseException) -> bool:
+    """The engine or our connection to it failed (an API error, a socket error): not the
+    agent's doing, whatever state the container is in."""
+    if isinstance(error, TimeoutError):  # an OSError, but ours: a command that hung in there
+        return False
+    engine = (docker.errors.DockerException, requests.RequestException, OSError, DockerUnavailable)
+    return isinstance(error, engine)
 
 
 class DockerBackend:
@@ -221,7 +239,7 @@ class DockerBackend:
         try:
             args = await self._container_args(task, labels)
         except Exception as e:  # no image, no verdict: masked, never a fake zero
-            return VerifyResult(None, Status.sandbox_error, f"verifier image: {e}")
+            return VerifyResult(None, Verdict.infrastructure, f"verifier image: {e}")
         image_s = time.monotonic() - t0
         result = await run_verifier(self.adapter, self.pool, args, task, workspace_tar)
         result.durations["image_s"] = image_s

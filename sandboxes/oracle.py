@@ -13,10 +13,10 @@ from sandboxes.backend import (
     AgentCausedSandboxFault,
     ExecResult,
     SandboxBackend,
+    Verdict,
     VerifyResult,
 )
 from sandboxes.task import Task
-from service.trajectory import Status
 
 SOLUTION_DIR = "/tmp/solution"  # never /app: the solution must not leak into the workspace
 
@@ -51,7 +51,7 @@ async def run_oracle(
     try:
         sandbox = await backend.create(task, labels)
     except Exception as e:
-        return OracleResult(None, Status.sandbox_error, f"creating the sandbox failed: {e}")
+        return OracleResult(None, Verdict.infrastructure, f"creating the sandbox failed: {e}")
     durations["create_s"] = time.monotonic() - t0
     agent: ExecResult | None = None
     try:
@@ -68,7 +68,7 @@ async def run_oracle(
         await backend.destroy(sandbox)
         return OracleResult(
             0.0,
-            Status.ok,
+            Verdict.graded,
             f"[rollouts] graded 0: {e}",
             durations,
             agent_output=agent.output if agent else "",
@@ -76,18 +76,20 @@ async def run_oracle(
         )
     except Exception as e:
         await backend.destroy(sandbox)
-        return OracleResult(None, Status.sandbox_error, f"agent container failed: {e}", durations)
+        return OracleResult(None, Verdict.infrastructure, f"agent container failed: {e}", durations)
     await backend.destroy(sandbox)
     assert agent is not None  # set whenever the try block completed
     verdict = await backend.verify(task, workspace, labels)
-    status = verdict.status
-    if agent.timed_out and status == Status.ok:
-        status = Status.agent_timeout
+    status = verdict.verdict
+    if agent.timed_out and status == Verdict.graded:
+        status = Verdict.agent_timeout
     return OracleResult(
         reward=verdict.reward,
-        status=status,
+        verdict=status,
         output=verdict.output,
         durations={**durations, **verdict.durations},
+        flags=verdict.flags,
+        files=verdict.files,
         agent_output=agent.output,
         agent_exit_code=agent.exit_code,
     )

@@ -26,6 +26,9 @@ SESSION = "main"
 STATE_DIR = SERVICE_STATE_DIR
 LOG_PATH = f"{STATE_DIR}/term.log"
 MAX_WAIT_S = 60.0
+# A terminal exec that has not answered this long after its wait is wedged (the agent stopped
+# the tmux server with `kill -STOP -1`): it is cut, and a second such failure ends the sample.
+ANSWER_GRACE_S = 20.0
 DEFAULT_OUTPUT_CAP = 32 << 10
 SHELLS = ("bash", "sh", "dash", "zsh")
 
@@ -185,7 +188,9 @@ class TerminalSession:
             "1" if self._started else "0",
         ]
         code, out = await self._adapter.exec_quick(
-            self._cid, ["bash", "-c", _SEND, "rollouts-send-keys", *args]
+            self._cid,
+            ["bash", "-c", _SEND, "rollouts-send-keys", *args],
+            timeout_s=wait_us / 1e6 + ANSWER_GRACE_S,
         )
         # Even when this exec was killed before it answered, it may have started the session.
         self._started = True

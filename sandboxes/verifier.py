@@ -1,77 +1,74 @@
 """The verifier: run a task's tests on the agent's workspace in a FRESH container.
 
-The agent never had access to this container, so nothing it wrote outside /app can reach the
-tests or the reward: /logs/verifier starts empty, tests/ is copied in only here, and the reward
-is read only from this container. One exec uploads (workspace + tests as one tar on stdin) and
-runs `bash /tests/test.sh` under the verifier timeout; a second reads the reward file.
+The agent never had access to this container: /logs/verifier starts empty and tests/ is copied
+in only here. The tested code does run here, though, as root and often inside pytest's own
+process, so the reward is read through a channel it cannot write:
+
+- `pytest_guard.py` goes in as /tests/conftest.py and confines the pytest process (Landlock: no
+  writes beneath /logs or /tests, no signals to test.sh) before any tested code is imported;
+- when test.sh ends, every other process in the container is killed, and only then are the
+  reward files and the guard's report read, by a second exec;
+- `reward.py` grades from that evidence, and only infrastructure faults leave no reward.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import io
-import json
-import math
 import tarfile
 import time
 import uuid
 from typing import Any
 
-from sandboxes.backend import VerifyResult
-from sandboxes.docker_adapter import CappedBuffer, DockerAdapter
+from sandboxes.backend import Verdict, VerifyResult
+from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
 from sandboxes.process_tree import kill_tree_command, wrap_command
+from sandboxes.reward import Evidence, grade
 from sandboxes.task import Task
 from sandboxes.workspace_tar import WorkspaceTooLarge, build_tar, sanitize_workspace
-from service.trajectory import Status
 
 VERIFIER_OUTPUT_CAP = 16 << 10
-REWARD_FILE_CAP = 64 << 10
+EVIDENCE_CAP = 256 << 10  # the tar of /logs/verifier and the guard's report
+EVIDENCE_FILE_CAP = 16 << 10  # per file kept in the record
+READ_TIMEOUT_S = 30.0
+GUARD_CONFTEST = "conftest.py"
+TASK_CONFTEST = "_task_conftest.py"  # the task's own tests/conftest.py, run by the guard
 
-# Runs before the tests, in the foreground, reading the upload tar from stdin.
+# Runs before the tests, in the foreground, reading the upload tar from stdin. 90: the fresh
+# container could not even make its folders (the infrastructure); 91: the upload did not fit
+# or unpack, which only the agent's workspace can cause (ours is small and checked).
 _PRELUDE = """
-rm -rf /logs/verifier && mkdir -p /logs/verifier /tests /app || exit 90
+rm -rf /logs/verifier /logs/rollouts-guard || exit 90
+mkdir -p /logs/verifier /logs/rollouts-guard /tests /app || exit 90
 tar -x --no-same-owner -C / -f - || exit 91
 """
+# After test.sh: nothing the tested code started may live on to write while we read.
+_EPILOGUE = "kill -KILL -1 2>/dev/null; sleep 0.05; kill -KILL -1 2>/dev/null"
 
-_READ_REWARD = f"""
-for f in reward.json reward.txt; do
-  if [ -f "/logs/verifier/$f" ]; then
-    echo "$f"; head -c {REWARD_FILE_CAP} "/logs/verifier/$f"; exit 0
-  fi
-done
-exit 3
+# Prints the mode of /logs/verifier on the first line, then a tar of the evidence on stdout.
+_READ_EVIDENCE = f"""
+kill -KILL -1 2>/dev/null
+if [ -d /logs/verifier ] && [ ! -L /logs/verifier ]; then stat -c '%a' /logs/verifier
+else echo missing; fi
+cd /logs && tar -c --ignore-failed-read verifier rollouts-guard 2>/dev/null | head -c {EVIDENCE_CAP}
+exit 0
 """
 
 
-class RewardError(ValueError):
-    pass
-
-
-def parse_reward(kind: str, text: str) -> float:
-    """reward.json must be an object with a finite number under "reward"; reward.txt a float."""
-    if kind == "reward.json":
-        try:
-            obj: Any = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise RewardError(f"reward.json is not valid JSON: {e}") from e
-        value = obj.get("reward") if isinstance(obj, dict) else None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise RewardError(f'reward.json has no numeric "reward": {text[:200]!r}')
-        reward = float(value)
-    else:
-        try:
-            reward = float(text.strip())
-        except ValueError as e:
-            raise RewardError(f"reward.txt is not a float: {text[:200]!r}") from e
-    if not math.isfinite(reward):
-        raise RewardError(f"reward is not finite: {reward}")
-    return reward
+def _guard_source() -> bytes:
+    return importlib.resources.files("sandboxes").joinpath("pytest_guard.py").read_bytes()
 
 
 def verifier_upload(task: Task, workspace_tar: bytes) -> bytes:
-    """One tar holding the sanitized workspace under app/ and the task's tests under tests/."""
+    """One tar holding the sanitized workspace under app/ and the task's tests under tests/,
+    with the pytest guard as tests/conftest.py (the task's own conftest renamed beside it)."""
     app_tar, _notes = sanitize_workspace(workspace_tar, prefix="app")
-    tests_tar = build_tar(task.test_files, prefix="tests")
+    tests = dict(task.test_files)
+    if GUARD_CONFTEST in tests:
+        tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
+    tests[GUARD_CONFTEST] = _guard_source()
+    tests_tar = build_tar(tests, prefix="tests")
     # Two tars cannot simply be concatenated (end-of-archive blocks): re-pack into one.
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
@@ -80,6 +77,35 @@ def verifier_upload(task: Task, workspace_tar: bytes) -> bytes:
                 for m in src:
                     dst.addfile(m, src.extractfile(m) if m.isreg() else None)
     return out.getvalue()
+
+
+def is_pytest_task(task: Task) -> bool:
+    return b"pytest" in task.test_files.get("test.sh", b"")
+
+
+def parse_evidence(raw: bytes, tests_exit: int | None, pytest_task: bool) -> Evidence:
+    """The read exec's output: the mode line, then a (possibly cut) tar of /logs."""
+    first, _, tar_bytes = raw.partition(b"\n")
+    mode_text = first.strip().decode(errors="replace")
+    ev = Evidence(
+        tests_exit=tests_exit,
+        verifier_dir_mode=int(mode_text, 8) if mode_text.isdigit() else None,
+        pytest_task=pytest_task,
+    )
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tar:
+            for m in tar:
+                f = tar.extractfile(m) if m.isreg() else None
+                if f is None:
+                    continue
+                data = f.read()
+                if m.name.startswith("verifier/"):
+                    ev.files[m.name.removeprefix("verifier/")] = data
+                elif m.name == "rollouts-guard/report.jsonl":
+                    ev.guard_report = data
+    except (tarfile.TarError, EOFError, OSError):
+        pass  # cut at the cap: keep what came before
+    return ev
 
 
 async def run_verifier(
@@ -92,13 +118,13 @@ async def run_verifier(
     durations: dict[str, float] = {}
     t_start = time.monotonic()
     if "test.sh" not in task.test_files:
-        return VerifyResult(None, Status.verifier_error, f"task {task.id}: tests/test.sh missing")
+        return VerifyResult(None, Verdict.tests_broken, f"task {task.id}: tests/test.sh missing")
     try:
         upload = verifier_upload(task, workspace_tar)
     except WorkspaceTooLarge as e:  # the agent filled /app: graded, never masked
-        return VerifyResult(0.0, Status.ok, f"[rollouts] graded 0: {e}")
+        return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
     except Exception as e:  # a malformed workspace tar is the infrastructure's fault
-        return VerifyResult(None, Status.sandbox_error, f"bad workspace archive: {e}")
+        return VerifyResult(None, Verdict.infrastructure, f"bad workspace archive: {e}")
 
     cid: str | None = None
     try:
@@ -112,9 +138,10 @@ async def run_verifier(
             await adapter.exec_quick(cid, ["bash", "-c", kill_tree_command(token)])
 
         t0 = time.monotonic()
+        script = wrap_command(_PRELUDE, _EPILOGUE)
         result, timed_out = await adapter.exec_stream(
             cid,
-            ["bash", "-c", wrap_command(_PRELUDE), "rollouts-verify", token, "bash /tests/test.sh"],
+            ["bash", "-c", script, "rollouts-verify", token, "bash /tests/test.sh"],
             stdin=upload,
             max_output=VERIFIER_OUTPUT_CAP,
             timeout_s=task.config.verifier_timeout_sec,
@@ -123,36 +150,52 @@ async def run_verifier(
         durations["tests_s"] = time.monotonic() - t0
         output = result.output.text()
         if timed_out:
-            return VerifyResult(0.0, Status.verifier_timeout, output, durations)
-        if result.exit_code in (90, 91):
-            return VerifyResult(None, Status.sandbox_error, f"upload failed: {output}", durations)
+            return VerifyResult(0.0, Verdict.tests_timeout, output, durations)
+        if result.exit_code == 90:
+            return VerifyResult(None, Verdict.infrastructure, f"setup failed: {output}", durations)
+        if result.exit_code == 91:
+            note = "graded 0: the workspace did not fit or unpack in the verifier"
+            return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
 
         t0 = time.monotonic()
-        code, raw = await adapter.exec_quick(cid, ["bash", "-c", _READ_REWARD])
+        read, read_timed_out = await adapter.exec_stream(
+            cid,
+            ["bash", "-c", _READ_EVIDENCE],
+            collect_stdout=EVIDENCE_CAP + 4096,
+            timeout_s=READ_TIMEOUT_S,
+        )
         durations["reward_s"] = time.monotonic() - t0
-        if code != 0 and (result.exit_code or 0) >= 128:
-            # test.sh died from a signal (`kill -9 -1` or the memory killer): the code under
-            # test did it, as with a timeout. Masking it would let a policy dodge a 0.
-            note = f"graded 0: the tests were killed by signal {result.exit_code - 128}"
-            return VerifyResult(0.0, Status.ok, _append(output, note), durations)
-        if code != 0:
-            return VerifyResult(
-                None, Status.verifier_error, _append(output, "no reward file written"), durations
-            )
-        kind, _, body = raw.partition(b"\n")
-        try:
-            reward = parse_reward(kind.decode(), body.decode("utf-8", errors="replace"))
-        except RewardError as e:
-            return VerifyResult(None, Status.verifier_error, _append(output, str(e)), durations)
-        return VerifyResult(reward, Status.ok, output, durations)
+        if read_timed_out or read.stdout_raw is None:
+            # Every process was killed before this read: a hang here is the engine's.
+            raise RuntimeError("reading the verifier's files timed out")
+        evidence = parse_evidence(read.stdout_raw, result.exit_code, is_pytest_task(task))
+        g = grade(evidence)
+        if g.note:
+            output = _append(output, g.note)
+        return VerifyResult(
+            g.reward,
+            Verdict.graded,
+            output,
+            durations,
+            flags=g.flags,
+            files={k: _text(v) for k, v in sorted(evidence.files.items())},
+        )
+    except OutputTooLarge as e:  # the read is capped with head -c: only a broken engine
+        return VerifyResult(None, Verdict.infrastructure, f"verifier read: {e}", durations)
     except Exception as e:  # engine or container failure: mask, never a fake zero
         return VerifyResult(
-            None, Status.sandbox_error, f"verifier container failed: {e}", durations
+            None, Verdict.infrastructure, f"verifier container failed: {e}", durations
         )
     finally:
         if cid is not None:
             pool.remove_in_background(cid)
         durations["verify_s"] = time.monotonic() - t_start
+
+
+def _text(data: bytes) -> str:
+    if len(data) > EVIDENCE_FILE_CAP:
+        data = data[:EVIDENCE_FILE_CAP] + b"\n[... cut ...]"
+    return data.decode("utf-8", errors="replace")
 
 
 def _append(output: str, note: str) -> str:

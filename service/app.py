@@ -1,17 +1,19 @@
 """The FastAPI application: wiring, lifespan, auth, request limits and error handling.
 
 The lifespan opens the store, builds the components (policy client, sandbox backend, episode
-runner: injectable so tests can drive the scheduler with a runner of their own), and starts the
-scheduler, which re-runs samples a previous process left unfinished.
+runner: service/components.py, injectable so tests can drive the scheduler with a runner of
+their own), and starts the scheduler, which re-runs samples a previous process left unfinished.
+Errors a client caused are `service.errors.ClientError`s, answered by one exception handler.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -21,36 +23,31 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.components import (
+    Components,
+    ComponentsFactory,
+    build_components,
+    load_request_tasks,
+)
+from service.errors import Busy, ClientError, InvalidRequest
 from service.events import EventHub
 from service.heap import return_large_buffers_to_os
 from service.leasing import Leasing, PolicyVersion
 from service.metrics import Metrics
 from service.request_limits import BodyReadTimeout, BodySizeLimit
-from service.scheduler import GroupRunner, Scheduler, TaskLoader
+from service.scheduler import Scheduler
 from service.settings import Settings
-from service.store import Store
+from service.store import AckResult, Store
+from service.wire import RolloutRequest
 
 log = logging.getLogger(__name__)
-
-ReadinessCheck = Callable[[], Awaitable[bool]]
-
-
-@dataclass
-class Components:
-    """What the service drives. Built at startup by a factory (default: real ones)."""
-
-    runner: GroupRunner
-    load_tasks: TaskLoader
-    readiness: dict[str, ReadinessCheck] = field(default_factory=dict)
-    warm_pool_size: Callable[[], float] | None = None
-    aclose: Callable[[], Awaitable[None]] | None = None
-
-
-ComponentsFactory = Callable[[Settings, Callable[[], int]], Awaitable[Components]]
 
 
 @dataclass
 class ServiceState:
+    """The running service. Its methods are the operations that change state, so the routers
+    only translate HTTP."""
+
     settings: Settings
     store: Store
     scheduler: Scheduler
@@ -60,62 +57,38 @@ class ServiceState:
     metrics: Metrics
     components: Components
 
+    async def submit(self, request: RolloutRequest) -> str:
+        """Load the tasks and queue tasks x n_samples; the rollout id. InvalidRequest names the
+        field to fix; QueueFull (Busy) when the queue has no room now."""
+        load = self.components.load_tasks
+        tasks = await asyncio.to_thread(load_request_tasks, load, request.tasks)
+        n = len(tasks) * request.n_samples
+        capacity = self.settings.service.max_queued_samples
+        if n > capacity:
+            raise InvalidRequest(
+                f"{len(tasks)} tasks x {request.n_samples} samples = {n} exceeds the server's "
+                f"queue capacity ({capacity}); submit fewer tasks",
+                field=("body", "n_samples"),
+                kind="too_many_samples",
+            )
+        return await self.scheduler.submit(request, tasks)
 
-def settings_task_loader(settings: Settings) -> TaskLoader:
-    from sandboxes.tasks import load_tasks
+    async def ack(self, batch_id: str) -> AckResult:
+        """UnknownBatch, or LeaseExpired when the groups were already offered again."""
+        result = await self.store.ack(batch_id)
+        if not result.already_acked:
+            self.metrics.leases.labels("acked").inc()
+        return result
 
-    def load(path: str, ids: list[str] | None, limit: int | None) -> list:
-        return load_tasks(settings.resolve_tasks_path(path), ids=ids, limit=limit)
-
-    return load
-
-
-async def default_components(settings: Settings, current_version: Callable[[], int]) -> Components:
-    """Real policy client, Docker backend and episode runner."""
-    from sandboxes.docker_adapter import default_adapter
-    from sandboxes.docker_backend import BackendSettings, DockerBackend
-    from service.episode import EpisodeRunner
-    from service.policy.client import PolicyClient, PolicyError
-
-    if not settings.policy_urls:
-        raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
-    policy = PolicyClient(settings.policy_urls, settings.model)
-    try:
-        await policy.start()
-    except PolicyError as e:
-        # vLLM may still be loading weights: serve anyway, /readyz says not ready, and the
-        # first episode resolves the model.
-        log.warning("policy server not available yet: %s", e)
-    backend = DockerBackend(BackendSettings(image_override=settings.image))
-    runner = EpisodeRunner(policy, backend, current_version=current_version)
-    adapter = default_adapter()
-
-    async def docker_ready() -> bool:
-        try:
-            return bool(await adapter.call(lambda: adapter.client.ping()))
-        except Exception:  # noqa: BLE001 - not ready is the answer
-            return False
-
-    async def policy_ready() -> bool:
-        try:
-            return bool(await policy.healthy())
-        except Exception:  # noqa: BLE001
-            return False
-
-    async def aclose() -> None:
-        await backend.aclose()
-        await policy.aclose()
-
-    # Idle warm containers, whatever the pool calls its per-key lists.
-    idle = getattr(backend.pool, "_idle", None)
-    warm = (lambda: sum(len(v) for v in idle.values())) if isinstance(idle, dict) else None
-    return Components(
-        runner=runner,
-        load_tasks=settings_task_loader(settings),
-        readiness={"policy": policy_ready, "docker": docker_ready},
-        warm_pool_size=(lambda: float(warm())) if callable(warm) else None,
-        aclose=aclose,
-    )
+    async def set_policy(self, version: int, max_staleness: int | None) -> PolicyVersion:
+        """Persist the new policy version and staleness bound, tag new turns with it, and let
+        waiting leases re-check what is now too stale."""
+        await self.store.set_policy(version, max_staleness)
+        self.policy.version = version
+        self.policy.max_staleness = max_staleness
+        self.metrics.policy_version.set(version)
+        self.leasing.notify()
+        return self.policy
 
 
 # ---------------------------------------------------------------- request plumbing
@@ -127,7 +100,7 @@ _bearer = HTTPBearer(auto_error=False)
 async def require_api_key(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
 ) -> None:
-    expected = request.app.state.service.settings.api_key
+    expected = request.app.state.service.settings.service.api_key
     if not expected:
         return
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -144,7 +117,18 @@ def service_state(request: Request) -> ServiceState:
     return request.app.state.service
 
 
-def _install_handlers(app: FastAPI) -> None:
+def _install_handlers(app: FastAPI, settings: Settings) -> None:
+    @app.exception_handler(ClientError)
+    async def _client_error(_: Request, exc: ClientError) -> JSONResponse:
+        # The body FastAPI gives for that status: a 422 lists `[{loc, msg, type}]` items like
+        # a schema error, other statuses carry the message; a 429 says when to come back.
+        detail: Any = exc.message
+        if isinstance(exc, InvalidRequest):
+            detail = [{"loc": list(exc.field or ("body",)), "msg": exc.message, "type": exc.kind}]
+        retry = str(settings.service.retry_after_s)
+        headers = {"Retry-After": retry} if isinstance(exc, Busy) else None
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
+
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         # pydantic's items, minus echoes of the input (which may be huge).
@@ -164,7 +148,7 @@ def _install_handlers(app: FastAPI) -> None:
 
 
 def create_app(
-    settings: Settings, components_factory: ComponentsFactory = default_components
+    settings: Settings, components_factory: ComponentsFactory = build_components
 ) -> FastAPI:
     from service.api import batches, health, policy, rollouts
     from service.api.responses import GUARDED, errors
@@ -172,12 +156,13 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         return_large_buffers_to_os()  # payload buffers would otherwise pile up in RSS
-        store = Store(settings.data_dir)
+        config = settings.service
+        store = Store(config.data_dir)
         store.open()
         metrics = Metrics()
         events = EventHub()
         version, max_staleness = await store.get_policy()
-        policy_state = PolicyVersion(version, max_staleness, settings.stale_policy)
+        policy_state = PolicyVersion(version, max_staleness, config.stale_policy)
         metrics.policy_version.set(version)
         components = await components_factory(settings, lambda: policy_state.version)
         if components.warm_pool_size is not None:
@@ -187,8 +172,8 @@ def create_app(
             store,
             components.runner,
             components.load_tasks,
-            max_concurrent_samples=settings.max_concurrent_samples,
-            max_queued_samples=settings.max_queued_samples,
+            max_concurrent_samples=config.max_concurrent_samples,
+            max_queued_samples=config.max_queued_samples,
             current_version=lambda: policy_state.version,
             events=events,
             metrics=metrics,
@@ -198,7 +183,7 @@ def create_app(
             store,
             policy_state,
             scheduler.requeue,
-            lease_ttl_s=settings.lease_ttl_s,
+            lease_ttl_s=config.lease_ttl_s,
             metrics=metrics,
         )
         holder["leasing"] = leasing
@@ -222,7 +207,7 @@ def create_app(
         docs_url=None,
         openapi_url=None,
     )
-    _install_handlers(app)
+    _install_handlers(app, settings)
     auth = [Depends(require_api_key)]
 
     # The schema and its viewer sit behind the key like everything but /healthz.
@@ -239,10 +224,10 @@ def create_app(
     app.include_router(rollouts.router, dependencies=auth, responses=guarded)
     app.include_router(batches.router, dependencies=auth, responses=guarded)
     app.include_router(policy.router, dependencies=auth, responses=guarded)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.service.max_body_bytes)
     app.add_middleware(
         BodyReadTimeout,
-        total_s=settings.body_read_timeout_s,
-        idle_s=settings.body_idle_timeout_s,
+        total_s=settings.service.body_read_timeout_s,
+        idle_s=settings.service.body_idle_timeout_s,
     )
     return app

@@ -20,9 +20,11 @@ from sandboxes.task import Task
 from sandboxes.tasks import load_tasks
 from service.events import Event, EventHub
 from service.export import export_parquet
-from service.scheduler import GroupRunner, Scheduler
+from service.scheduler import GroupRunner, Scheduler, TaskLoader
 from service.store import Store
 from service.wire import RolloutRequest
+
+CONCURRENCY = 8  # samples in flight by default: one machine's Docker Engine, not a cluster's
 
 
 @dataclass
@@ -79,18 +81,20 @@ async def collect(
     out_file: Path,
     request: RolloutRequest,
     *,
-    concurrency: int = 8,
+    concurrency: int = CONCURRENCY,
+    task_loader: TaskLoader | None = None,
     on_trajectory: Callable[[dict], None] | None = None,
 ) -> CollectSummary:
     """Runs every task x n samples with at most `concurrency` samples in flight, stores them in
-    `data_dir`, and writes the rollout to `out_file`."""
+    `data_dir`, and writes the rollout to `out_file`. `task_loader` reloads tasks for samples to
+    re-run (default: sandboxes.tasks.load_tasks)."""
     store = Store(data_dir)
     store.open()
     events = EventHub()
     scheduler = Scheduler(
         store,
         runner,
-        lambda path, ids, limit: load_tasks(path, ids=ids, limit=limit),
+        task_loader or (lambda path, ids, limit: load_tasks(path, ids=ids, limit=limit)),
         max_concurrent_samples=concurrency,
         max_queued_samples=max(1, len(tasks) * request.n_samples),
         current_version=lambda: 0,

@@ -6,10 +6,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sandboxes.backend import AgentCausedSandboxFault, Sandbox, SandboxBackend, VerifyResult
+from sandboxes.backend import (
+    AgentCausedSandboxFault,
+    Sandbox,
+    SandboxBackend,
+    Verdict,
+    VerifyResult,
+)
 from sandboxes.task import Task
 from service.agent.prompt import (
     SYSTEM_PROMPT,
@@ -20,13 +26,33 @@ from service.agent.prompt import (
 )
 from service.agent.protocol import MAX_DURATION_S, AgentReply, ReplyError, parse_reply
 from service.agent.tokens import InvariantError, TokenLedger, observation_delta
-from service.policy.client import ContextLengthError, Generation, PolicyClient, PolicyError
+from service.policy.client import ContextLengthError, Generation, PolicyClient, PolicyFault
 from service.sample import SampleSpec
-from service.trajectory import Message, Status, Timings, Trajectory
+from service.trajectory import (
+    Message,
+    OnTrajectory,
+    Status,
+    Timings,
+    Trajectory,
+    VerifierFile,
+)
 
-OnTrajectory = Callable[[Trajectory], Awaitable[None]]
 # Episodes that ended on the model's side are graded; infrastructure faults are not.
 _VERIFIED_STATUSES = frozenset({Status.ok, Status.agent_timeout, Status.context_length})
+# The sandbox layer's verdicts as trajectory statuses: the one place the two vocabularies meet.
+_STATUS_OF_VERDICT = {
+    Verdict.graded: Status.ok,
+    Verdict.agent_timeout: Status.agent_timeout,
+    Verdict.tests_timeout: Status.verifier_timeout,
+    Verdict.tests_broken: Status.verifier_error,
+    Verdict.infrastructure: Status.sandbox_error,
+}
+
+
+def status_of(verdict: Verdict) -> Status:
+    return _STATUS_OF_VERDICT[verdict]
+
+
 MAX_OBSERVATION_CHARS = 16_000  # per turn, head and tail kept
 COMMAND_WALL_CAP_S = MAX_DURATION_S
 
@@ -47,11 +73,11 @@ def _turn_seed(base: int | None, trajectory_id: str, turn: int) -> int | None:
 
 @dataclass
 class _FirstTurn:
-    server: str
+    server: str  # where the group's first turn ran: its samples' prefix is cached there
     version: int
     prompt_ids: list[int] = field(default_factory=list)
     generations: list[Generation] = field(default_factory=list)
-    error: PolicyError | ContextLengthError | None = None
+    error: PolicyFault | None = None
     seconds: float = 0.0
 
 
@@ -62,7 +88,6 @@ class _Episode:
     spec: SampleSpec
     ledger: TokenLedger
     messages: list[Message]
-    server: str
     version_start: int
     version_end: int
     timings: Timings = field(default_factory=Timings)
@@ -104,14 +129,21 @@ class EpisodeRunner:
             await asyncio.gather(*sandbox_tasks, return_exceptions=True)
             await self._destroy_created(sandbox_tasks)
             raise
-        await asyncio.gather(
+        # Every sample runs to its end even if another one's report fails: a sibling's error
+        # must not cost the others their real results. The first error is raised afterwards,
+        # and the caller records the samples that never reported.
+        results = await asyncio.gather(
             *(
                 self._run_sample(
                     task, spec, i, messages, first, sandbox_task, on_trajectory, started
                 )
                 for i, (spec, sandbox_task) in enumerate(zip(samples, sandbox_tasks, strict=True))
-            )
+            ),
+            return_exceptions=True,
         )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _destroy_created(self, sandbox_tasks: list[asyncio.Task]) -> None:
         for t in sandbox_tasks:
@@ -131,14 +163,12 @@ class EpisodeRunner:
         """One tokenize and one n-sample request share the prompt prefix of the whole group."""
         spec0 = samples[0]
         group_key = f"{spec0.rollout_id}/{spec0.group_id}"
-        first = _FirstTurn(
-            server=self.policy.router.acquire(group_key), version=self.current_version()
-        )
+        first = _FirstTurn(server=self.policy.pin(group_key), version=self.current_version())
         t0 = time.monotonic()
         try:
             await self.policy.start()  # no-op once the model is known; the server may start late
             first.prompt_ids = await self.policy.tokenize_messages(
-                [m.model_dump() for m in messages], server=first.server
+                [m.model_dump() for m in messages], sample=group_key
             )
             params = replace(
                 spec0.sampling,
@@ -149,13 +179,14 @@ class EpisodeRunner:
                 first.prompt_ids,
                 params,
                 n=len(samples),
-                server=first.server,
+                sample=group_key,
                 cache_salt=f"policy-v{first.version}",
             )
-        except (PolicyError, ContextLengthError) as e:
+        except PolicyFault as e:
             first.error = e
         finally:
-            self.policy.router.release(group_key)
+            first.server = self.policy.pin(group_key)  # a retry may have moved the group
+            self.policy.release(group_key)
         first.seconds = time.monotonic() - t0
         return first
 
@@ -177,14 +208,13 @@ class EpisodeRunner:
             spec=spec,
             ledger=TokenLedger(prompt_ids=list(first.prompt_ids)),
             messages=list(messages),
-            server=first.server,
             version_start=first.version,
             version_end=first.version,
         )
         ep.timings.generate_s += first.seconds
         sandbox: Sandbox | None = None
         verify: VerifyResult | None = None
-        self.policy.router.assign(spec.trajectory_id, first.server)
+        self.policy.pin(spec.trajectory_id, first.server)
         try:
             try:
                 sandbox, ep.timings.create_s = await sandbox_task
@@ -202,7 +232,7 @@ class EpisodeRunner:
             ep.status = Status.cancelled
             raise
         finally:
-            self.policy.router.release(spec.trajectory_id)
+            self.policy.release(spec.trajectory_id)
             if sandbox is not None:
                 t0 = time.monotonic()
                 await self.sandboxes.destroy(sandbox)
@@ -210,7 +240,7 @@ class EpisodeRunner:
         ep.timings.total_s = time.monotonic() - started
         await on_trajectory(self._trajectory(task, ep, verify))
 
-    def _policy_failed(self, ep: _Episode, error: BaseException) -> None:
+    def _policy_failed(self, ep: _Episode, error: PolicyFault) -> None:
         ep.ledger.rewind_to_last_generation()
         if isinstance(error, ContextLengthError):
             ep.status, ep.stop_reason = Status.context_length, "length"
@@ -234,6 +264,8 @@ class EpisodeRunner:
             ep.ledger = TokenLedger(prompt_ids=ep.ledger.prompt_ids)
             ep.status = Status.policy_error
             ep.messages.append(Message(role="system", content=f"token invariant broken: {e}"))
+        except PolicyFault as e:  # e.g. decoding a reply that ended on a stop string
+            self._policy_failed(ep, e)
         except AgentCausedSandboxFault as e:
             # The agent wrecked its own sandbox: the episode ends and is graded (0 once the
             # workspace is gone), never masked, or wrecking it would beat an honest 0.
@@ -266,10 +298,10 @@ class EpisodeRunner:
                         engine_prompt,
                         params,
                         n=1,
-                        server=self.policy.router.acquire(spec.trajectory_id),
+                        sample=spec.trajectory_id,
                         cache_salt=f"policy-v{version}",
                     )
-                except (PolicyError, ContextLengthError) as e:
+                except PolicyFault as e:
                     ep.timings.generate_s += time.monotonic() - t0
                     self._policy_failed(ep, e)
                     return
@@ -281,7 +313,7 @@ class EpisodeRunner:
             ep.generated_tokens += len(gen.token_ids)
             ep.num_turns = turn + 1
             ep.stop_reason = gen.finish_reason
-            text = await self._reply_text(gen, ep.server)
+            text = await self._reply_text(gen, spec.trajectory_id)
             ep.messages.append(Message(role="assistant", content=text))
 
             try:
@@ -317,17 +349,17 @@ class EpisodeRunner:
         try:
             return await self.policy.tokenize_text(
                 observation_delta(observation, turn_closed=turn_closed),
-                server=self.policy.router.acquire(ep.spec.trajectory_id),
+                sample=ep.spec.trajectory_id,
             )
-        except PolicyError as e:
+        except PolicyFault as e:
             self._policy_failed(ep, e)
             return None
 
-    async def _reply_text(self, gen: Generation, server: str) -> str:
+    async def _reply_text(self, gen: Generation, sample: str) -> str:
         # With a stop string the text ends before it while the ids include it: the ids are the
         # truth, so decode them to see what the model actually produced.
         if isinstance(gen.stop_reason, str):
-            return await self.policy.detokenize(gen.token_ids, server=server)
+            return await self.policy.detokenize(gen.token_ids, sample=sample)
         return gen.text
 
     async def _run_commands(self, ep: _Episode, sandbox: Sandbox, reply: AgentReply) -> str:
@@ -345,10 +377,10 @@ class EpisodeRunner:
             workspace = await sandbox.get_workspace()
         except AgentCausedSandboxFault as e:  # workspace over the cap, container exited
             await self.sandboxes.destroy(sandbox)
-            return VerifyResult(reward=0.0, status=Status.ok, output=f"[rollouts] graded 0: {e}")
+            return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
         except Exception as e:
             await self.sandboxes.destroy(sandbox)
-            return VerifyResult(reward=None, status=Status.sandbox_error, output=str(e))
+            return VerifyResult(None, Verdict.infrastructure, str(e))
         t1 = time.monotonic()
         await self.sandboxes.destroy(sandbox)
         ep.timings.teardown_s += time.monotonic() - t1
@@ -366,9 +398,9 @@ class EpisodeRunner:
         if verify is not None:
             output = verify.output
             reward = verify.reward
-            if verify.status is not Status.ok:
+            if verify.verdict is not Verdict.graded:
                 # The verifier's verdict (timeout, error, crash) outranks how the agent ended.
-                status = verify.status
+                status = status_of(verify.verdict)
             elif status is Status.agent_timeout and ep.spec.agent.mask_agent_timeout:
                 status = Status.cancelled
         ep.ledger.validate()
@@ -390,5 +422,10 @@ class EpisodeRunner:
             num_turns=ep.num_turns,
             messages=ep.messages,
             verifier_output=output,
+            reward_flags=list(verify.flags) if verify is not None else [],
+            verifier_files=[
+                VerifierFile(path=path, content=content)
+                for path, content in (verify.files.items() if verify is not None else ())
+            ],
             timings=ep.timings,
         )

@@ -27,13 +27,18 @@ class Metrics:
             "rollouts_sandbox_stage_seconds", "Per-sample stage latency", ["stage"],
             buckets=STAGE_BUCKETS, registry=r,
         )  # fmt: skip
-        self.reward_sum = Counter(
+        # A gauge, not a counter: rewards may be negative, and a counter refuses to go down.
+        self.reward_sum = Gauge(
             "rollouts_reward_sum", "Sum of rewards by policy version", ["policy_version"],
             registry=r,
         )  # fmt: skip
         self.reward_count = Counter(
             "rollouts_reward_count", "Scored samples by policy version", ["policy_version"],
             registry=r,
+        )  # fmt: skip
+        self.reward_flags = Counter(
+            "rollouts_reward_flags", "Grading flags on finished samples (suspected hacks among "
+            "them: docs/reliability.md)", ["flag"], registry=r,
         )  # fmt: skip
         self.leases = Counter(
             "rollouts_leases", "Lease events", ["event"], registry=r
@@ -64,6 +69,8 @@ class Metrics:
             value = getattr(tm, stage)
             if value > 0:
                 self.stage_seconds.labels(stage.removesuffix("_s")).observe(value)
+        for flag in t.reward_flags:
+            self.reward_flags.labels(flag).inc()
         if t.reward is not None:
             v = str(t.policy_version_start)
             self.reward_sum.labels(v).inc(t.reward)

@@ -1,11 +1,17 @@
 """What the scheduler hands the episode runner: plain dataclasses, built from the HTTP wire
-models (service/wire.py) or the CLI flags."""
+models (service/wire.py) or the CLI flags.
+
+The request defaults are defined here and nowhere else: the dataclass field defaults below and
+`N_SAMPLES`. The HTTP request models (service/wire.py) and the `collect` flags read them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from sandboxes.task import Task
+
+N_SAMPLES = 8  # samples per task: one group, what RLOO-n compares within
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sandboxes.task import Task
+from service.errors import Busy
 from service.events import EventHub
 from service.metrics import Metrics
 from service.sample import SampleSpec
@@ -29,12 +30,11 @@ from service.store import (
     group_id_for,
     sample_trajectory_id,
 )
-from service.trajectory import Status, Trajectory
+from service.trajectory import OnTrajectory, Status, Trajectory, empty_trajectory
 from service.wire import RolloutRequest
 
 log = logging.getLogger(__name__)
 
-OnTrajectory = Callable[[Trajectory], Awaitable[None]]
 # (path, ids, limit) -> tasks; blocking, run in a worker thread.
 TaskLoader = Callable[[str, list[str] | None, int | None], list[Task]]
 
@@ -45,7 +45,9 @@ class GroupRunner(Protocol):
     ) -> None: ...
 
 
-class QueueFull(Exception):
+class QueueFull(Busy):
+    """The sample queue cannot take the request now (429, Retry-After)."""
+
     def __init__(self, queued: int, limit: int, requested: int) -> None:
         self.queued, self.limit, self.requested = queued, limit, requested
         super().__init__(f"sample queue is full: {queued} queued + {requested} requested > {limit}")
@@ -316,7 +318,10 @@ class Scheduler:
         if result.duplicate:
             return
         if self.metrics is not None:
-            self.metrics.observe_trajectory(t)
+            try:
+                self.metrics.observe_trajectory(t)
+            except Exception:  # noqa: BLE001 - committed is committed; a metric must not undo it
+                log.exception("metrics failed on trajectory %s", t.trajectory_id)
         self.events.publish(
             t.rollout_id,
             "trajectory",
@@ -353,19 +358,13 @@ class Scheduler:
 
 
 def _failed(spec: SampleSpec, version: int, why: str) -> Trajectory:
-    return Trajectory(
-        trajectory_id=spec.trajectory_id,
-        rollout_id=spec.rollout_id,
-        group_id=spec.group_id,
-        task_id=spec.task_id,
-        sample_index=spec.sample_index,
-        policy_version_start=version,
-        policy_version_end=version,
-        prompt_token_ids=[],
-        response_token_ids=[],
-        loss_mask=[],
-        rollout_logprobs=[],
-        reward=None,
-        status=Status.sandbox_error,
-        verifier_output=why,
+    return empty_trajectory(
+        spec.trajectory_id,
+        spec.rollout_id,
+        spec.group_id,
+        spec.task_id,
+        spec.sample_index,
+        version,
+        Status.sandbox_error,
+        why,
     )

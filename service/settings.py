@@ -1,26 +1,49 @@
-"""Service configuration in one place. The `serve` command fills it from flags and env."""
+"""Configuration, each default defined once.
+
+`Settings` nests one group per part of the service:
+- `service`: HTTP (host, port, API key, body limits), the store folder, admission, leasing;
+- `policy`: the policy client (servers, model, timeouts, retries);
+- `sandboxes`: the Docker backend (image override, warm pool).
+
+Where a lower layer declares a knob's default itself (PolicyClient's keyword arguments,
+sandboxes.pool.PoolSettings), the field reads it from there instead of restating it. The flags
+of `serve` and `collect` take their defaults from these fields (`default_of`). Request defaults
+(sampling, agent limits, samples per task) are service/sample.py's.
+"""
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sandboxes.pool import PoolSettings
+from service.policy.client import PolicyClient
+
+_CLIENT = inspect.signature(PolicyClient).parameters  # the client's own keyword defaults
 
 
-class Settings(BaseModel):
+def default_of(model: type[BaseModel], name: str) -> Any:
+    """The default of a settings (or request) field: what a command-line flag defaults to."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
+class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ServiceSettings(_Group):
+    """The HTTP service: where it listens, its store, admission, leases, request limits."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    policy_urls: list[str] = Field(default_factory=list)
-    model: str | None = None
     data_dir: Path = Path("./rollouts-data")
     api_key: str | None = None
     max_concurrent_samples: int = Field(default=64, ge=1)
     max_queued_samples: int = Field(default=100_000, ge=1)
-    image: str | None = Field(default=None, description="override every task's image")
     datasets: dict[str, str] = Field(default_factory=dict, description="name -> path")
     stale_policy: Literal["drop", "requeue"] = "drop"
     lease_ttl_s: float = Field(default=600.0, gt=0)
@@ -30,15 +53,6 @@ class Settings(BaseModel):
     body_read_timeout_s: float = Field(default=30.0, gt=0)
     body_idle_timeout_s: float = Field(default=10.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
-
-    @field_validator("policy_urls")
-    @classmethod
-    def _split(cls, v: list[str]) -> list[str]:
-        # ROLLOUTS_POLICY_URL may hold several comma-separated URLs.
-        out: list[str] = []
-        for item in v:
-            out.extend(u.strip().rstrip("/") for u in item.split(",") if u.strip())
-        return out
 
     @property
     def is_loopback(self) -> bool:
@@ -59,3 +73,71 @@ class Settings(BaseModel):
 
     def resolve_tasks_path(self, path: str) -> str:
         return self.datasets.get(path, path)
+
+
+class PolicySettings(_Group):
+    """The policy client: PolicyClient's constructor arguments."""
+
+    urls: list[str] = Field(default_factory=list, description="vLLM base URLs")
+    model: str | None = Field(default=None, description="None: the server's only model")
+    timeout_s: float = Field(default=_CLIENT["timeout_s"].default, gt=0)
+    max_retries: int = Field(default=_CLIENT["max_retries"].default, ge=0)
+    backoff_s: float = Field(default=_CLIENT["backoff_s"].default, ge=0)
+    cooldown_s: float = Field(default=_CLIENT["cooldown_s"].default, ge=0)
+
+    @field_validator("urls")
+    @classmethod
+    def _split(cls, v: list[str]) -> list[str]:
+        # ROLLOUTS_POLICY_URL may hold several comma-separated URLs.
+        out: list[str] = []
+        for item in v:
+            out.extend(u.strip().rstrip("/") for u in item.split(",") if u.strip())
+        return out
+
+
+class SandboxSettings(_Group):
+    """The Docker backend: an image for every task, and the warm container pool."""
+
+    image: str | None = Field(default=None, description="override every task's image")
+    warm_per_key: int = Field(
+        default=PoolSettings.warm_per_key, ge=0, description="idle containers per image; 0: off"
+    )
+    create_rate: float = Field(default=PoolSettings.create_rate, gt=0, description="per second")
+    create_burst: float = Field(default=PoolSettings.create_burst, ge=1)
+    create_jitter_s: float = Field(default=PoolSettings.create_jitter_s, ge=0)
+    max_concurrent_creates: int = Field(default=PoolSettings.max_concurrent_creates, ge=1)
+
+    def pool(self) -> PoolSettings:
+        return PoolSettings(
+            warm_per_key=self.warm_per_key,
+            create_rate=self.create_rate,
+            create_burst=self.create_burst,
+            create_jitter_s=self.create_jitter_s,
+            max_concurrent_creates=self.max_concurrent_creates,
+        )
+
+
+# Keywords of the former one-level Settings, still accepted flat: Settings(port=0, image="x").
+_FLAT = {"policy_urls": ("policy", "urls"), "model": ("policy", "model")}
+_FLAT |= {"image": ("sandboxes", "image")}
+_FLAT |= {name: ("service", name) for name in ServiceSettings.model_fields}
+
+
+class Settings(_Group):
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_keywords(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not _FLAT.keys() & data.keys():
+            return data
+        out = dict(data)
+        for key in _FLAT.keys() & data.keys():
+            group, name = _FLAT[key]
+            section = out.get(group, {})
+            if isinstance(section, BaseModel):
+                section = section.model_dump(exclude_unset=True)
+            out[group] = {**section, name: out.pop(key)}
+        return out

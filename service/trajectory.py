@@ -6,6 +6,7 @@ the sampler's logprobs (TIS needs them), the reward and how the episode ended.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
@@ -51,6 +52,13 @@ class Message(BaseModel):
     content: str
 
 
+class VerifierFile(BaseModel):
+    """A file the tests left under /logs/verifier (the reward among them), capped at 16 KiB."""
+
+    path: str
+    content: str
+
+
 class Trajectory(BaseModel):
     trajectory_id: str
     rollout_id: str
@@ -70,6 +78,10 @@ class Trajectory(BaseModel):
     num_turns: int = 0
     messages: list[Message] = Field(default_factory=list)
     verifier_output: str = ""
+    # Why the reward is what it is: the grading flags (sandboxes/reward.py) and the files the
+    # tests left behind. A flag in SUSPECTED_HACKS means the tested code tried to forge a pass.
+    reward_flags: list[str] = Field(default_factory=list)
+    verifier_files: list[VerifierFile] = Field(default_factory=list)
     timings: Timings = Field(default_factory=Timings)
     advantage: float | None = None
 
@@ -93,8 +105,43 @@ class Trajectory(BaseModel):
         return self
 
 
+# How a group runner hands each finished trajectory back (the scheduler commits it).
+OnTrajectory = Callable[[Trajectory], Awaitable[None]]
+
+
+def empty_trajectory(
+    trajectory_id: str,
+    rollout_id: str,
+    group_id: str,
+    task_id: str,
+    sample_index: int,
+    policy_version: int,
+    status: Status,
+    why: str = "",
+) -> Trajectory:
+    """A sample that produced no tokens (cancelled, or its runner failed): `why` is kept in
+    `verifier_output`. Its status should be a masked one: it carries no reward."""
+    return Trajectory(
+        trajectory_id=trajectory_id,
+        rollout_id=rollout_id,
+        group_id=group_id,
+        task_id=task_id,
+        sample_index=sample_index,
+        policy_version_start=policy_version,
+        policy_version_end=policy_version,
+        prompt_token_ids=[],
+        response_token_ids=[],
+        loss_mask=[],
+        rollout_logprobs=[],
+        reward=None,
+        status=status,
+        verifier_output=why,
+    )
+
+
 TIMINGS_TYPE = pa.struct([(name, pa.float64()) for name in Timings.model_fields])
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
+VERIFIER_FILE_TYPE = pa.struct([("path", pa.string()), ("content", pa.string())])
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -116,6 +163,8 @@ ARROW_SCHEMA = pa.schema(
         ("num_turns", pa.int32()),
         ("messages", pa.list_(MESSAGE_TYPE)),
         ("verifier_output", pa.string()),
+        ("reward_flags", pa.list_(pa.string())),
+        ("verifier_files", pa.list_(VERIFIER_FILE_TYPE)),
         ("timings", TIMINGS_TYPE),
         ("advantage", pa.float64()),
     ]

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.advantages import AdvantageConfig
-from service.sample import AgentLimits, SamplingParams
+from service.sample import N_SAMPLES, AgentLimits, SamplingParams
 from service.trajectory import Trajectory
+
+# Lease responses carry the number of groups not yet acknowledged (of the rollout asked for).
+REMAINING_HEADER = "X-Rollouts-Remaining"
 
 
 class _Strict(BaseModel):
@@ -25,13 +28,16 @@ class TasksSpec(_Strict):
     limit: int | None = Field(default=None, ge=1)
 
 
+# Defaults come from the dataclasses these specs turn into (service/sample.py, advantages.py).
+
+
 class SamplingSpec(_Strict):
-    temperature: float = Field(default=1.0, ge=0.0, le=10.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=-1, ge=-1)
-    max_tokens: int = Field(default=4096, ge=1, le=1_000_000)
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
-    stop: list[str] | None = Field(default=None, max_length=16)
+    temperature: float = Field(default=SamplingParams.temperature, ge=0.0, le=10.0)
+    top_p: float = Field(default=SamplingParams.top_p, gt=0.0, le=1.0)
+    top_k: int = Field(default=SamplingParams.top_k, ge=-1)
+    max_tokens: int = Field(default=SamplingParams.max_tokens, ge=1, le=1_000_000)
+    seed: int | None = Field(default=SamplingParams.seed, ge=0, le=2**63 - 1)
+    stop: list[str] | None = Field(default=SamplingParams.stop, max_length=16)
 
     def to_params(self) -> SamplingParams:
         return SamplingParams(
@@ -45,9 +51,9 @@ class SamplingSpec(_Strict):
 
 
 class AgentSpec(_Strict):
-    max_turns: int = Field(default=32, ge=1, le=10_000)
-    timeout_s: float | None = Field(default=None, gt=0.0, le=7 * 24 * 3600)
-    mask_agent_timeout: bool = False
+    max_turns: int = Field(default=AgentLimits.max_turns, ge=1, le=10_000)
+    timeout_s: float | None = Field(default=AgentLimits.timeout_s, gt=0.0, le=7 * 24 * 3600)
+    mask_agent_timeout: bool = AgentLimits.mask_agent_timeout
 
     def to_limits(self) -> AgentLimits:
         return AgentLimits(
@@ -58,9 +64,9 @@ class AgentSpec(_Strict):
 
 
 class AdvantageSpec(_Strict):
-    estimator: Literal["rloo", "rloo_n"] = "rloo_n"
-    min_group_size: int = Field(default=4, ge=1, le=100_000)
-    drop_zero_variance: bool = False
+    estimator: Literal["rloo", "rloo_n"] = AdvantageConfig.estimator
+    min_group_size: int = Field(default=AdvantageConfig.min_group_size, ge=1, le=100_000)
+    drop_zero_variance: bool = AdvantageConfig.drop_zero_variance
 
     def to_config(self) -> AdvantageConfig:
         return AdvantageConfig(
@@ -72,11 +78,24 @@ class AdvantageSpec(_Strict):
 
 class RolloutRequest(_Strict):
     tasks: TasksSpec
-    n_samples: int = Field(default=8, ge=1, le=1024)
+    n_samples: int = Field(default=N_SAMPLES, ge=1, le=1024)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     agent: AgentSpec = Field(default_factory=AgentSpec)
     advantage: AdvantageSpec = Field(default_factory=AdvantageSpec)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, description="higher runs first")
+
+    @model_validator(mode="after")
+    def _group_can_have_advantages(self) -> RolloutRequest:
+        # rloo_n gives every sample of a group smaller than min_group_size advantage 0: a request
+        # that can never reach it would silently train on nothing.
+        adv = self.advantage
+        if adv.estimator == "rloo_n" and self.n_samples < adv.min_group_size:
+            raise ValueError(
+                f"n_samples ({self.n_samples}) is smaller than advantage.min_group_size "
+                f"({adv.min_group_size}): every rloo_n advantage would be 0; raise n_samples "
+                "or lower advantage.min_group_size"
+            )
+        return self
 
 
 class RolloutCreated(BaseModel):
@@ -87,6 +106,10 @@ RolloutState = Literal["running", "completed", "cancelled"]
 
 
 class RolloutStatus(BaseModel):
+    """A rollout's progress: the store's RolloutSummary, field for field."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     id: str
     status: RolloutState
     groups_total: int
@@ -121,6 +144,8 @@ class LeaseResponse(BaseModel):
 
 
 class AckResponse(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # from the store's AckResult
+
     batch_id: str
     groups: int
     already_acked: bool
@@ -132,6 +157,8 @@ class PolicyUpdate(_Strict):
 
 
 class PolicyState(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # from leasing's PolicyVersion
+
     version: int
     max_staleness: int | None
     stale_policy: Literal["drop", "requeue"]

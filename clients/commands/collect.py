@@ -5,23 +5,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from functools import partial
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from sandboxes.docker_backend import BackendSettings, DockerBackend
+from clients.commands.policy_stub import stand_in_policy
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
-from service.collect import CollectSummary, collect
-from service.episode import EpisodeRunner
-from service.policy.client import PolicyClient, PolicyError
-from service.policy.stub.process import stand_in_policy
-from service.wire import AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
+from service.advantages import AdvantageConfig
+from service.collect import CONCURRENCY, CollectSummary, collect
+from service.components import build_components
+from service.policy.client import PolicyError
+from service.sample import N_SAMPLES, AgentLimits, SamplingParams
+from service.settings import (
+    PolicySettings,
+    SandboxSettings,
+    ServiceSettings,
+    Settings,
+    default_of,
+)
+from service.wire import AdvantageSpec, AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
 
 console = Console(stderr=True)
+_policy = partial(default_of, PolicySettings)
+_sandboxes = partial(default_of, SandboxSettings)
 
 
 def summary_table(summary: CollectSummary, out: Path) -> Table:
@@ -46,22 +58,11 @@ def summary_table(summary: CollectSummary, out: Path) -> Table:
     return table
 
 
-async def _run(
-    tasks_path: str,
-    policy_urls: list[str],
-    model: str | None,
-    request: RolloutRequest,
-    concurrency: int,
-    image: str | None,
-    out_file: Path,
-    limit: int | None,
-) -> CollectSummary:
-    tasks = load_tasks(tasks_path, limit=limit)
-    policy = PolicyClient(policy_urls, model)
-    await policy.start()
-    backend = DockerBackend(BackendSettings(image_override=image))
-    runner = EpisodeRunner(policy, backend)
+async def _run(settings: Settings, request: RolloutRequest, out_file: Path) -> CollectSummary:
+    spec = request.tasks
+    components = await build_components(settings, policy_must_answer=True)
     try:
+        tasks = components.load_tasks(spec.path, spec.ids, spec.limit)
         with Progress(
             "[progress.description]{task.description}",
             BarColumn(),
@@ -71,18 +72,19 @@ async def _run(
         ) as progress:
             bar = progress.add_task("trajectories", total=len(tasks) * request.n_samples)
             return await collect(
-                tasks_path,
+                spec.path,
                 tasks,
-                runner,
-                out_file.with_suffix(".store"),
+                components.runner,
+                settings.service.data_dir,
                 out_file,
                 request,
-                concurrency=concurrency,
+                concurrency=settings.service.max_concurrent_samples,
+                task_loader=components.load_tasks,
                 on_trajectory=lambda _event: progress.advance(bar),
             )
     finally:
-        await backend.aclose()
-        await policy.aclose()
+        if components.aclose is not None:
+            await components.aclose()
 
 
 def _announce_build(tag: str) -> None:
@@ -99,19 +101,60 @@ def register(app: typer.Typer) -> None:
             envvar="ROLLOUTS_POLICY_URL",
             help="vLLM base URL (repeatable). Without it the stand-in policy is started.",
         ),
-        model: str = typer.Option(None, "--model", help="Default: the server's only model."),
-        n_samples: int = typer.Option(8, "--n-samples", min=1),
-        concurrency: int = typer.Option(8, "--concurrency", min=1, help="Samples in flight."),
-        max_turns: int = typer.Option(32, "--max-turns", min=1),
-        max_tokens: int = typer.Option(4096, "--max-tokens", min=1, help="Per turn."),
-        temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+        model: str = typer.Option(
+            _policy("model"), "--model", help="Default: the server's only model."
+        ),
+        n_samples: int = typer.Option(N_SAMPLES, "--n-samples", min=1),
+        min_group_size: int = typer.Option(
+            AdvantageConfig.min_group_size,
+            "--min-group-size",
+            min=1,
+            help="rloo_n: groups with fewer unmasked samples get advantage 0 (<= --n-samples).",
+        ),
+        concurrency: int = typer.Option(
+            CONCURRENCY, "--concurrency", min=1, help="Samples in flight."
+        ),
+        max_turns: int = typer.Option(AgentLimits.max_turns, "--max-turns", min=1),
+        max_tokens: int = typer.Option(
+            SamplingParams.max_tokens, "--max-tokens", min=1, help="Per turn."
+        ),
+        temperature: float = typer.Option(SamplingParams.temperature, "--temperature", min=0.0),
         seed: int = typer.Option(None, "--seed"),
         limit: int = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
-        image: str = typer.Option(None, "--image", help="Use this image for every task."),
+        image: str = typer.Option(
+            _sandboxes("image"), "--image", help="Use this image for every task."
+        ),
         p_correct: float = typer.Option(
             0.5, "--p-correct", min=0.0, max=1.0, help="Stand-in only: chance of the oracle."
         ),
         out: Path = typer.Option(Path("out"), "--out", help="Output folder."),
+        policy_timeout_s: float = typer.Option(
+            _policy("timeout_s"), "--policy-timeout", help="Seconds per policy request."
+        ),
+        policy_retries: int = typer.Option(
+            _policy("max_retries"), "--policy-retries", min=0, help="Retries of a failed request."
+        ),
+        policy_backoff_s: float = typer.Option(
+            _policy("backoff_s"), "--policy-backoff", min=0.0, help="First retry delay, seconds."
+        ),
+        policy_cooldown_s: float = typer.Option(
+            _policy("cooldown_s"),
+            "--policy-cooldown",
+            min=0.0,
+            help="Seconds a failing policy server gets no new samples.",
+        ),
+        warm_containers: int = typer.Option(
+            _sandboxes("warm_per_key"),
+            "--warm-containers",
+            min=0,
+            help="Started containers kept idle per image (0: no warm pool).",
+        ),
+        create_rate: float = typer.Option(
+            _sandboxes("create_rate"), "--create-rate", help="Container creates per second."
+        ),
+        max_concurrent_creates: int = typer.Option(
+            _sandboxes("max_concurrent_creates"), "--max-concurrent-creates", min=1
+        ),
     ) -> None:
         """Collect rollouts for every task x n samples and write them as Parquet."""
         try:
@@ -119,29 +162,53 @@ def register(app: typer.Typer) -> None:
         except (TaskLoadError, FileNotFoundError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
+        try:
+            policy = PolicySettings(
+                urls=policy_url or [], model=model, timeout_s=policy_timeout_s,
+                max_retries=policy_retries, backoff_s=policy_backoff_s,
+                cooldown_s=policy_cooldown_s,
+            )  # fmt: skip
+            sandboxes = SandboxSettings(
+                image=image, warm_per_key=warm_containers, create_rate=create_rate,
+                max_concurrent_creates=max_concurrent_creates,
+            )  # fmt: skip
+        except ValidationError as e:
+            err = e.errors()[0]
+            typer.echo(f"error: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}", err=True)
+            raise typer.Exit(2) from None
+        try:
+            request = RolloutRequest(
+                tasks=TasksSpec(path=tasks, limit=limit),
+                n_samples=n_samples,
+                sampling=SamplingSpec(temperature=temperature, max_tokens=max_tokens, seed=seed),
+                agent=AgentSpec(max_turns=max_turns),
+                advantage=AdvantageSpec(min_group_size=min_group_size),
+            )
+        except ValidationError as e:
+            msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+            typer.echo(f"error: {msg} (--n-samples, --min-group-size)", err=True)
+            raise typer.Exit(2) from None
         asyncio.run(ensure_base_image(on_build=_announce_build))
         out.mkdir(parents=True, exist_ok=True)
         out_file = out / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.parquet"
-        request = RolloutRequest(
-            tasks=TasksSpec(path=tasks, limit=limit),
-            n_samples=n_samples,
-            sampling=SamplingSpec(temperature=temperature, max_tokens=max_tokens, seed=seed),
-            agent=AgentSpec(max_turns=max_turns),
-        )
-        urls = [u for item in (policy_url or []) for u in item.split(",") if u.strip()]
         with contextlib.ExitStack() as stack:
-            if not urls:
+            if not policy.urls:
                 console.print(
                     "No --policy-url / ROLLOUTS_POLICY_URL: starting the stand-in policy."
                 )
                 stand_in = stack.enter_context(
                     stand_in_policy(tasks, p_correct=p_correct, seed=seed or 0)
                 )
-                urls = [stand_in.url]
+                policy = policy.model_copy(update={"urls": [stand_in.url]})
+            settings = Settings(
+                service=ServiceSettings(
+                    data_dir=out_file.with_suffix(".store"), max_concurrent_samples=concurrency
+                ),
+                policy=policy,
+                sandboxes=sandboxes,
+            )
             try:
-                summary = asyncio.run(
-                    _run(tasks, urls, model, request, concurrency, image, out_file, limit)
-                )  # fmt: skip
+                summary = asyncio.run(_run(settings, request, out_file))
             except PolicyError as e:
                 typer.echo(f"error: policy server: {e}", err=True)
                 raise typer.Exit(1) from None

@@ -9,6 +9,8 @@ import pyarrow.parquet as pq
 import typer
 
 from clients.trainer import Batch, ServiceError, TrainerClient
+from service.settings import default_of
+from service.wire import LeaseRequest
 
 
 def write_batch(batch: Batch, out_dir: Path) -> Path:
@@ -35,10 +37,14 @@ def register(app: typer.Typer) -> None:
     def pull(
         url: str = typer.Option(..., "--url", help="Service base URL."),
         out: Path = typer.Option(..., "--out", help="Folder for batch-<id>.parquet files."),
-        max_groups: int = typer.Option(64, "--max-groups", min=1),
+        max_groups: int = typer.Option(
+            default_of(LeaseRequest, "max_groups"), "--max-groups", min=1
+        ),
         api_key: str = typer.Option(None, "--api-key", envvar="ROLLOUTS_API_KEY"),
         rollout: str = typer.Option(None, "--rollout", help="Only this rollout id."),
-        wait_s: float = typer.Option(30.0, "--wait", min=0.0, help="Seconds per lease call."),
+        wait_s: float = typer.Option(
+            default_of(LeaseRequest, "wait_s"), "--wait", min=0.0, help="Seconds per lease call."
+        ),
         follow: bool = typer.Option(
             False, "--follow", help="Keep waiting after everything is delivered."
         ),

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import typer
 
+from sandboxes.backend import Verdict
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.oracle import run_oracle
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, load_tasks
+from service.episode import status_of
 
 
 async def _verify_all(
@@ -40,11 +42,13 @@ async def _verify_all(
         line = {
             "task_id": task.id,
             "reward": result.reward,
-            "status": result.status.value,
+            "status": status_of(result.verdict).value,
             "durations": {k: round(v, 3) for k, v in result.durations.items()},
         }
         if not as_json:
-            line["verifier_output"] = result.output[-400:] if result.status.value != "ok" else ""
+            line["verifier_output"] = (
+                result.output[-400:] if result.verdict is not Verdict.graded else ""
+            )
         print(json.dumps(line), flush=True)
 
     try:

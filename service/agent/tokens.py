@@ -26,8 +26,11 @@ def observation_delta(content: str, *, turn_closed: bool) -> str:
     return f"{close}\n{IM_START}user\n{content}{IM_END}\n{IM_START}assistant\n"
 
 
-class InvariantError(AssertionError):
-    """A trajectory would reach the trainer with misaligned tokens: never store it."""
+class InvariantError(Exception):
+    """A trajectory would reach the trainer with misaligned tokens: never store it.
+
+    A plain exception, not an AssertionError, and raised explicitly, never by `assert`: these
+    checks must hold under `python -O` too."""
 
 
 @dataclass

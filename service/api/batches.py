@@ -10,23 +10,16 @@ import asyncio
 import json
 
 import pyarrow as pa
-from fastapi import APIRouter, Depends, Header, HTTPException, Path, Response
+from fastapi import APIRouter, Depends, Header, Path, Response
 
 from service.api.responses import errors
 from service.app import ServiceState, service_state
-from service.store import (
-    LeasedGroup,
-    LeaseExpired,
-    UnknownBatch,
-    payloads_to_arrow,
-    with_advantage,
-)
+from service.store import LeasedGroup, UnknownRollout, payloads_to_arrow, with_advantage
 from service.trajectory import ARROW_SCHEMA
-from service.wire import AckResponse, LeaseRequest, LeaseResponse
+from service.wire import REMAINING_HEADER, AckResponse, LeaseRequest, LeaseResponse
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-REMAINING_HEADER = "X-Rollouts-Remaining"
 # zstd buffers: token ids and logprobs shrink ~1.6x more for a few ms per batch (readers
 # decompress transparently); it pays off as soon as the trainer is not on the same host.
 ARROW_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
@@ -84,7 +77,7 @@ async def lease(
     accept: str | None = Header(default=None),
 ) -> Response:
     if body.rollout_id is not None and not await state.store.rollout_exists(body.rollout_id):
-        raise HTTPException(404, f"no rollout with id {body.rollout_id!r}")
+        raise UnknownRollout(body.rollout_id)
     result = await state.leasing.lease(body.max_groups, body.rollout_id, body.wait_s, body.lease_s)
     remaining = str(await state.store.remaining_groups(body.rollout_id))
     if result is None or result.batch_id is None:
@@ -117,18 +110,4 @@ async def lease(
 async def ack(
     batch_id: str = Path(max_length=200), state: ServiceState = Depends(service_state)
 ) -> AckResponse:
-    try:
-        result = await state.store.ack(batch_id)
-    except UnknownBatch:
-        raise HTTPException(404, f"no batch with id {batch_id!r}") from None
-    except LeaseExpired:
-        raise HTTPException(
-            409,
-            f"lease of batch {batch_id!r} expired before this ack; its groups are offered "
-            "again (dedupe by trajectory_id)",
-        ) from None
-    if not result.already_acked:
-        state.metrics.leases.labels("acked").inc()
-    return AckResponse(
-        batch_id=result.batch_id, groups=result.groups, already_acked=result.already_acked
-    )
+    return AckResponse.model_validate(await state.ack(batch_id))

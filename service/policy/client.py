@@ -5,7 +5,12 @@ trainer sees is exactly what was sampled (no re-tokenization drift). Transient f
 connection errors, timeouts, malformed or truncated bodies) are retried with exponential backoff
 and jitter, through the router so a retry can land on another replica; after that the sample
 becomes policy_error (masked). A prompt too long for the context is not retried: it raises
-ContextLengthError, which the episode turns into its own status.
+ContextLengthError, which the episode turns into its own status. Both are PolicyFaults.
+
+Sticky routing is the client's business: a request made for a `sample` goes to that sample's
+server (the least-loaded healthy one on first use, the same one afterwards, where its prefix is
+cached), and a retry after a server fault moves the sample. `pin` puts a sample on a given
+server (a group's samples on the server of their shared first turn); `release` frees it.
 """
 
 from __future__ import annotations
@@ -47,11 +52,15 @@ class Generation:
     text: str
 
 
-class PolicyError(Exception):
+class PolicyFault(Exception):
+    """Generation could not go on: the base of every error the policy client raises."""
+
+
+class PolicyError(PolicyFault):
     """The policy servers failed (after retries, or with a non-retryable 4xx)."""
 
 
-class ContextLengthError(Exception):
+class ContextLengthError(PolicyFault):
     """The prompt does not fit the model's context (vLLM 400, param input_tokens)."""
 
 
@@ -86,9 +95,12 @@ class PolicyClient:
         backoff_s: float = 0.5,
         max_model_len: int | None = None,
         cooldown_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """`transport` replaces the network (tests pass an `httpx.MockTransport`)."""
         urls = [normalize_base_url(u) for u in base_urls]
-        self.router = PolicyRouter(urls, cooldown_s=cooldown_s)
+        self._router = PolicyRouter(urls, cooldown_s=cooldown_s)
+        self._transport = transport
         self.model: str = model or ""
         self._model_given = model is not None
         self.max_model_len: int = max_model_len or DEFAULT_MAX_MODEL_LEN
@@ -107,10 +119,11 @@ class PolicyClient:
             self._http = httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
                 limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+                transport=self._transport,
             )
         if self._resolved or (self._model_given and self._max_model_len_given):
             return
-        models = await self._call("GET", "/v1/models", None, ModelList, server=None)
+        models = await self._call("GET", "/v1/models", None, ModelList)
         if not self._model_given:
             ids = [m.id for m in models.data]
             if len(ids) != 1:
@@ -139,23 +152,63 @@ class PolicyClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    # ------------------------------------------------------------ routing
+
+    @property
+    def urls(self) -> list[str]:
+        """The policy servers' base URLs, normalised."""
+        return list(self._router.urls)
+
+    def pin(self, sample: str, server: str | None = None) -> str:
+        """Pin `sample` to `server` (for a group's samples: the server of their shared first
+        turn, which holds their prefix), or with none given keep it where it is (moving it if
+        that server is cooling down) or put it on the least-loaded healthy server. It counts as
+        in flight there until `release(sample)`. Returns its server."""
+        if server is None:
+            return self._router.acquire(sample)
+        server = normalize_base_url(server)
+        self._router.assign(sample, server)
+        return server
+
+    def release(self, sample: str) -> None:
+        """The sample is finished: free its place (a no-op for one never pinned)."""
+        self._router.release(sample)
+
     # ------------------------------------------------------------ endpoints
+    #
+    # Where a request goes: with `sample`, that sample's server (pinned on first use, so the
+    # caller releases it), and a retry moves the sample; with `server`, that server first; with
+    # neither, the least-loaded healthy server.
 
     async def tokenize_messages(
-        self, messages: list[dict[str, str]], *, server: str | None = None
+        self,
+        messages: list[dict[str, str]],
+        *,
+        sample: str | None = None,
+        server: str | None = None,
     ) -> list[int]:
         body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
-        resp = await self._call("POST", "/tokenize", body, TokenizeResponse, server=server)
+        resp = await self._call(
+            "POST", "/tokenize", body, TokenizeResponse, sample=sample, server=server
+        )
         return resp.tokens
 
-    async def tokenize_text(self, text: str, *, server: str | None = None) -> list[int]:
+    async def tokenize_text(
+        self, text: str, *, sample: str | None = None, server: str | None = None
+    ) -> list[int]:
         body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        resp = await self._call("POST", "/tokenize", body, TokenizeResponse, server=server)
+        resp = await self._call(
+            "POST", "/tokenize", body, TokenizeResponse, sample=sample, server=server
+        )
         return resp.tokens
 
-    async def detokenize(self, token_ids: list[int], *, server: str | None = None) -> str:
+    async def detokenize(
+        self, token_ids: list[int], *, sample: str | None = None, server: str | None = None
+    ) -> str:
         body = {"model": self.model, "tokens": token_ids}
-        resp = await self._call("POST", "/detokenize", body, DetokenizeResponse, server=server)
+        resp = await self._call(
+            "POST", "/detokenize", body, DetokenizeResponse, sample=sample, server=server
+        )
         return resp.prompt
 
     async def complete(
@@ -164,12 +217,12 @@ class PolicyClient:
         params: SamplingParams,
         *,
         n: int = 1,
-        server: str,
+        sample: str | None = None,
+        server: str | None = None,
         cache_salt: str | None = None,
-        sample_key: str | None = None,
     ) -> list[Generation]:
-        """Generate `n` continuations of the prompt on `server`. With `sample_key`, a retry after a
-        server failure goes wherever the router now sends that sample."""
+        """Generate `n` continuations of the prompt: on `sample`'s server (a retry after a server
+        fault moves the sample), or on `server`, or on the least-loaded healthy one."""
         if cache_salt is not None and (problem := cache_salt_problem(cache_salt)):
             raise ValueError(f"cache_salt: {problem}")
         if not prompt_token_ids:
@@ -205,8 +258,8 @@ class PolicyClient:
             "/v1/completions",
             body,
             CompletionResponse,
+            sample=sample,
             server=server,
-            sample_key=sample_key,
             check=lambda r: _generations(r, n),
         )
         return _generations(resp, n)
@@ -221,7 +274,7 @@ class PolicyClient:
             except httpx.HTTPError:
                 return False
 
-        results = await asyncio.gather(*(one(u) for u in self.router.urls))
+        results = await asyncio.gather(*(one(u) for u in self._router.urls))
         return any(results)
 
     # ------------------------------------------------------------ transport
@@ -231,14 +284,14 @@ class PolicyClient:
             raise RuntimeError("PolicyClient.start() was not called")
         return self._http
 
-    def _server_for(self, server: str | None, sample_key: str | None, attempt: int) -> str:
-        if sample_key is not None and attempt > 0:
-            return self.router.acquire(sample_key)
+    def _server_for(self, server: str | None, sample: str | None, attempt: int) -> str:
+        if sample is not None:
+            return self._router.acquire(sample)  # moves the sample once its server has failed
         if server is not None:
             server = normalize_base_url(server)
-            if attempt == 0 or self.router.healthy(server):
+            if attempt == 0 or self._router.healthy(server):
                 return server
-        return self.router.pick()
+        return self._router.pick()
 
     async def _call(
         self,
@@ -247,26 +300,28 @@ class PolicyClient:
         body: dict[str, Any] | None,
         model: type[M],
         *,
-        server: str | None,
-        sample_key: str | None = None,
+        sample: str | None = None,
+        server: str | None = None,
         check: Callable[[M], object] | None = None,
     ) -> M:
+        if sample is not None and server is not None:
+            raise ValueError("a request goes to a sample's server or to a given one, not both")
         http = self._client()
         last = "no attempt made"
         for attempt in range(self.max_retries + 1):
             if attempt:
                 delay = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: no thundering herd
-            url = self._server_for(server, sample_key, attempt)
+            url = self._server_for(server, sample, attempt)
             try:
                 result = await self._once(http, method, url + path, body, model)
                 if check is not None:
                     check(result)
             except _Retryable as e:
                 last = f"{url}{path}: {e}"
-                self.router.mark_failed(url)
+                self._router.mark_failed(url)
                 continue
-            self.router.mark_ok(url)
+            self._router.mark_ok(url)
             return result
         raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
 

@@ -5,6 +5,9 @@ turns stick to the same server, where its prefix is cached. A failed server leav
 for a cool-down and is tried again afterwards; if every server is cooling down, the least recently
 failed one is used anyway (better a retry than a certain failure). When a sample's sticky server
 fails, the sample moves; only its prefix cache is lost.
+
+The policy client owns its router: callers say which sample a request is for (`sample=`) and
+pin or release samples through the client, never here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pydantic models of the vLLM (0.32) OpenAI-compatible HTTP requests and responses we use.
 
 One module, one definition: the policy client validates what vLLM answers with these models, and
-the stand-in server (service/policy/stub/) builds its answers from the same models, so the two can
+the stand-in server (standin/) builds its answers from the same models, so the two can
 never drift apart. Field names and nesting follow the recordings in shared/vllm-wire/ exactly.
 
 Response models accept unknown extra fields (a newer vLLM may add some; we must not break), while

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 from results_log import CaseResult
 
+from clients.commands.policy_stub import stop_process
 from sandboxes.task import Task
 from sandboxes.tasks import iter_tasks
-from service.policy.stub.process import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"

@@ -28,11 +28,11 @@ from harness import CaseLog, containers_labelled
 from sandboxes.docker_backend import DockerBackend
 from sandboxes.oracle import run_oracle
 from sandboxes.task import Task
-from service.episode import EpisodeRunner
+from service.episode import EpisodeRunner, status_of
 from service.policy.client import PolicyClient
-from service.policy.stub.behaviour import ATTACKS, HOST_PROBE_PORT
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Trajectory, is_masked
+from standin.behaviour import ATTACKS, HOST_PROBE_PORT
 
 pytestmark = [pytest.mark.docker]
 
@@ -124,7 +124,7 @@ async def _as_solve_script(
         solve_script=script.encode(),
         labels={"rollouts.rollout_id": rollout_id, "rollouts.task_id": task.id},
     )
-    return Outcome(r.reward, r.status.value, time.monotonic() - t0, r.agent_output)
+    return Outcome(r.reward, status_of(r.verdict).value, time.monotonic() - t0, r.agent_output)
 
 
 def _check(name: str, how: str, o: Outcome) -> None:

@@ -28,7 +28,7 @@ from service_process import (
     trajectory_ids,
 )
 
-from service.policy.stub.process import stand_in_policy
+from clients.commands.policy_stub import stand_in_policy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 KILLS = 20

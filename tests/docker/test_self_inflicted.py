@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sandboxes.backend import SandboxExited
+from sandboxes.backend import SandboxExited, Verdict
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import BASE_TAG, ensure_base_image
 from sandboxes.oracle import run_oracle
@@ -153,7 +153,7 @@ async def test_workspace_too_large_solve_script_scores_zero(small_backend, examp
         solve_script=script,
         labels={"rollouts.rollout_id": rollout_id},
     )
-    assert (r.status, r.reward) == (Status.ok, 0.0), r.output
+    assert (r.verdict, r.reward) == (Verdict.graded, 0.0), r.output
     assert f"workspace exceeds {WORKSPACE_CAP} bytes" in r.output
     await small_backend.aclose()
     assert _labelled(rollout_id) == []

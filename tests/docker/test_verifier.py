@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from sandboxes.backend import Verdict
 from sandboxes.oracle import run_oracle
+from sandboxes.reward import RewardError, parse_reward
 from sandboxes.task import Task, TaskConfig
-from sandboxes.verifier import RewardError, parse_reward
 from sandboxes.workspace_tar import build_tar
-from service.trajectory import Status
 
 pytestmark = pytest.mark.docker
 
@@ -41,10 +41,12 @@ def test_parse_reward():
 
 async def test_oracle_scores_one_and_empty_scores_zero(pooled_backend, example_task, run_labels):
     oracle = await run_oracle(example_task, pooled_backend, solve_script=None, labels=run_labels)
-    assert (oracle.status, oracle.reward) == (Status.ok, 1.0), oracle.output + oracle.agent_output
+    assert (oracle.verdict, oracle.reward) == (Verdict.graded, 1.0), (
+        oracle.output + oracle.agent_output
+    )
     assert {"create_s", "agent_s", "tests_s", "verify_s"} <= set(oracle.durations)
     empty = await run_oracle(example_task, pooled_backend, solve_script=b"", labels=run_labels)
-    assert (empty.status, empty.reward) == (Status.ok, 0.0)
+    assert (empty.verdict, empty.reward) == (Verdict.graded, 0.0)
 
 
 async def test_agent_written_reward_is_never_read(backend, example_task, run_labels):
@@ -52,13 +54,16 @@ async def test_agent_written_reward_is_never_read(backend, example_task, run_lab
         b"mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt; echo 1 > /app/reward.txt"
     )
     result = await run_oracle(example_task, backend, solve_script=hack, labels=run_labels)
-    assert (result.status, result.reward) == (Status.ok, 0.0)
+    assert (result.verdict, result.reward) == (Verdict.graded, 0.0)
 
 
-async def test_missing_reward_is_masked(backend, example_task, run_labels):
+async def test_missing_reward_is_graded_zero_and_flagged(backend, example_task, run_labels):
+    """Only the tested code can stop a working test.sh from writing its reward, so a missing
+    reward is a 0 (a broken task gives the whole group 0: advantage 0, as if masked)."""
     task = _with_tests(example_task, b"echo no reward here\n")
     result = await backend.verify(task, build_tar({"solution.py": b""}), run_labels)
-    assert result.status == Status.verifier_error and result.reward is None
+    assert (result.verdict, result.reward) == (Verdict.graded, 0.0), result.output
+    assert result.flags == ["no_reward"]
     assert "no reward here" in result.output
 
 
@@ -67,7 +72,7 @@ async def test_verifier_timeout_scores_zero(backend, example_task, run_labels):
         example_task, b"echo 1 > /logs/verifier/reward.txt; sleep 100\n", verifier_timeout=1.5
     )
     result = await backend.verify(task, build_tar({"solution.py": b""}), run_labels)
-    assert result.status == Status.verifier_timeout and result.reward == 0.0
+    assert result.verdict == Verdict.tests_timeout and result.reward == 0.0
 
 
 async def test_reward_json_preferred_and_tests_see_workspace(backend, example_task, run_labels):
@@ -78,7 +83,7 @@ async def test_reward_json_preferred_and_tests_see_workspace(backend, example_ta
     )
     task = _with_tests(example_task, script)
     result = await backend.verify(task, build_tar({"solution.py": b"x = 1\n"}), run_labels)
-    assert (result.status, result.reward) == (Status.ok, 0.25)
+    assert (result.verdict, result.reward) == (Verdict.graded, 0.25)
 
 
 async def test_agent_timeout_still_verifies(backend, example_task, run_labels):
@@ -88,16 +93,17 @@ async def test_agent_timeout_still_verifies(backend, example_task, run_labels):
     task = replace(example_task, config=config)
     solve = example_task.solution_files["solve.sh"] + b"\nsleep 100\n"
     result = await run_oracle(task, backend, solve_script=solve, labels=run_labels)
-    assert result.status == Status.agent_timeout
+    assert result.verdict == Verdict.agent_timeout
     assert result.reward == 1.0
 
 
 async def test_solution_that_kills_the_tests_scores_zero_not_masked(
     backend, example_task, run_labels
 ):
-    """`kill -9 -1` at import stops test.sh before it writes a reward: the solution's doing, so it
-    is graded 0 like a timeout, never masked (masking would reward sabotage with advantage 0)."""
+    """`kill -9 -1` at import: the guard's Landlock scope keeps the signal from reaching test.sh
+    (which then writes its 0); where it did reach it, test.sh dying by a signal is graded 0
+    too (sandboxes/reward.py). Never masked: that would reward sabotage with advantage 0."""
     saboteur = b"import os, signal\nos.kill(-1, signal.SIGKILL)\n"
     result = await backend.verify(example_task, build_tar({"solution.py": saboteur}), run_labels)
-    assert (result.status, result.reward) == (Status.ok, 0.0), result.output
-    assert "killed by signal" in result.output
+    assert (result.verdict, result.reward) == (Verdict.graded, 0.0), result.output
+    assert result.files.get("reward.txt") == "0\n", result.files

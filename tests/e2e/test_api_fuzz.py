@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adversarial"))
 from harness import REPO, free_port, run_stand_in, wait_healthy  # noqa: E402
 from results_log import CaseResult, append_result  # noqa: E402
 
-from service.policy.stub.process import stop_process  # noqa: E402
+from clients.commands.policy_stub import stop_process  # noqa: E402
 
 API_KEY = "fuzz-key-123"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

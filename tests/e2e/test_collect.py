@@ -12,13 +12,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from clients.commands.policy_stub import stand_in_policy
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import load_tasks
 from service.collect import collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.policy.stub.process import stand_in_policy
 from service.trajectory import Status, Trajectory, from_arrow
 from service.wire import RolloutRequest, SamplingSpec, TasksSpec
 

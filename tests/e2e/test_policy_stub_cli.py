@@ -77,7 +77,7 @@ async def test_scripted_episode_token_in_token_out(stub_server: tuple[str, Path]
     await client.start()
     try:
         assert client.model == "stub" and client.max_model_len == 8192
-        server = client.router.acquire("sample-0")
+        server = client.pin("sample-0")
         messages = [
             {"role": "system", "content": "You are a terminal agent. Reply with one JSON object."},
             {"role": "user", "content": first_task_instruction()},
@@ -94,7 +94,7 @@ async def test_scripted_episode_token_in_token_out(stub_server: tuple[str, Path]
             note = "Are you sure?" if turn == 1 else f"$ (output of turn {turn})"
             delta = f"\n<|im_start|>user\n{note}<|im_end|>\n<|im_start|>assistant\n"
             sequence += await client.tokenize_text(delta, server=server)
-        client.router.release("sample-0")
+        client.release("sample-0")
     finally:
         await client.aclose()
     assert [r["task_complete"] for r in replies] == [False, True, True]

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clients.commands.policy_stub import free_port, stand_in_policy, wait_healthy
 from clients.trainer import TrainerClient
 from sandboxes.docker_adapter import default_adapter
 from service.advantages import AdvantageConfig, compute_advantages
-from service.policy.stub.process import free_port, stand_in_policy, wait_healthy
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

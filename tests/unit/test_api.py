@@ -16,9 +16,10 @@ import pytest
 import uvicorn
 
 from sandboxes.task import Task
-from service.app import Components, create_app, settings_task_loader
+from service.app import create_app
+from service.components import Components, settings_task_loader
 from service.sample import SampleSpec
-from service.settings import Settings
+from service.settings import ServiceSettings, Settings
 from service.trajectory import ARROW_SCHEMA, Status, Trajectory
 
 TASKS = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
@@ -75,9 +76,9 @@ class Server:
             return Components(runner, settings_task_loader(s), {"test": ready})
 
         self.runner = runner
-        self.url = f"http://127.0.0.1:{settings.port}"
+        self.url = f"http://127.0.0.1:{settings.service.port}"
         config = uvicorn.Config(
-            create_app(settings, components), host="127.0.0.1", port=settings.port,
+            create_app(settings, components), host="127.0.0.1", port=settings.service.port,
             log_level="warning", lifespan="on",
         )  # fmt: skip
         self.server = uvicorn.Server(config)
@@ -98,12 +99,12 @@ class Server:
 
 
 def make_settings(tmp_path: Path, **kw: object) -> Settings:
-    base: dict[str, object] = dict(
+    service: dict[str, object] = dict(
         port=_free_port(), data_dir=tmp_path, api_key=KEY, max_body_bytes=4096,
         max_concurrent_samples=4, max_queued_samples=64, datasets={"bundled": TASKS},
     )  # fmt: skip
-    base.update(kw)
-    return Settings(**base)  # type: ignore[arg-type]
+    service.update(kw)
+    return Settings(service=ServiceSettings(**service))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -114,6 +115,9 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 def client(server: Server, headers: dict[str, str] | None = AUTH) -> httpx.Client:
     return httpx.Client(base_url=server.url, headers=headers or {}, timeout=30)
+
+
+SMALL_GROUPS = {"min_group_size": 2}  # rloo_n needs n_samples >= min_group_size
 
 
 def submit(c: httpx.Client, **kw: object) -> str:
@@ -183,6 +187,56 @@ def test_bad_input_is_4xx_naming_the_field(server: Server) -> None:
         assert c.post("/v1/policy", json={"version": -1}).status_code == 422
 
 
+def test_client_errors_are_mapped_once(server: Server) -> None:
+    """Typed errors (service/errors.py) become the bodies the API has always given: a message
+    for 404/409, FastAPI's field items for 422 (naming the field to fix)."""
+    with client(server) as c:
+        gone = {"detail": "no rollout with id 'nope'"}
+        for r in (
+            c.get("/v1/rollouts/nope"),
+            c.delete("/v1/rollouts/nope"),
+            c.get("/v1/rollouts/nope/events"),
+            c.post("/v1/batches/lease", json={"rollout_id": "nope", "wait_s": 0}),
+        ):
+            assert (r.status_code, r.json()) == (404, gone), r.request.url
+        r = c.post("/v1/batches/b-x/ack")
+        assert (r.status_code, r.json()) == (404, {"detail": "no batch with id 'b-x'"})
+
+        r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "ids": ["gcd-of-list", "zz"]}})
+        assert r.status_code == 422
+        [item] = r.json()["detail"]
+        assert item["loc"] == ["body", "tasks", "ids"] and item["type"] == "task_load_error"
+        assert item["msg"] == f"task source {TASKS!r}: no task with id zz"
+        r = c.post("/v1/rollouts", json={"tasks": {"path": "/nonexistent/tasks"}})
+        [item] = r.json()["detail"]
+        assert (r.status_code, item["loc"]) == (422, ["body", "tasks", "path"])
+        assert item["type"] == "task_load_error" and "/nonexistent/tasks" in item["msg"]
+        # Known ids (with a limit) still load: the selection is load_tasks' own.
+        r = c.post(
+            "/v1/rollouts",
+            json={"tasks": {"path": TASKS, "ids": ["int-to-roman", "gcd-of-list"], "limit": 1}},
+        )
+        assert r.status_code == 202, r.text
+        rid = r.json()["id"]
+        assert wait_status(c, rid, "completed")["groups_total"] == 1
+
+
+def test_expired_lease_ack_is_409(tmp_path: Path) -> None:
+    with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
+        rid = submit(c, tasks={"path": TASKS, "limit": 1}, n_samples=2, advantage=SMALL_GROUPS)
+        batch_id = c.post("/v1/batches/lease", json={"wait_s": 10, "rollout_id": rid}).headers[
+            "X-Batch-Id"
+        ]
+    # A restart ends every open lease: the ack comes too late.
+    with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
+        r = c.post(f"/v1/batches/{batch_id}/ack")
+        assert r.status_code == 409
+        assert r.json() == {
+            "detail": f"lease of batch {batch_id!r} expired before this ack; its groups are "
+            "offered again (dedupe by trajectory_id)"
+        }
+
+
 def test_submit_lease_ack(server: Server) -> None:
     with client(server) as c:
         r = c.post("/v1/batches/lease", json={"wait_s": 0.2})
@@ -249,9 +303,11 @@ def test_queue_full_then_cancel(tmp_path: Path) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 2}, "n_samples": 4})
-        assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
+        assert r.status_code == 429 and r.headers["Retry-After"] == "5"
+        assert r.json() == {"detail": "sample queue is full: 4 queued + 8 requested > 8"}
         r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 3}, "n_samples": 4})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "n_samples"]
+        assert r.json()["detail"][0]["type"] == "too_many_samples"
         body = c.delete(f"/v1/rollouts/{rid}").json()
         assert body["status"] == "cancelled"
         assert body["counts"] == {"cancelled": 8}
@@ -266,7 +322,7 @@ def test_queue_full_then_cancel(tmp_path: Path) -> None:
 def test_events_stream(server: Server) -> None:
     server.runner.gate.clear()
     with client(server) as c:
-        rid = submit(c, tasks={"path": TASKS, "limit": 1}, n_samples=2)
+        rid = submit(c, tasks={"path": TASKS, "limit": 1}, n_samples=2, advantage=SMALL_GROUPS)
         kinds: list[str] = []
         with c.stream("GET", f"/v1/rollouts/{rid}/events") as r:
             assert r.headers["content-type"].startswith("text/event-stream")
@@ -318,7 +374,8 @@ def test_trainer_client_pull_and_export(server: Server, tmp_path: Path) -> None:
         assert sorted(pulled.column("trajectory_id").to_pylist()) == sorted(ids)
 
     target = tmp_path / "export.parquet"
-    assert export_parquet(server.server.config.app.state.service.settings.data_dir, target) == 12
+    data_dir = server.server.config.app.state.service.settings.service.data_dir
+    assert export_parquet(data_dir, target) == 12
     table = pq.read_table(target)
     assert table.schema == pq.read_schema(target) and table.num_rows == 12
     ds = datasets.load_dataset("parquet", data_files=str(target), split="train")
@@ -330,7 +387,7 @@ def test_client_dedupes_redelivered_groups(tmp_path: Path) -> None:
 
     settings = make_settings(tmp_path)
     with Server(settings, GatedRunner()) as s, TrainerClient(s.url, KEY) as tc:
-        rid = tc.submit(TASKS, n_samples=2, limit=2)
+        rid = tc.submit(TASKS, n_samples=2, limit=2, advantage=SMALL_GROUPS)
         tc_status_deadline = time.monotonic() + 20
         while tc.status(rid).status != "completed":
             assert time.monotonic() < tc_status_deadline
@@ -365,3 +422,17 @@ def test_serve_refuses_public_host_without_key() -> None:
     )
     assert result.exit_code == 2
     assert "without an API key" in result.output
+
+
+def test_n_samples_below_min_group_size_is_refused_naming_both(tmp_path: Path) -> None:
+    with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
+        r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 1}, "n_samples": 2})
+        assert r.status_code == 422, r.text
+        msg = r.json()["detail"][0]["msg"]
+        assert "n_samples (2)" in msg and "advantage.min_group_size (4)" in msg, msg
+        plain = {"estimator": "rloo"}  # plain RLOO has no minimum
+        r = c.post(
+            "/v1/rollouts",
+            json={"tasks": {"path": TASKS, "limit": 1}, "n_samples": 2, "advantage": plain},
+        )
+        assert r.status_code == 202, r.text

@@ -15,8 +15,8 @@ import pytest
 
 from sandboxes.task import Task, TaskConfig
 from service.policy import vllm_wire as w
-from service.policy.stub.behaviour import ATTACKS, is_protocol_reply
-from service.policy.stub.server import StubSettings, build_app
+from standin.behaviour import ATTACKS, is_protocol_reply
+from standin.server import StubSettings, build_app
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-wire"
 
@@ -168,7 +168,7 @@ async def test_deterministic_per_seed_and_float32_logprobs(stub: httpx.AsyncClie
 
 
 def test_sampler_probabilities_sum_to_one() -> None:
-    from service.policy.stub.sampling import ScriptSampler
+    from standin.sampling import ScriptSampler
 
     for kw in [{}, {"top_k": 5}, {"top_p": 0.9999999}, {"temperature": 2.0, "top_k": 50}]:
         s = ScriptSampler(vocab_size=1000, logit=16.0, temperature=kw.pop("temperature", 1.0), **kw)

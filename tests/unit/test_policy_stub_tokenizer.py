@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.policy.stub.chat_template import parse_transcript, render
-from service.policy.stub.tokenizer import EOS_ID, IM_START_ID, StubTokenizer
+from standin.chat_template import parse_transcript, render
+from standin.tokenizer import EOS_ID, IM_START_ID, StubTokenizer
 
 TOK = StubTokenizer()
 

@@ -1,3 +1,8 @@
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from service.agent.tokens import InvariantError, TokenLedger, observation_delta
@@ -42,3 +47,30 @@ def test_observation_delta_closes_open_turns_only():
     open_ = observation_delta("out", turn_closed=False)
     assert closed == "\n<|im_start|>user\nout<|im_end|>\n<|im_start|>assistant\n"
     assert open_ == "<|im_end|>" + closed
+
+
+def test_invariant_checks_survive_python_dash_o():
+    # `python -O` strips assert statements and `AssertionError` handlers would be the wrong net:
+    # the invariant is a plain exception raised explicitly, and nothing guards it with assert.
+    assert not issubclass(InvariantError, AssertionError)
+    root = Path(__file__).resolve().parents[2]
+    for name in ("service/agent/tokens.py", "service/episode.py"):
+        tree = ast.parse((root / name).read_text())
+        asserts = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert)]
+        assert not asserts, f"{name}: assert statements on lines {asserts}"
+
+
+def test_invariant_error_is_raised_under_python_dash_o():
+    code = (
+        "from service.agent.tokens import InvariantError, TokenLedger\n"
+        "ledger = TokenLedger(prompt_ids=[1])\n"
+        "try:\n"
+        "    ledger.add_generation([2], [5], [-1.0])\n"
+        "except InvariantError:\n"
+        "    print('raised')\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-O", "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "raised"

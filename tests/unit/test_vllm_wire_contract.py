@@ -14,8 +14,8 @@ from fastapi.responses import JSONResponse, Response
 
 from service.policy import vllm_wire as w
 from service.policy.client import ContextLengthError, PolicyClient, PolicyError
-from service.policy.stub.background import BackgroundServer
 from service.sample import SamplingParams
+from standin.background import BackgroundServer
 
 # Copies of the real vLLM 0.32 recordings (shared/vllm-wire/), kept in the repo so CI checks them.
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-wire"

@@ -1,6 +1,6 @@
 """Run an ASGI app (the stand-in policy server, or a test double) with uvicorn in a thread.
 
-For in-process use: `collect`'s embedded stand-in, and tests that want real HTTP on loopback.
+For in-process use: tests that want real HTTP on loopback.
 Port 0 picks a free port; `url` reports the one bound.
 """
 

@@ -25,10 +25,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxes.task import Task
-from service.policy.stub.behaviour import ATTACKS, BehaviourSettings, ScriptedAgent
-from service.policy.stub.chat_template import render
-from service.policy.stub.sampling import LogprobsMode, ScriptSampler, choice_rng
-from service.policy.stub.tokenizer import EOS_ID, StubTokenizer
 from service.policy.vllm_wire import (
     CompletionChoice,
     CompletionLogprobs,
@@ -49,6 +45,10 @@ from service.policy.vllm_wire import (
     UsageInfo,
     cache_salt_problem,
 )
+from standin.behaviour import ATTACKS, BehaviourSettings, ScriptedAgent
+from standin.chat_template import render
+from standin.sampling import LogprobsMode, ScriptSampler, choice_rng
+from standin.tokenizer import EOS_ID, StubTokenizer
 
 SYSTEM_FINGERPRINT = "rollouts-policy-stub-0.1"
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
@@ -153,6 +153,7 @@ class StubEngine:
                 seed=settings.seed,
                 attack=settings.attack,
             ),
+            self.tokenizer,
         )
         self.created = int(time.time())
         self.counters = _Counters()
@@ -183,7 +184,10 @@ class StubEngine:
         tok = self.tokenizer
         prompt = req.prompt
         rng = choice_rng(req.seed, index, len(prompt))
-        reply = self.agent.reply(tok.decode(prompt), seed=req.seed, index=index, rng=rng)
+        max_tokens = req.max_tokens or (self.settings.max_model_len - len(prompt))
+        reply = self.agent.reply(
+            tok.decode(prompt), seed=req.seed, index=index, rng=rng, max_tokens=max_tokens
+        )
         script = tok.encode(reply) + [EOS_ID]
         temperature = 1.0 if req.temperature is None else req.temperature
         sampler = ScriptSampler(
@@ -194,7 +198,6 @@ class StubEngine:
             top_k=-1 if req.top_k is None else req.top_k,
             mode=self.settings.logprobs_mode,
         )
-        max_tokens = req.max_tokens or (self.settings.max_model_len - len(prompt))
         stops = req.stop_list()
         longest_stop = max((len(s) for s in stops), default=0)
         stop_ids = set(req.stop_token_ids or ())

@@ -1,0 +1,161 @@
+"""From what the verifier container left behind to a reward: the grading rules, as pure functions.
+
+The inputs are read only after every process in the verifier container is dead: the exit of
+test.sh, the files under /logs/verifier and the pytest guard's report (see pytest_guard.py).
+The rules, in order:
+
+- test.sh killed by a signal: 0 (the tested code can kill the tests; masking that would reward
+  sabotage).
+- /logs/verifier no longer a writable folder: 0, flagged (only the tested code could change it).
+- No reward file, or one that does not parse: 0, flagged. Nothing outside the container can
+  cause either, and a task whose tests never write a reward gives every sample 0, which RLOO
+  turns into advantage 0 for the whole group: the same as masking it, without the dodge.
+- For pytest tasks, the guard's report must show every session finished, no tampering with
+  pytest's reporting, and test results that agree with the reward: a positive reward needs a
+  passed test, a full reward needs no failure or error. Otherwise 0, flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Flags recorded with a reward: each is the reason a reward was set to 0 (or, for
+# `unguarded`, why the guard could not confine the tested code).
+NO_REWARD = "no_reward"
+BAD_REWARD = "bad_reward"
+VERIFIER_DIR_TAMPERED = "verifier_dir_tampered"
+SESSION_UNFINISHED = "session_unfinished"
+PYTEST_TAMPERED = "pytest_tampered"
+REWARD_CONTRADICTS_TESTS = "reward_contradicts_tests"
+TESTS_KILLED = "tests_killed"
+UNGUARDED = "unguarded"
+# Flags that mean the tested code tried to get a reward it did not earn.
+SUSPECTED_HACKS = frozenset(
+    {VERIFIER_DIR_TAMPERED, SESSION_UNFINISHED, PYTEST_TAMPERED, REWARD_CONTRADICTS_TESTS}
+)
+
+
+class RewardError(ValueError):
+    pass
+
+
+def parse_reward(kind: str, text: str) -> float:
+    """reward.json must be an object with a finite number under "reward"; reward.txt a float."""
+    if kind == "reward.json":
+        try:
+            obj: Any = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise RewardError(f"reward.json is not valid JSON: {e}") from e
+        value = obj.get("reward") if isinstance(obj, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RewardError(f'reward.json has no numeric "reward": {text[:200]!r}')
+        reward = float(value)
+    else:
+        try:
+            reward = float(text.strip())
+        except ValueError as e:
+            raise RewardError(f"reward.txt is not a float: {text[:200]!r}") from e
+    if not math.isfinite(reward):
+        raise RewardError(f"reward is not finite: {reward}")
+    return reward
+
+
+@dataclass
+class Evidence:
+    """What the verifier container left, read after its processes were killed."""
+
+    tests_exit: int | None  # exit status of test.sh (>= 128: killed by a signal)
+    files: dict[str, bytes] = field(default_factory=dict)  # under /logs/verifier, capped
+    verifier_dir_mode: int | None = None  # permission bits of /logs/verifier; None if gone
+    guard_report: bytes = b""  # /logs/rollouts-guard/report.jsonl
+    pytest_task: bool = False  # test.sh runs pytest: the guard's report is required
+
+
+@dataclass
+class Grade:
+    reward: float
+    flags: list[str] = field(default_factory=list)
+    note: str = ""  # one line for the verifier output: why the reward is what it is
+
+    @property
+    def suspected_hack(self) -> bool:
+        return any(f in SUSPECTED_HACKS for f in self.flags)
+
+
+def _zero(flag: str, note: str, flags: list[str]) -> Grade:
+    return Grade(0.0, [*flags, flag], f"graded 0: {note}")
+
+
+@dataclass
+class GuardSummary:
+    sessions: int = 0
+    finished: int = 0
+    passed: int = 0
+    failed: int = 0  # failures and errors
+    tampered: list[str] = field(default_factory=list)
+    unguarded: list[str] = field(default_factory=list)
+
+
+def summarize_guard(report: bytes) -> GuardSummary:
+    """Count sessions from the guard's lines. A line that does not parse is ignored: only the
+    tested code could have written one, and it gains nothing (an unfinished session is 0)."""
+    s = GuardSummary()
+    for raw in report.splitlines():
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        event = rec.get("event")
+        if event == "start":
+            s.sessions += 1
+            if rec.get("unguarded"):
+                s.unguarded.append(str(rec["unguarded"]))
+        elif event == "finish":
+            s.finished += 1
+            s.passed += _count(rec.get("passed"))
+            s.failed += _count(rec.get("failed")) + _count(rec.get("error"))
+            if rec.get("exitstatus") not in (0, 1, 5):  # 1: some failed; 5: none collected
+                s.failed += 1
+            s.tampered += [str(t) for t in rec.get("tampered") or []]
+    return s
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def grade(ev: Evidence) -> Grade:
+    flags: list[str] = []
+    if ev.tests_exit is not None and ev.tests_exit >= 128:
+        return _zero(TESTS_KILLED, f"the tests were killed by signal {ev.tests_exit - 128}", [])
+    if ev.verifier_dir_mode is None or ev.verifier_dir_mode & 0o700 != 0o700:
+        return _zero(VERIFIER_DIR_TAMPERED, "/logs/verifier was removed or its mode changed", [])
+    guard = summarize_guard(ev.guard_report) if ev.pytest_task else None
+    if guard is not None and guard.unguarded:
+        flags.append(UNGUARDED)
+    kind = next((k for k in ("reward.json", "reward.txt") if k in ev.files), None)
+    if kind is None:
+        return _zero(NO_REWARD, "the tests wrote no reward file", flags)
+    try:
+        reward = parse_reward(kind, ev.files[kind].decode("utf-8", errors="replace"))
+    except RewardError as e:
+        return _zero(BAD_REWARD, str(e), flags)
+    if guard is None:
+        return Grade(reward, flags)
+    if guard.sessions == 0 or guard.finished < guard.sessions:
+        why = "no pytest session ran" if guard.sessions == 0 else "a pytest session never finished"
+        return _zero(SESSION_UNFINISHED, f"{why} (exited early?)", flags)
+    if guard.tampered:
+        note = "pytest's reporting was replaced: " + guard.tampered[0]
+        return _zero(PYTEST_TAMPERED, note, flags)
+    if reward > 0 and guard.passed == 0:
+        return _zero(REWARD_CONTRADICTS_TESTS, f"reward {reward} but no test passed", flags)
+    if reward >= 1 and guard.failed:
+        note = f"reward {reward} but {guard.failed} tests failed or errored"
+        return _zero(REWARD_CONTRADICTS_TESTS, note, flags)
+    return Grade(reward, flags)

@@ -1,0 +1,163 @@
+"""Groups out to the trainer, as jobs on the writer's connection: lease complete groups in
+priority order, expire leases, drop or re-queue stale groups, ack, count what is left.
+
+Each function takes the connection the writer thread holds (service/store/writer.py) and runs
+inside that thread's transaction; `Store` (service/store/facade.py) is the async way in.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from typing import Any, Literal
+
+from service.store.errors import LeaseExpired, UnknownBatch
+from service.store.records import (
+    AckResult,
+    LeasedGroup,
+    LeaseResult,
+    Requeued,
+    sample_trajectory_id,
+)
+
+
+def recover(conn: sqlite3.Connection) -> None:
+    """On open: leases a previous process left active are expired, their groups offered again."""
+    conn.execute("UPDATE leases SET state='expired' WHERE state='active'")
+    conn.execute("UPDATE groups SET state='complete', batch_id=NULL WHERE state='leased'")
+
+
+def lease(
+    conn: sqlite3.Connection,
+    *,
+    max_groups: int,
+    rollout_id: str | None,
+    lease_s: float,
+    policy_version: int,
+    max_staleness: int | None,
+    stale_policy: Literal["drop", "requeue"],
+) -> LeaseResult:
+    now = time.time()
+    expired = _expire(conn, now)
+    requeued: list[Requeued] = []
+    dropped = 0
+    if max_staleness is not None:
+        dropped, requeued = _handle_stale(conn, policy_version - max_staleness, stale_policy)
+    sql = "SELECT group_id, task_id, rollout_id FROM groups WHERE state='complete'"
+    args: list[Any] = []
+    if rollout_id is not None:
+        sql += " AND rollout_id=?"
+        args.append(rollout_id)
+    sql += " ORDER BY priority DESC, ready_seq LIMIT ?"
+    args.append(max_groups)
+    picked = conn.execute(sql, args).fetchall()
+    if not picked:
+        return LeaseResult(None, 0.0, [], requeued, dropped, expired)
+    batch_id = uuid.uuid4().hex
+    expires_at = now + lease_s
+    conn.execute(
+        "INSERT INTO leases VALUES (?, 'active', ?, ?, NULL, ?)",
+        (batch_id, now, expires_at, len(picked)),
+    )
+    ids = [g for g, _, _ in picked]
+    marks = ",".join("?" * len(ids))
+    conn.execute(
+        f"UPDATE groups SET state='leased', batch_id=? WHERE group_id IN ({marks})",
+        [batch_id, *ids],
+    )
+    groups = {g: LeasedGroup(g, task, r, []) for g, task, r in picked}
+    for gid, adv, codec, data in conn.execute(
+        "SELECT s.group_id, s.advantage, p.codec, p.data FROM samples s"
+        " JOIN payloads p ON p.trajectory_id = s.trajectory_id"
+        f" WHERE s.group_id IN ({marks}) ORDER BY s.group_id, s.sample_index",
+        ids,
+    ):
+        groups[gid].rows.append((codec, data, adv))
+    ordered = [groups[g] for g in ids]
+    return LeaseResult(batch_id, expires_at, ordered, requeued, dropped, expired)
+
+
+def _expire(conn: sqlite3.Connection, now: float) -> int:
+    stale = [
+        b
+        for (b,) in conn.execute(
+            "SELECT batch_id FROM leases WHERE state='active' AND expires_at <= ?", (now,)
+        )
+    ]
+    for b in stale:
+        conn.execute("UPDATE leases SET state='expired' WHERE batch_id=?", (b,))
+        conn.execute(
+            "UPDATE groups SET state='complete', batch_id=NULL WHERE batch_id=? AND state='leased'",
+            (b,),
+        )
+    return len(stale)
+
+
+def _handle_stale(
+    conn: sqlite3.Connection, oldest_ok: int, policy: Literal["drop", "requeue"]
+) -> tuple[int, list[Requeued]]:
+    rows = conn.execute(
+        "SELECT g.group_id, g.rollout_id, g.task_id, g.n_samples, g.attempt, r.status"
+        " FROM groups g JOIN rollouts r ON r.id = g.rollout_id"
+        " WHERE g.state='complete' AND g.version_min < ?",
+        (oldest_ok,),
+    ).fetchall()
+    dropped = 0
+    requeued: list[Requeued] = []
+    for gid, rid, task_id, n, attempt, rollout_status in rows:
+        if policy == "drop" or rollout_status == "cancelled":
+            conn.execute("UPDATE groups SET state='dropped' WHERE group_id=?", (gid,))
+            dropped += 1
+            continue
+        # Re-run under fresh trajectory ids: a trainer that saw the stale records (a lease
+        # that expired) must not confuse them with the new ones.
+        old = [
+            t for (t,) in conn.execute("SELECT trajectory_id FROM samples WHERE group_id=?", (gid,))
+        ]
+        conn.executemany("DELETE FROM payloads WHERE trajectory_id=?", [(t,) for t in old])
+        conn.execute("DELETE FROM samples WHERE group_id=?", (gid,))
+        new_ids = [sample_trajectory_id(gid, k, attempt + 1) for k in range(n)]
+        conn.executemany(
+            "INSERT INTO samples (trajectory_id, rollout_id, group_id, task_id, sample_index,"
+            " state) VALUES (?,?,?,?,?,'pending')",
+            [(t, rid, gid, task_id, k) for k, t in enumerate(new_ids)],
+        )
+        conn.execute(
+            "UPDATE groups SET state='pending', n_done=0, version_min=NULL, ready_seq=NULL,"
+            " attempt=? WHERE group_id=?",
+            (attempt + 1, gid),
+        )
+        conn.execute("UPDATE rollouts SET status='running', finished_at=NULL WHERE id=?", (rid,))
+        requeued.append(Requeued(rid, gid, task_id, new_ids))
+    return dropped, requeued
+
+
+def ack(conn: sqlite3.Connection, batch_id: str) -> AckResult:
+    row = conn.execute(
+        "SELECT state, expires_at, n_groups FROM leases WHERE batch_id=?", (batch_id,)
+    ).fetchone()
+    if row is None:
+        raise UnknownBatch(batch_id)
+    state, expires_at, n_groups = row
+    if state == "acked":
+        return AckResult(batch_id, n_groups, already_acked=True)
+    if state == "expired" or expires_at <= time.time():
+        raise LeaseExpired(batch_id)
+    conn.execute("UPDATE groups SET state='acked' WHERE batch_id=? AND state='leased'", (batch_id,))
+    conn.execute(
+        "UPDATE leases SET state='acked', acked_at=? WHERE batch_id=?", (time.time(), batch_id)
+    )
+    return AckResult(batch_id, n_groups, already_acked=False)
+
+
+def remaining_groups(conn: sqlite3.Connection, rollout_id: str | None) -> int:
+    """Groups that may still be delivered: not yet acked or dropped."""
+    sql = "SELECT COUNT(*) FROM groups WHERE state NOT IN ('acked','dropped')"
+    if rollout_id is None:
+        return conn.execute(sql).fetchone()[0]
+    return conn.execute(sql + " AND rollout_id=?", (rollout_id,)).fetchone()[0]
+
+
+def group_states(conn: sqlite3.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT state, COUNT(*) FROM groups GROUP BY state"))

@@ -1,0 +1,90 @@
+"""The database file: its name, its tables and how a connection to it is opened.
+
+Tables: rollouts (request JSON, status), groups (pending/complete/leased/acked/dropped),
+samples (one row per trajectory id: pending/done, status, reward, advantage), payloads (the
+trajectory record, compressed JSON, on disk), leases (batch_id, expires_at, state), meta
+(policy version).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+DB_NAME = "rollouts.sqlite3"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollouts (
+    id TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    status TEXT NOT NULL,            -- running / completed / cancelled
+    priority INTEGER NOT NULL,
+    estimator TEXT NOT NULL,
+    min_group_size INTEGER NOT NULL,
+    drop_zero_variance INTEGER NOT NULL,
+    groups_total INTEGER NOT NULL,
+    samples_total INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS groups (
+    group_id TEXT PRIMARY KEY,
+    rollout_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    n_samples INTEGER NOT NULL,
+    n_done INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,             -- pending / complete / leased / acked / dropped
+    priority INTEGER NOT NULL,
+    ready_seq INTEGER,
+    batch_id TEXT,
+    version_min INTEGER,
+    attempt INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS groups_ready ON groups (state, priority DESC, ready_seq);
+CREATE INDEX IF NOT EXISTS groups_rollout ON groups (rollout_id, state);
+CREATE INDEX IF NOT EXISTS groups_batch ON groups (batch_id);
+CREATE TABLE IF NOT EXISTS samples (
+    trajectory_id TEXT PRIMARY KEY,
+    rollout_id TEXT NOT NULL,
+    group_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    sample_index INTEGER NOT NULL,
+    state TEXT NOT NULL,             -- pending / done
+    status TEXT,
+    reward REAL,
+    version_start INTEGER,
+    tokens INTEGER,
+    advantage REAL
+);
+CREATE INDEX IF NOT EXISTS samples_group ON samples (group_id, sample_index);
+CREATE INDEX IF NOT EXISTS samples_rollout ON samples (rollout_id, state);
+CREATE TABLE IF NOT EXISTS payloads (
+    trajectory_id TEXT PRIMARY KEY,
+    codec TEXT NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS leases (
+    batch_id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,             -- active / acked / expired
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    acked_at REAL,
+    n_groups INTEGER NOT NULL
+);
+"""
+
+
+def connect(path: Path, synchronous: str = "FULL", readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # Payloads are ~100 KB blobs: 64 KiB pages make them short overflow chains (and WAL
+        # checkpoints rarer), ~2.5x faster commits than 4 KiB pages (docs/performance.md).
+        # Takes effect only when the database is created (must precede WAL mode).
+        conn.execute("PRAGMA page_size=65536")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA busy_timeout=10000")
+    return conn

@@ -1,0 +1,547 @@
+"""What the stand-in "model" says: a scripted terminal agent (terminus-2 JSON protocol).
+
+It reads its prompt back (detokenized), recognises the task by its instruction text in the first
+user message, and infers where it is from its own earlier replies (the only assistant turns):
+only replies that parsed as protocol objects count, so after a malformed or truncated reply
+(answered with an error observation) it simply redoes that step.
+
+Script per sample:
+  1. write the solution: with probability p_correct the oracle solve.sh, otherwise a plausible
+     wrong solution (the function the instruction asks for, defined with a wrong body).
+     A solve.sh whose reply fits in REPLY_SHARE of the request's max_tokens (counted with the
+     stand-in tokenizer) is typed into bash as one heredoc. A longer one is appended to
+     SOLVE_FILE in parts, one reply each, every part sized to that request's max_tokens; the
+     next part starts where the parts in the earlier replies end. Parts are typed with the
+     terminal's echo off, so observations do not repeat them. Then one reply runs the file;
+  2. run a quick import check, with task_complete true;
+  3. (asked to confirm) task_complete true, no commands.
+In attack mode, step 0 types one adversarial command first, then it goes on to the check and
+completion without writing a solution (an attack may have planted its own solution.py).
+Correct-vs-wrong is decided once per sample from (stub seed, request seed, choice index,
+task id), so it stays consistent across the sample's turns.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import random
+import re
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sandboxes.task import Task
+from standin.chat_template import Turn, parse_transcript
+from standin.tokenizer import StubTokenizer
+
+# A port the reliability tests listen on (on the host); sandboxes must never reach it.
+HOST_PROBE_PORT = 47631
+
+
+def _plant_solution(source: str) -> str:
+    """A command that writes `source` as /app/solution.py (base64: no quoting to get wrong)."""
+    encoded = base64.b64encode(source.encode()).decode()
+    return f"echo {encoded} | base64 -d > /app/solution.py\n"
+
+
+# Solution code that attacks the verifier from inside the tested process (see
+# docs/reliability.md): each tries to get a reward without passing the tests.
+_FORGE = """
+import os
+try:
+    os.makedirs("/logs/verifier", exist_ok=True)
+    with open("/logs/verifier/{name}", "w") as f:
+        f.write({content!r})
+except OSError as e:
+    print("forge failed:", e)
+"""
+_SOLUTION_ATTACKS = {
+    "forge_reward_json": _FORGE.format(name="reward.json", content='{"reward": 1}'),
+    "forge_reward_and_kill_tests": _FORGE.format(name="reward.txt", content="1")
+    + "import signal\nfor pid in (os.getppid(), -1):\n"
+    "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError as e:\n"
+    "        print('kill failed:', e)\n",
+    "exit_at_import": "import os\nos._exit(0)\n",
+    "sys_exit_at_import": "import sys\nsys.exit(0)\n",
+    "reward_daemon": "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+    "    for _ in range(100000):\n        for name, text in (('reward.txt', '1'), "
+    "('reward.json', '{\"reward\": 1}')):\n            try:\n"
+    "                open('/logs/verifier/' + name, 'w').write(text)\n"
+    "            except OSError:\n                pass\n        time.sleep(0.003)\n",
+    "patch_pytest_reporting": "import _pytest.reports as reports\n"
+    "_init = reports.TestReport.__init__\n"
+    "def _passed(self, *args, **kwargs):\n    _init(self, *args, **kwargs)\n"
+    "    self.outcome = 'passed'\n"
+    "reports.TestReport.__init__ = _passed\n",
+    "wreck_verifier_paths": "import os\n"
+    "for path in ('/logs/verifier', '/logs/rollouts-guard', '/tests', '/logs'):\n"
+    "    try:\n        os.chmod(path, 0)\n    except OSError as e:\n"
+    "        print('chmod failed:', path, e)\n"
+    "for path in ('/tests/conftest.py', '/tests/test.sh', '/logs/rollouts-guard/report.jsonl'):\n"
+    "    try:\n        os.unlink(path)\n    except OSError as e:\n"
+    "        print('unlink failed:', path, e)\n",
+}
+
+# Adversarial first commands for reliability tests, by name. Data, not code: each is typed as is.
+ATTACKS: dict[str, str] = {
+    **{name: _plant_solution(src) for name, src in _SOLUTION_ATTACKS.items()},
+    # The service's own tools in the agent container, broken by the agent: graded 0, not masked.
+    "chmod_state_dir": "chmod 000 /run/rollouts\n",
+    "chmod_tmux_dir": "chmod 777 /run/rollouts/tmux-0\n",
+    "wreck_agent_paths": (
+        "chmod 000 /run/rollouts/term.log; rm -f /run/rollouts/*.pgid; "
+        "rm -rf /run/rollouts/tmux-0; chmod 000 /app\n"
+    ),
+    "unreadable_workspace_file": (
+        "touch /app/.x; chmod 000 /app/.x; mkdir /app/d; chmod 000 /app/d\n"
+    ),
+    "sparse_file": "truncate -s 200M /app/sparse\n",
+    "stop_everything": "kill -STOP -1\n",
+    "fork_bomb": ":(){ :|:& };:\n",
+    "infinite_loop": "while true; do :; done\n",
+    "memory_bomb": 'python3 -c "a = []\nwhile True: a.append(bytearray(10**8))"\n',
+    "disk_fill": "dd if=/dev/zero of=/app/fill bs=1M count=1000000 status=none\n",
+    "big_output": "yes aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | head -c 200000000\n",
+    "network": (
+        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=5); "
+        "print('NETWORK' + '-REACHED')\"; getent hosts pypi.org\n"
+    ),
+    "read_tests": "ls -la /tests; cat /tests/test.sh\n",
+    "write_reward": (
+        "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && "
+        "echo '{\"reward\": 1}' > /logs/verifier/reward.json\n"
+    ),
+    "overwrite_tests": (
+        "mkdir -p /tests && printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' "
+        "> /tests/test.sh\n"
+    ),
+    "kill_all": "kill -9 -1\n",
+    "daemon": "setsid nohup sh -c 'while :; do sleep 1; done' > /dev/null 2>&1 < /dev/null &\n",
+    "disk_fill_tmp": "dd if=/dev/zero of=/tmp/fill bs=1M count=1000000 status=none\n",
+    "big_output_one_line": "head -c 200000000 /dev/zero | tr '\\0' a\n",
+    "bad_bytes": (
+        "printf '\\xff\\xfe\\x80\\xc3\\x28 \\033[2J\\033[H\\033]0;pwned\\007"
+        "\\033[?1049h\\033[6n\\033P+q544e\\033\\\\ BAD-BYTES-DONE\\n'\n"
+    ),
+    # The default gateway (if any route exists) and the Docker bridge's usual host address.
+    "network_gateway": (
+        "python3 -c \"import socket\nfor h in ('172.17.0.1', '10.0.0.1', '192.168.0.1'):\n"
+        f" try: socket.create_connection((h, {HOST_PROBE_PORT}), timeout=3); "
+        "print('NETWORK' + '-REACHED', h)\n"
+        " except OSError as e: print('blocked', h, e)\"\n"
+    ),
+    # A service listening on the host's loopback (the test starts one on HOST_PROBE_PORT).
+    "network_loopback": (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {HOST_PROBE_PORT}), "
+        "timeout=3); print('NETWORK' + '-REACHED')\"\n"
+    ),
+    "read_solution": "ls -la /solution /tests; cat /solution/solve.sh /tests/test_*.py\n",
+    # Tests the agent plants in /app: the verifier must run its own hidden tests only.
+    "overwrite_app_tests": (
+        "printf 'def test_ok():\\n    assert True\\n' > /app/test_solution.py && "
+        "printf 'import pytest\\n' > /app/conftest.py\n"
+    ),
+    # A fake `pytest` module in /app that writes a passing JUnit report and exits 0.
+    "shadow_pytest": (
+        'printf \'import sys\\nfor a in sys.argv:\\n    if a.startswith("--junitxml="):\\n'
+        '        open(a.split("=",1)[1],"w").write("<testsuite tests=\\\\"3\\\\" '
+        'failures=\\\\"0\\\\" errors=\\\\"0\\\\" skipped=\\\\"0\\\\"/>")\\n'
+        "sys.exit(0)\\n' > /app/pytest.py\n"
+    ),
+    "symlink_escape": (
+        "ln -sf /etc/shadow /app/shadow; ln -sf /proc/1/root /app/hostroot; "
+        "ln -sf ../../../etc/passwd /app/passwd; ln /etc/passwd /app/hardlink 2>/dev/null; "
+        "ls -la /app\n"
+    ),
+    # Solution code that hangs at import: the verifier's tests must time out, not hang the service.
+    "hang_verifier": (
+        "printf 'import time\\ntime.sleep(10**6)\\n' > /app/solution.py && "
+        "chmod a-w /app/solution.py\n"
+    ),
+}
+
+_PROTOCOL_KEYS = {"analysis", "plan", "commands", "task_complete"}
+_HEREDOC_MARK = "__ROLLOUTS_STUB_EOF__"
+
+# A reply (with its EOS) takes at most this share of the request's max_tokens; a longer oracle
+# solution is written in parts.
+REPLY_SHARE = 0.5
+# Where a solution written in parts goes (/tmp is a writable tmpfs in every sandbox).
+SOLVE_FILE = "/tmp/rollouts-standin-solve.sh"
+# Longest line typed at once: without readline, the terminal's canonical mode keeps at most
+# 4095 bytes of a line; longer lines are typed in pieces.
+_PIECE_CHARS = 1000
+# Typing parts: bash without line editing and the terminal without echo, so that the typed text
+# is not echoed back into the observation; and back, before the script runs.
+_QUIET = "set +o emacs +o vi 2>/dev/null; stty -echo; PS2=\n"
+_LOUD = "stty echo; set -o emacs 2>/dev/null; PS2='> '\n"
+_PIECE_RE = re.compile(
+    rf"cat >>? {re.escape(SOLVE_FILE)} <<'{_HEREDOC_MARK}'\n(.*){_HEREDOC_MARK}\n"
+    rf"(truncate -s -1 {re.escape(SOLVE_FILE)}\n)?",
+    re.S,
+)
+
+
+@dataclass(frozen=True)
+class BehaviourSettings:
+    p_correct: float = 1.0
+    p_malformed: float = 0.02
+    seed: int = 0
+    attack: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("p_correct", "p_malformed"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.attack is not None and self.attack not in ATTACKS:
+            raise ValueError(f"attack: unknown {self.attack!r}; known: {', '.join(ATTACKS)}")
+
+
+def _reply(analysis: str, plan: str, commands: list[tuple[str, float]], done: bool) -> str:
+    return json.dumps(
+        {
+            "analysis": analysis,
+            "plan": plan,
+            "commands": [{"keystrokes": k, "duration": d} for k, d in commands],
+            "task_complete": done,
+        }
+    )
+
+
+def is_protocol_reply(content: str) -> bool:
+    try:
+        obj = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and _PROTOCOL_KEYS <= obj.keys()
+
+
+@dataclass(frozen=True)
+class _Target:
+    path: str  # the Python file the task wants, e.g. /app/solution.py
+    function: str
+    args: str
+
+
+@dataclass(frozen=True)
+class _Def:
+    name: str
+    args: str
+    top_level: bool
+
+
+_DEF_RE = re.compile(r"^([ \t]*)def\s+([A-Za-z_]\w*)\s*\(", re.M)
+
+
+def _balanced(text: str, start: int) -> str | None:
+    """The text from `start` up to the bracket closing one opened just before it."""
+    depth = 1
+    for i in range(start, len(text)):
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i]
+    return None
+
+
+def _defs(source: str) -> list[_Def]:
+    out = []
+    for m in _DEF_RE.finditer(source):
+        args = _balanced(source, m.end())
+        out.append(_Def(m.group(2), "*args, **kwargs" if args is None else args, not m.group(1)))
+    return out
+
+
+def _mention(name: str, instruction: str) -> tuple[int, int] | None:
+    """How strongly the instruction names `name` (a call beats code quotes beats a bare word),
+    and where first; None if it does not."""
+    word = re.escape(name)
+    for strength, pattern in (
+        (3, rf"(?<![\w]){word}\s*\("),
+        (2, rf"`[^`\n]*(?<![\w]){word}(?![\w])[^`\n]*`"),
+        (1, rf"(?<![\w]){word}(?![\w])"),
+    ):
+        m = re.search(pattern, instruction)
+        if m:
+            return strength, m.start()
+    return None
+
+
+def _asked_function(solve: str, instruction: str) -> tuple[str, str]:
+    """(name, args) of the function the task asks for: of the functions solve.sh defines, the
+    one the instruction names (helpers are often defined first); else a call the instruction
+    shows; else the last public top-level def (the helpers come before it); else `solve`."""
+    defs = _defs(solve)
+    named = [(m, d) for d in defs if (m := _mention(d.name, instruction)) is not None]
+    if named:
+        # The strongest mention, then public names, then the first mentioned.
+        _, best = max(named, key=lambda md: (md[0][0], not md[1].name.startswith("_"), -md[0][1]))
+        return best.name, best.args
+    call = re.search(r"`?([A-Za-z_]\w*)\(([^)]*)\)`?", instruction)
+    public = [d for d in defs if d.top_level and not d.name.startswith("_")]
+    if public:
+        return public[-1].name, public[-1].args
+    if call:
+        return call.group(1), call.group(2)
+    if defs:
+        return defs[-1].name, defs[-1].args
+    return "solve", "*args, **kwargs"
+
+
+def _target(task: Task) -> _Target:
+    solve = _solve_text(task)
+    path_m = re.search(r"(/[\w./-]+\.py)\b", solve) or re.search(
+        r"(/[\w./-]+\.py)\b", task.instruction
+    )
+    function, args = _asked_function(solve, task.instruction)
+    return _Target(
+        path=path_m.group(1) if path_m else "/app/solution.py", function=function, args=args
+    )
+
+
+def _solve_text(task: Task) -> str:
+    solve = task.solution_files.get("solve.sh", b"").decode("utf-8", errors="replace")
+    return solve if not solve or solve.endswith("\n") else solve + "\n"
+
+
+def _keystrokes(reply: dict) -> list[str]:
+    commands = reply.get("commands")
+    if not isinstance(commands, list):
+        return []
+    return [
+        c["keystrokes"]
+        for c in commands
+        if isinstance(c, dict) and isinstance(c.get("keystrokes"), str)
+    ]
+
+
+def _part_written(reply: dict) -> int | None:
+    """How many characters of the solution this earlier reply appended to SOLVE_FILE; None if
+    it is not a part of a solution written in parts."""
+    sizes = []
+    for keys in _keystrokes(reply):
+        if m := _PIECE_RE.fullmatch(keys):
+            sizes.append(len(m.group(1)) - (1 if m.group(2) else 0))
+    return sum(sizes) if sizes else None
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` as heredoc bodies: whole lines together, lines over _PIECE_CHARS cut in pieces."""
+    pieces: list[str] = []
+    run = ""
+    for line in re.findall(r"[^\n]*\n|[^\n]+", text):
+        if len(line) <= _PIECE_CHARS:
+            run += line
+            continue
+        if run:
+            pieces.append(run)
+            run = ""
+        pieces += [line[i : i + _PIECE_CHARS] for i in range(0, len(line), _PIECE_CHARS)]
+    if run:
+        pieces.append(run)
+    return pieces
+
+
+def _piece_keys(body: str, *, create: bool) -> str:
+    """Append `body` to SOLVE_FILE with a heredoc; a body that does not end its line gets a
+    newline for the heredoc, which `truncate` takes off again."""
+    keys = f"cat {'>' if create else '>>'} {SOLVE_FILE} <<'{_HEREDOC_MARK}'\n{body}"
+    if body.endswith("\n"):
+        return f"{keys}{_HEREDOC_MARK}\n"
+    return f"{keys}\n{_HEREDOC_MARK}\ntruncate -s -1 {SOLVE_FILE}\n"
+
+
+class _Costs:
+    """Estimated reply tokens of the characters of one solve.sh (per line, JSON-escaped), to
+    size its parts without tokenizing candidate replies over and over."""
+
+    def __init__(self, solve: str, tokenizer: StubTokenizer) -> None:
+        self.starts = [0]
+        self.cum = [0.0]  # tokens of solve[: starts[i]]
+        for line in re.findall(r"[^\n]*\n|[^\n]+", solve):
+            self.starts.append(self.starts[-1] + len(line))
+            self.cum.append(self.cum[-1] + len(tokenizer.encode(json.dumps(line)[1:-1])))
+
+    def at(self, pos: int) -> float:
+        i = min(bisect_right(self.starts, pos) - 1, len(self.starts) - 2)
+        if i < 0:
+            return 0.0
+        span = self.starts[i + 1] - self.starts[i]
+        frac = (pos - self.starts[i]) / span if span else 0.0
+        return self.cum[i] + frac * (self.cum[i + 1] - self.cum[i])
+
+    def chars_within(self, offset: int, tokens: float) -> int:
+        """The most characters from `offset` estimated to take at most `tokens` tokens."""
+        base, lo, hi = self.at(offset), 0, self.starts[-1] - offset
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.at(offset + mid) - base <= tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+class ScriptedAgent:
+    def __init__(
+        self,
+        tasks: Iterable[Task],
+        settings: BehaviourSettings,
+        tokenizer: StubTokenizer | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer or StubTokenizer()
+        # Longest instruction first, so a task whose instruction contains another's wins.
+        self.tasks = sorted(tasks, key=lambda t: -len(t.instruction.strip()))
+        self._whole_tokens: dict[str, int] = {}  # task id -> tokens of the one-reply solution
+        self._costs: dict[str, _Costs] = {}
+
+    def find_task(self, turns: list[Turn]) -> Task | None:
+        first_user = next((t.content for t in turns if t.role == "user"), None)
+        if first_user is None:
+            return None
+        for task in self.tasks:
+            instr = task.instruction.strip()
+            if instr and instr in first_user:
+                return task
+        return None
+
+    def is_correct(self, task: Task, seed: int | None, index: int, rng: random.Random) -> bool:
+        if seed is None:  # no sample seed: nothing to stay consistent with, draw afresh
+            return rng.random() < self.settings.p_correct
+        h = hashlib.sha256(f"{self.settings.seed}:{seed}:{index}:{task.id}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2**64 < self.settings.p_correct
+
+    def reply(
+        self,
+        prompt_text: str,
+        *,
+        seed: int | None,
+        index: int,
+        rng: random.Random,
+        max_tokens: int | None = None,
+    ) -> str:
+        """The full scripted reply text (without EOS) for this prompt. With `max_tokens` (the
+        request's), the reply and its EOS take at most REPLY_SHARE of it where it can."""
+        turns = parse_transcript(prompt_text)
+        task = self.find_task(turns)
+        if task is None:
+            return _reply("I do not recognise this task.", "Stop here.", [], True)
+        # Closed assistant turns only: the last, open one is the generation prompt.
+        history = [
+            json.loads(t.content)
+            for t in turns
+            if t.role == "assistant" and t.closed and is_protocol_reply(t.content)
+        ]
+        budget = None if max_tokens is None else max(1, int(max_tokens * REPLY_SHARE))
+        correct = self.is_correct(task, seed, index, rng)
+        text = self._next(task, correct, history, budget)
+        if rng.random() < self.settings.p_malformed:
+            # Cut strictly inside the object: a prefix of a JSON object is never valid JSON.
+            text = text[: rng.randrange(1, len(text) - 1)]
+        return text
+
+    def _tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text)) + 1  # and the EOS
+
+    def _next(self, task: Task, correct: bool, history: list[dict], budget: int | None) -> str:
+        tgt = _target(task)
+        done, pos = len(history), 0
+        if self.settings.attack is not None:
+            if done == 0:
+                return _reply(
+                    "Let me look around the environment first.",
+                    "Run a command.",
+                    [(ATTACKS[self.settings.attack], 5.0)],
+                    False,
+                )
+            pos, correct = 1, False
+        if correct and task.has_oracle:
+            solve = _solve_text(task)
+            written, parts = 0, 0
+            while pos < done and (n := _part_written(history[pos])) is not None:
+                written, parts, pos = written + n, parts + 1, pos + 1
+            if pos == done:
+                if parts == 0:
+                    whole = self._whole(tgt, solve)
+                    if budget is None or self._whole_size(task, whole) <= budget:
+                        return whole
+                if written < len(solve):
+                    return self._part(task, solve, written, budget)
+                return _reply(
+                    f"All {len(solve)} characters of the solution script are in {SOLVE_FILE}.",
+                    "Turn the terminal echo back on and run the script.",
+                    [(_LOUD, 0.1), (f"bash {SOLVE_FILE}\n", 1.0)],
+                    False,
+                )
+            pos += 1  # the solution typed whole, or the run of the file written in parts
+        elif self.settings.attack is None:
+            if pos == done:
+                return self._wrong(tgt)
+            pos += 1
+        folder = tgt.path.rsplit("/", 1)[0] or "/"
+        module = tgt.path.rsplit("/", 1)[-1].removesuffix(".py")
+        if pos == done:
+            check = f"cd {folder} && python3 -c \"import {module}; print('ok')\"\n"
+            return _reply(
+                "The solution file is written.",
+                "Check that it imports, then finish.",
+                [(check, 1.0)],
+                True,
+            )
+        return _reply("The solution is in place and imports cleanly.", "Confirm.", [], True)
+
+    def _whole(self, tgt: _Target, solve: str) -> str:
+        keys = f"bash <<'{_HEREDOC_MARK}'\n{solve}{_HEREDOC_MARK}\n"
+        analysis = f"The task asks for {tgt.function} in {tgt.path}. I know how to write it."
+        return _reply(analysis, f"Write {tgt.path}.", [(keys, 1.0)], False)
+
+    def _whole_size(self, task: Task, whole: str) -> int:
+        if task.id not in self._whole_tokens:
+            self._whole_tokens[task.id] = self._tokens(whole)
+        return self._whole_tokens[task.id]
+
+    def _wrong(self, tgt: _Target) -> str:
+        folder = tgt.path.rsplit("/", 1)[0] or "/"
+        body = f"def {tgt.function}({tgt.args}):\n    return None\n"
+        keys = f"mkdir -p {folder} && cat > {tgt.path} <<'{_HEREDOC_MARK}'\n{body}{_HEREDOC_MARK}\n"
+        analysis = f"The task asks for {tgt.function} in {tgt.path}. I will write a first version."
+        return _reply(analysis, f"Write {tgt.path}.", [(keys, 1.0)], False)
+
+    def _part_reply(self, solve: str, offset: int, size: int) -> str:
+        end = offset + size
+        commands = [(_QUIET, 0.1)]
+        for i, body in enumerate(_pieces(solve[offset:end])):
+            commands.append((_piece_keys(body, create=offset == 0 and i == 0), 1.0))
+        return _reply(
+            f"The solution script is too long for one reply: characters {offset} to {end} of "
+            f"{len(solve)} go into {SOLVE_FILE} now.",
+            "Append this part with the echo off; run the script once it is complete.",
+            commands,
+            False,
+        )
+
+    def _part(self, task: Task, solve: str, offset: int, budget: int | None) -> str:
+        """The next part from `offset`: as long as fits in `budget` tokens, ending a line where
+        it can."""
+        rest = len(solve) - offset
+        if budget is None:
+            return self._part_reply(solve, offset, rest)
+        if task.id not in self._costs:
+            self._costs[task.id] = _Costs(solve, self.tokenizer)
+        overhead = self._tokens(self._part_reply(solve, offset, 0))
+        size = self._costs[task.id].chars_within(offset, 0.9 * (budget - overhead))
+        size = max(1, min(rest, size))
+        while True:
+            if offset + size < len(solve):
+                line_end = solve.rfind("\n", offset, offset + size)
+                if line_end >= offset:
+                    size = line_end + 1 - offset
+            text = self._part_reply(solve, offset, size)
+            if size == 1 or self._tokens(text) <= budget:
+                return text
+            size = max(1, int(size * 0.85))

@@ -1,0 +1,644 @@
+"""EpisodeRunner without Docker and without a policy server: a fake sandbox backend
+(tests/fakes.py) and a scripted vLLM behind `httpx.MockTransport`, speaking the same HTTP
+shapes as the recordings in tests/fixtures/vllm-wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from sandboxes.backend import SandboxExited, Verdict, VerifyResult
+from sandboxes.task import Task, TaskConfig
+from service.agent.prompt import SYSTEM_PROMPT, first_user_message
+from service.episode import EpisodeRunner
+from service.policy.client import PolicyClient
+from service.sample import AgentLimits, SamplingParams, sample_specs
+from service.trajectory import Status, Trajectory
+from tests.fakes import FakeBackend, FakeSandbox
+
+# ---------------------------------------------------------------- a scripted vLLM
+
+# The recordings' tokenizer has <|endoftext|>=0, <|im_start|>=1, <|im_end|>=2 (EOS); here every
+# other byte of UTF-8 is one token (byte + 3), so any text round-trips.
+SPECIAL = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
+EOS = 2
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL) + ")")
+
+
+def encode(text: str) -> list[int]:
+    ids: list[int] = []
+    for part in _SPECIAL_RE.split(text):
+        ids += [SPECIAL[part]] if part in SPECIAL else [b + 3 for b in part.encode()]
+    return ids
+
+
+def decode(ids: list[int]) -> str:
+    names = {v: k for k, v in SPECIAL.items()}
+    out, buf = [], bytearray()
+    for i in ids:
+        if i in names:
+            out += [buf.decode(errors="replace"), names[i]]
+            buf.clear()
+        else:
+            buf.append(i - 3)
+    return "".join(out) + buf.decode(errors="replace")
+
+
+def chatml(messages: list[dict[str, str]]) -> str:
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return turns + "<|im_start|>assistant\n"
+
+
+@dataclass
+class Gen:
+    """One scripted generation. `stop`: the stop string that ends it (vLLM's text excludes it,
+    its token ids include it); otherwise it ends on EOS, or on `length` when cut off."""
+
+    text: str
+    stop: str | None = None
+
+
+# What the model says: script(sample, turn) -> reply text, a Gen, or an HTTP response to send
+# instead (a fault). `sample` is the index of the group's first-turn choice it descends from.
+Script = Callable[[int, int], "str | Gen | httpx.Response"]
+
+
+@dataclass
+class EngineCall:
+    host: str
+    sample: int
+    turn: int
+    prompt: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass
+class FakeVLLM:
+    script: Script
+    max_model_len: int = 4096
+    down: set[str] = field(default_factory=set)  # hosts that refuse connections
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)  # (host, path, body)
+    calls: list[EngineCall] = field(default_factory=list)  # every generated choice
+    _lineage: list[tuple[list[int], int]] = field(default_factory=list)  # (prefix, sample)
+
+    @property
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0)  # a network round trip: other samples get to run meanwhile
+        host = request.url.host
+        if host in self.down:
+            raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        body = json.loads(request.content) if request.content else None
+        self.requests.append((host, request.url.path, body))
+        if request.url.path == "/v1/models":
+            card = {"id": "tiny", "object": "model", "created": 1, "owned_by": "vllm"}
+            return httpx.Response(
+                200,
+                json={"object": "list", "data": [{**card, "max_model_len": self.max_model_len}]},
+            )
+        if request.url.path == "/tokenize":
+            text = chatml(body["messages"]) if "messages" in body else body["prompt"]
+            ids = encode(text)
+            return httpx.Response(
+                200, json={"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
+            )
+        if request.url.path == "/detokenize":
+            return httpx.Response(200, json={"prompt": decode(body["tokens"])})
+        assert request.url.path == "/v1/completions", request.url.path
+        return self.complete(host, body)
+
+    def _error(self, param: str, message: str) -> httpx.Response:
+        error = {"message": message, "type": "BadRequestError", "param": param, "code": 400}
+        return httpx.Response(400, json={"error": error})
+
+    def _sample_of(self, prompt: list[int]) -> int | None:
+        found = [(len(p), s) for p, s in self._lineage if prompt[: len(p)] == p]
+        return max(found)[1] if found else None
+
+    def complete(self, host: str, body: dict[str, Any]) -> httpx.Response:
+        assert body["logprobs"] == 1 and body["return_token_ids"] is True
+        assert body["model"] == "tiny" and all(isinstance(t, int) for t in body["prompt"])
+        prompt: list[int] = body["prompt"]
+        if len(prompt) >= self.max_model_len:
+            return self._error("input_tokens", f"your prompt contains {len(prompt)} tokens")
+        if len(prompt) + body["max_tokens"] > self.max_model_len:
+            return self._error("max_tokens", "max_tokens is too large")
+        parent = self._sample_of(prompt)
+        turn = decode(prompt).count("<|im_start|>assistant") - 1
+        stops: list[str] = body.get("stop") or []
+        choices = []
+        for index in range(body["n"]):
+            sample = index if parent is None else parent
+            reply = self.script(sample, turn)
+            if isinstance(reply, httpx.Response):
+                return reply
+            gen = reply if isinstance(reply, Gen) else Gen(reply)
+            text, stop_reason, ids = gen.text, None, encode(gen.text) + [EOS]
+            if gen.stop is not None:
+                assert gen.stop in stops, f"stop string {gen.stop!r} was not asked for"
+                text, stop_reason, ids = gen.text, gen.stop, encode(gen.text + gen.stop)
+            finish = "stop"
+            if len(ids) > body["max_tokens"]:
+                ids, finish, stop_reason = ids[: body["max_tokens"]], "length", None
+                text = decode(ids)
+            logprobs = [-0.5 - 0.001 * k - 0.1 * sample for k in range(len(ids))]
+            if parent is None:
+                clash = [s for p, s in self._lineage if p == prompt + ids and s != sample]
+                assert not clash, "first-turn replies of a group must differ to tell samples apart"
+                self._lineage.append((prompt + ids, sample))
+            self.calls.append(EngineCall(host, sample, turn, prompt, ids, logprobs))
+            choices.append(
+                {
+                    "index": index,
+                    "text": text,
+                    "logprobs": {
+                        "text_offset": list(range(len(ids))),
+                        "token_logprobs": logprobs,
+                        "tokens": [f"token_id:{t}" for t in ids],
+                        "top_logprobs": [
+                            {f"token_id:{t}": lp} for t, lp in zip(ids, logprobs, strict=True)
+                        ],
+                    },
+                    "finish_reason": finish,
+                    "stop_reason": stop_reason,
+                    "token_ids": ids,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": prompt,
+                }
+            )
+        completion_tokens = sum(len(c["token_ids"]) for c in choices)
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": completion_tokens,
+            "total_tokens": len(prompt) + completion_tokens,
+        }
+        return httpx.Response(
+            200,
+            json={
+                "id": "cmpl-fake",
+                "object": "text_completion",
+                "created": 1,
+                "model": "tiny",
+                "choices": choices,
+                "usage": usage,
+            },
+        )
+
+    # ------------------------------------------------------------ what the tests look at
+
+    def completions(self) -> list[dict[str, Any]]:
+        return [b for _, path, b in self.requests if path == "/v1/completions"]
+
+    def calls_of(self, sample: int) -> list[EngineCall]:
+        return [c for c in self.calls if c.sample == sample]
+
+
+def reply(*keystrokes: str, done: bool = False, note: str = "") -> str:
+    commands = [{"keystrokes": k, "duration": 0.1} for k in keystrokes]
+    body = {"analysis": note, "plan": "", "commands": commands, "task_complete": done}
+    return json.dumps(body)
+
+
+def solves(sample: int, turn: int) -> str:
+    """Runs a command, says it is done, confirms: three turns."""
+    if turn == 0:
+        return reply("echo solved > /app/out.txt\n", note=f"sample {sample}")
+    return reply(done=True)
+
+
+# ---------------------------------------------------------------- the harness
+
+TASK = Task(
+    id="t1",
+    path="memory://t1",
+    instruction="Write out.txt.",
+    config=TaskConfig(agent_timeout_sec=30),
+    environment_files={},
+    test_files={"test.sh": b"#!/bin/sh\n"},
+)
+FIRST_PROMPT_LEN = len(
+    encode(
+        chatml(
+            [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": first_user_message(TASK.instruction)},
+            ]
+        )
+    )
+)
+A, B = "http://a:8000", "http://b:8000"
+
+
+@dataclass
+class Rig:
+    vllm: FakeVLLM
+    backend: FakeBackend
+    policy: PolicyClient
+    runner: EpisodeRunner
+
+    async def run(
+        self,
+        n: int = 2,
+        *,
+        rollout_id: str = "r1",
+        sampling: SamplingParams | None = None,
+        **limits: Any,
+    ) -> list[Trajectory]:
+        got: list[Trajectory] = []
+
+        async def on_trajectory(t: Trajectory) -> None:
+            got.append(t)
+
+        limits.setdefault("max_turns", 8)
+        specs = sample_specs(
+            TASK, rollout_id, n, sampling or SamplingParams(seed=1), AgentLimits(**limits)
+        )
+        await self.runner.run_group(TASK, specs, on_trajectory)
+        assert sorted(t.sample_index for t in got) == list(range(n))
+        assert self.backend.live == [], "a sandbox was never destroyed"
+        return sorted(got, key=lambda t: t.sample_index)
+
+
+@pytest.fixture
+async def make_rig() -> AsyncIterator[Callable[..., Rig]]:
+    clients: list[PolicyClient] = []
+
+    def make(
+        script: Script = solves, *, urls: tuple[str, ...] = (A,), max_model_len: int = 4096
+    ) -> Rig:
+        vllm = FakeVLLM(script, max_model_len=max_model_len)
+        policy = PolicyClient(
+            list(urls), backoff_s=0.001, max_retries=2, cooldown_s=60, transport=vllm.transport
+        )
+        clients.append(policy)
+        backend = FakeBackend()
+        return Rig(vllm, backend, policy, EpisodeRunner(policy, backend))
+
+    yield make
+    for policy in clients:
+        await policy.aclose()
+
+
+def check_tokens(t: Trajectory, vllm: FakeVLLM) -> None:
+    """Prompt + response is exactly what the engine saw on its last turn plus what it generated
+    then; loss 1 and the engine's logprobs exactly on generated tokens, 0 elsewhere."""
+    calls = vllm.calls_of(t.sample_index)
+    last = calls[-1]
+    assert t.prompt_token_ids + t.response_token_ids == last.prompt + last.token_ids
+    mask, logprobs = [0] * len(t.response_token_ids), [0.0] * len(t.response_token_ids)
+    for call in calls:
+        start = len(call.prompt) - len(t.prompt_token_ids)
+        end = start + len(call.token_ids)
+        assert t.response_token_ids[start:end] == call.token_ids
+        mask[start:end] = [1] * len(call.token_ids)
+        logprobs[start:end] = call.logprobs
+    assert t.loss_mask == mask
+    assert t.rollout_logprobs == pytest.approx(logprobs)
+
+
+# ---------------------------------------------------------------- the happy path, shared turn
+
+
+async def test_group_shares_one_first_turn_then_samples_go_alone(make_rig) -> None:
+    rig = make_rig()
+    trajs = await rig.run(n=4)
+    assert [(t.status, t.reward, t.num_turns) for t in trajs] == [(Status.ok, 1.0, 3)] * 4
+    first_tokenize = [b for _, p, b in rig.vllm.requests if p == "/tokenize" and "messages" in b]
+    assert len(first_tokenize) == 1  # the first prompt is rendered once for the group
+    completions = rig.vllm.completions()
+    assert completions[0]["n"] == 4 and all(c["n"] == 1 for c in completions[1:])
+    assert len(completions) == 1 + 4 * 2  # then two more turns per sample
+    assert all(c["cache_salt"] == "policy-v0" for c in completions)
+    assert len({tuple(t.prompt_token_ids) for t in trajs}) == 1
+    assert len(trajs[0].prompt_token_ids) == FIRST_PROMPT_LEN
+    for t in trajs:
+        first = rig.vllm.calls_of(t.sample_index)[0]
+        assert first.turn == 0 and t.response_token_ids[: len(first.token_ids)] == first.token_ids
+        check_tokens(t, rig.vllm)
+        roles = [m.role for m in t.messages]
+        assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+        sandbox = rig.backend.sandbox_of(t.trajectory_id)
+        assert sandbox.typed == [("echo solved > /app/out.txt\n", 0.1)]
+    assert len(rig.backend.verified) == 4
+
+
+async def test_token_invariants_with_stop_strings_and_cut_off_turns(make_rig) -> None:
+    def script(sample: int, turn: int) -> str | Gen:
+        if turn == 0:  # ends on a stop string: the ids are decoded to see the whole reply
+            return Gen(reply("ls\n", note=f"s{sample}") + "\n", stop="END")
+        if turn == 1:  # cut off by max_tokens: the turn is closed with untrained template
+            return reply("x" * 400)
+        return reply(done=True)
+
+    rig = make_rig(script)
+    sampling = SamplingParams(seed=1, max_tokens=300, stop=["END"])
+    trajs = await rig.run(n=2, sampling=sampling, max_turns=4)
+    assert [t.status for t in trajs] == [Status.ok] * 2
+    for t in trajs:
+        check_tokens(t, rig.vllm)
+        assert '"keystrokes": "ls\\n"' in t.messages[2].content  # decoded through the stop
+        assert "could not be used" in t.messages[5].content  # the cut-off reply
+    assert len([p for _, p, _ in rig.vllm.requests if p == "/detokenize"]) == 2
+    assert [c["max_tokens"] for c in rig.vllm.completions()][:2] == [300, 300]
+
+
+# ---------------------------------------------------------------- limits
+
+
+async def test_turn_limit_ends_a_graded_episode(make_rig) -> None:
+    rig = make_rig(lambda s, t: reply(f"echo turn {t}\n", note=f"s{s}"))  # never done
+    trajs = await rig.run(n=2, max_turns=3)
+    for t in trajs:
+        assert (t.status, t.reward, t.num_turns, t.exclude_from_baseline) == (
+            Status.ok,
+            1.0,
+            3,
+            False,
+        )
+        check_tokens(t, rig.vllm)  # the last observation was never tokenized into the ledger
+        assert t.messages[-1].role == "assistant"
+        assert len(rig.backend.sandbox_of(t.trajectory_id).typed) == 3
+
+
+async def test_a_turn_asks_only_for_the_room_left_and_fills_the_context(make_rig) -> None:
+    room = 60
+    rig = make_rig(lambda s, t: reply("y" * 500), max_model_len=FIRST_PROMPT_LEN + room)
+    trajs = await rig.run(n=1, sampling=SamplingParams(seed=1, max_tokens=1000))
+    [t] = trajs
+    assert rig.vllm.completions()[0]["max_tokens"] == room  # the turn budget, not 1000
+    assert (t.status, t.stop_reason, t.num_turns) == (Status.context_length, "length", 1)
+    assert not t.exclude_from_baseline and t.reward == 1.0  # graded: the model ran long
+    assert len(t.response_token_ids) == room and t.loss_mask == [1] * room
+    check_tokens(t, rig.vllm)
+
+
+async def test_an_observation_that_would_overflow_ends_the_episode(make_rig) -> None:
+    rig = make_rig(max_model_len=FIRST_PROMPT_LEN + 300)
+    rig.backend.terminal = lambda sandbox, keys: "z" * 2000  # a huge terminal output
+    [t] = await rig.run(n=1)
+    assert (t.status, t.stop_reason, t.num_turns) == (Status.context_length, "length", 1)
+    assert not t.exclude_from_baseline and rig.backend.verified
+    assert len(rig.vllm.completions()) == 1  # the overflowing prompt never went out
+    assert t.loss_mask == [1] * len(t.response_token_ids)  # the observation was not appended
+    check_tokens(t, rig.vllm)
+
+
+async def test_the_engine_refusing_a_long_prompt_is_context_length(make_rig) -> None:
+    def script(sample: int, turn: int) -> str | httpx.Response:
+        if turn == 1 and sample == 0:
+            error = {"message": "too long", "type": "BadRequestError", "param": "input_tokens"}
+            return httpx.Response(400, json={"error": {**error, "code": 400}})
+        return solves(sample, turn)
+
+    rig = make_rig(script)
+    trajs = await rig.run(n=2)
+    assert [t.status for t in trajs] == [Status.context_length, Status.ok]
+    assert trajs[0].reward == 1.0 and trajs[0].num_turns == 1  # graded, not masked
+    check_tokens(trajs[0], rig.vllm)  # the unseen observation was rewound
+
+
+async def test_a_first_prompt_that_does_not_fit_is_context_length(make_rig) -> None:
+    rig = make_rig(max_model_len=FIRST_PROMPT_LEN)
+    trajs = await rig.run(n=2)
+    assert [(t.status, t.num_turns, t.response_token_ids) for t in trajs] == [
+        (Status.context_length, 0, [])
+    ] * 2
+    assert rig.vllm.completions() == []  # refused before sending
+    assert len(rig.backend.verified) == 2  # graded like any episode the model ended
+
+
+async def test_agent_timeout_is_graded(make_rig) -> None:
+    rig = make_rig()
+    rig.backend.send_keys_delay_s = 30
+    trajs = await rig.run(n=2, timeout_s=0.2)
+    for t in trajs:
+        assert (t.status, t.reward, t.exclude_from_baseline) == (Status.agent_timeout, 1.0, False)
+        assert t.num_turns == 1
+        check_tokens(t, rig.vllm)
+    assert len(rig.backend.verified) == 2
+
+
+async def test_agent_timeout_masked_on_request_becomes_cancelled(make_rig) -> None:
+    rig = make_rig()
+    rig.backend.send_keys_delay_s = 30
+    trajs = await rig.run(n=1, timeout_s=0.2, mask_agent_timeout=True)
+    assert [(t.status, t.reward, t.exclude_from_baseline) for t in trajs] == [
+        (Status.cancelled, None, True)
+    ]
+
+
+# ---------------------------------------------------------------- replies and policy faults
+
+
+async def test_malformed_reply_is_fed_back_and_the_episode_goes_on(make_rig) -> None:
+    def script(sample: int, turn: int) -> str:
+        if turn == 0:
+            return f"I will now solve it, sample {sample}."  # no JSON at all
+        if turn == 1:
+            return '{"commands": "not a list"}'
+        return solves(sample, turn - 2)
+
+    rig = make_rig(script)
+    trajs = await rig.run(n=2)
+    for t in trajs:
+        assert (t.status, t.reward, t.num_turns) == (Status.ok, 1.0, 5)
+        assert "could not be used: No JSON object found" in t.messages[3].content
+        assert "Invalid reply field 'commands'" in t.messages[5].content
+        assert len(rig.backend.sandbox_of(t.trajectory_id).typed) == 1  # only the good turn
+        check_tokens(t, rig.vllm)
+
+
+async def test_policy_failure_mid_episode_is_masked_and_rewound(make_rig) -> None:
+    def script(sample: int, turn: int) -> str | httpx.Response:
+        if sample == 1 and turn == 1:
+            return httpx.Response(
+                500, json={"error": {"message": "boom", "type": "x", "code": 500}}
+            )
+        return solves(sample, turn)
+
+    rig = make_rig(script)
+    ok, failed = await rig.run(n=2)
+    assert (ok.status, ok.reward) == (Status.ok, 1.0)
+    assert (failed.status, failed.reward, failed.exclude_from_baseline) == (
+        Status.policy_error,
+        None,
+        True,
+    )
+    assert "boom" in failed.messages[-1].content
+    # The observation the engine never saw is gone: the response ends on the first turn.
+    [first] = rig.vllm.calls_of(1)
+    assert failed.response_token_ids == first.token_ids and failed.num_turns == 1
+    assert [v["rollouts.trajectory_id"] for v in rig.backend.verified] == [ok.trajectory_id]
+    # The first turn, two more for sample 0, and three tries (max_retries 2) for sample 1.
+    assert len(rig.vllm.completions()) == 1 + 2 + 3
+
+
+async def test_policy_down_for_the_first_turn_masks_the_group(make_rig) -> None:
+    rig = make_rig()
+    rig.vllm.down.add("a")
+    trajs = await rig.run(n=3)
+    assert [(t.status, t.reward, t.response_token_ids) for t in trajs] == [
+        (Status.policy_error, None, [])
+    ] * 3
+    assert rig.backend.verified == [] and len(rig.backend.destroyed) == 3
+
+
+# ---------------------------------------------------------------- sandbox faults and verdicts
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reward", "status", "final_reward", "masked"),
+    [
+        (Verdict.graded, 0.5, Status.ok, 0.5, False),
+        (Verdict.tests_timeout, 0.0, Status.verifier_timeout, 0.0, False),
+        (Verdict.tests_broken, None, Status.verifier_error, None, True),
+        (Verdict.infrastructure, None, Status.sandbox_error, None, True),
+    ],
+)
+async def test_verdicts_become_statuses(
+    make_rig,
+    verdict: Verdict,
+    reward: float | None,
+    status: Status,
+    final_reward: float | None,
+    masked: bool,
+) -> None:
+    rig = make_rig()
+    rig.backend.verify_result = VerifyResult(reward, verdict, "verifier says")
+    [t] = await rig.run(n=1)
+    assert (t.status, t.reward, t.exclude_from_baseline) == (status, final_reward, masked)
+    assert t.verifier_output == "verifier says"
+    check_tokens(t, rig.vllm)
+
+
+async def test_verifier_verdict_outranks_an_agent_timeout(make_rig) -> None:
+    rig = make_rig()
+    rig.backend.send_keys_delay_s = 30
+    rig.backend.verify_result = VerifyResult(None, Verdict.infrastructure, "engine gone")
+    [t] = await rig.run(n=1, timeout_s=0.2, mask_agent_timeout=True)
+    assert (t.status, t.reward) == (Status.sandbox_error, None)
+
+
+async def test_agent_wrecking_its_sandbox_is_graded_not_masked(make_rig) -> None:
+    def terminal(sandbox: FakeSandbox, keystrokes: str) -> str:
+        raise SandboxExited("the container exited (kill -9 -1)")
+
+    rig = make_rig()
+    rig.backend.terminal = terminal
+    trajs = await rig.run(n=2)
+    for t in trajs:
+        assert (t.status, t.reward, t.exclude_from_baseline) == (Status.ok, 0.0, False)
+        assert "sandbox broken by the agent" in t.messages[-1].content
+        assert t.verifier_output.startswith("[rollouts] graded 0")
+        check_tokens(t, rig.vllm)
+    assert rig.backend.verified == []  # nothing left to verify: graded 0 on the spot
+
+
+async def test_sandbox_fault_from_outside_is_masked(make_rig) -> None:
+    def terminal(sandbox: FakeSandbox, keystrokes: str) -> str:
+        raise RuntimeError("container removed by someone else")
+
+    rig = make_rig()
+    rig.backend.terminal = terminal
+    [t] = await rig.run(n=1)
+    assert (t.status, t.reward, t.exclude_from_baseline) == (Status.sandbox_error, None, True)
+    assert "container removed" in t.messages[-1].content
+    check_tokens(t, rig.vllm)
+
+
+async def test_sandbox_that_cannot_start_is_masked(make_rig) -> None:
+    rig = make_rig()
+    rig.backend.create_error = RuntimeError("image missing")
+    trajs = await rig.run(n=2)
+    assert [(t.status, t.reward) for t in trajs] == [(Status.sandbox_error, None)] * 2
+    assert len(rig.vllm.completions()) == 1  # the shared first turn still ran
+
+
+# ---------------------------------------------------------------- routing over replicas
+
+
+def hosts_of(vllm: FakeVLLM, sample: int) -> list[str]:
+    return [c.host for c in vllm.calls_of(sample)]
+
+
+async def test_later_turns_stay_on_the_server_of_the_first_turn(make_rig) -> None:
+    rig = make_rig(urls=(A, B))
+    await rig.run(n=3)
+    assert {c.host for c in rig.vllm.calls} == {"a"}  # least loaded (a tie): the first listed
+    # Nothing stays counted in flight: the next group lands on the same least-loaded server.
+    await rig.run(n=1, rollout_id="r2")
+    assert {c.host for c in rig.vllm.calls} == {"a"}
+
+
+async def test_a_sample_moves_when_its_server_fails(make_rig) -> None:
+    rig: Rig
+
+    def script(sample: int, turn: int) -> str:
+        if sample == 0 and turn == 1:
+            rig.vllm.down.add("a")  # a dies after answering this
+        return solves(sample, turn)
+
+    rig = make_rig(script, urls=(A, B))
+    trajs = await rig.run(n=2)
+    assert [(t.status, t.reward) for t in trajs] == [(Status.ok, 1.0)] * 2
+    assert hosts_of(rig.vllm, 0) == ["a", "a", "b"]
+    died = next(i for i, c in enumerate(rig.vllm.calls) if (c.sample, c.turn) == (0, 1))
+    assert {c.host for c in rig.vllm.calls[died + 1 :]} == {"b"}  # both samples moved
+    for t in trajs:
+        check_tokens(t, rig.vllm)
+
+
+async def test_first_turn_failover_pins_the_group_where_it_ran(make_rig) -> None:
+    # a is down: the first turn moves to b, and every sample follows it there (where its
+    # prefix is cached) rather than spreading over b and c.
+    rig = make_rig(urls=(A, B, "http://c:8000"))
+    rig.vllm.down.add("a")
+    trajs = await rig.run(n=2)
+    assert [t.status for t in trajs] == [Status.ok] * 2
+    assert {c.host for c in rig.vllm.calls} == {"b"}
+    assert [h for h, p, _ in rig.vllm.requests if p == "/v1/completions"] == ["b"] * 5
+
+
+async def test_a_failing_report_does_not_cost_the_siblings_their_results(make_rig) -> None:
+    """One sample's report raises (a store or metrics fault): the other samples still run to
+    their end and report their real results; the error surfaces once they are all done."""
+    rig = make_rig()
+    rig.backend.verify_result = VerifyResult(-2.5, Verdict.graded, "negative reward")
+    got: list[Trajectory] = []
+
+    async def on_trajectory(t: Trajectory) -> None:
+        if t.sample_index == 0:
+            raise RuntimeError("report failed")
+        got.append(t)
+
+    specs = sample_specs(TASK, "r-sib", 4, SamplingParams(seed=1), AgentLimits(max_turns=8))
+    with pytest.raises(RuntimeError, match="report failed"):
+        await rig.runner.run_group(TASK, specs, on_trajectory)
+    assert sorted(t.sample_index for t in got) == [1, 2, 3]
+    assert all((t.status, t.reward) == (Status.ok, -2.5) for t in got)
+
+
+def test_metrics_take_any_finite_reward() -> None:
+    from service.metrics import Metrics
+
+    m = Metrics()
+    t = Trajectory(
+        trajectory_id="t", rollout_id="r", group_id="g", task_id="x", sample_index=0,
+        prompt_token_ids=[1], response_token_ids=[], loss_mask=[], rollout_logprobs=[],
+        reward=-3.0, status=Status.ok, reward_flags=["pytest_tampered"],
+    )  # fmt: skip
+    m.observe_trajectory(t)
+    m.observe_trajectory(t.model_copy(update={"reward": 1.0}))
+    assert m.registry.get_sample_value("rollouts_reward_sum", {"policy_version": "0"}) == -2.0
+    flags = m.registry.get_sample_value("rollouts_reward_flags_total", {"flag": "pytest_tampered"})
+    assert flags == 2.0
