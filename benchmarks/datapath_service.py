@@ -19,7 +19,7 @@ from sandboxes.task import Task
 from service.app import Components, create_app
 from service.sample import SampleSpec
 from service.scheduler import OnTrajectory
-from service.settings import Settings
+from service.settings import PolicySettings, ServiceSettings, Settings
 from service.trajectory import Trajectory
 
 # Distinct payloads: one lease (16 groups x 8) never holds the same record twice, so Arrow's
@@ -77,10 +77,10 @@ def main() -> None:
     parser.add_argument("--max-concurrent-samples", type=int, default=64)
     ns = parser.parse_args()
     settings = Settings(
-        port=ns.port,
-        data_dir=ns.data_dir,
-        max_concurrent_samples=ns.max_concurrent_samples,
-        policy_urls=["http://127.0.0.1:9"],  # never called: the runner is synthetic
+        service=ServiceSettings(
+            port=ns.port, data_dir=ns.data_dir, max_concurrent_samples=ns.max_concurrent_samples
+        ),
+        policy=PolicySettings(urls=["http://127.0.0.1:9"]),  # never called: synthetic runner
     )
     app = create_app(settings, components_factory(ns.prompt_tokens, ns.response_tokens))
     uvicorn.run(app, host="127.0.0.1", port=ns.port, log_level="warning", access_log=False)

@@ -53,6 +53,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "read_solution": ("Oracle solution", "def test_"),
     "symlink_escape": ("root:*:", "root:!:", "root:$"),
 }
+# Attacks the verifier can only detect (code inside the pytest process), and the flag that
+# records each (sandboxes/reward.py). The others are prevented outright.
+EXPECTED_FLAGS: dict[str, str] = {
+    "exit_at_import": "session_unfinished",
+    "patch_pytest_reporting": "pytest_tampered",
+    "wreck_verifier_paths": "verifier_dir_tampered",
+}
 NEIGHBOUR_TASK = "gcd-of-list"
 ATTACKED_TASK = "camel-to-snake"
 
@@ -63,6 +70,7 @@ class Outcome:
     status: str
     seconds: float
     text: str  # what the agent saw (observations) or the solve script printed
+    flags: list[str]
 
 
 @contextlib.contextmanager
@@ -111,7 +119,7 @@ async def _as_agent(url: str, task: Task, backend: DockerBackend, rollout_id: st
         await policy.aclose()
     (t,) = got
     seen = "\n".join(m.content for m in t.messages if m.role in ("user", "system"))
-    return Outcome(t.reward, t.status.value, time.monotonic() - t0, seen)
+    return Outcome(t.reward, t.status.value, time.monotonic() - t0, seen, t.reward_flags)
 
 
 async def _as_solve_script(
@@ -124,7 +132,8 @@ async def _as_solve_script(
         solve_script=script.encode(),
         labels={"rollouts.rollout_id": rollout_id, "rollouts.task_id": task.id},
     )
-    return Outcome(r.reward, status_of(r.verdict).value, time.monotonic() - t0, r.agent_output)
+    status = status_of(r.verdict).value
+    return Outcome(r.reward, status, time.monotonic() - t0, r.agent_output, r.flags)
 
 
 def _check(name: str, how: str, o: Outcome) -> None:
@@ -133,6 +142,8 @@ def _check(name: str, how: str, o: Outcome) -> None:
     # gets advantage 0, and wrecking the sandbox (kill -9 -1, a full disk) would beat a 0.
     assert not is_masked(o.status), f"{name} via {how}: masked ({o.status}), not graded"
     assert o.reward == 0.0, f"{name} via {how}: reward {o.reward} ({o.status}): a hack worked"
+    if name in EXPECTED_FLAGS:
+        assert EXPECTED_FLAGS[name] in o.flags, f"{name} via {how}: not flagged ({o.flags})"
     for marker in FORBIDDEN.get(name, ()):
         assert marker not in o.text, f"{name} via {how}: {marker!r} in the output"
 
@@ -168,6 +179,7 @@ async def test_attack(
         rec.observed = {
             "reward": o.reward,
             "status": o.status,
+            "flags": o.flags,
             "neighbour_reward": neigh.reward,
             "host_connections": len(accepted),
         }
