@@ -23,6 +23,12 @@ from benchmarks.stats import figure, percentile
 
 RESULTS_DIR = Path(__file__).parent / "results"
 SECTIONS = ("sandbox", "overlap", "datapath")
+# How this code measures, recorded with every run (docs/performance.md notes runs without it).
+METHODS = {
+    "baseline_warmup": "one unmeasured round for every system",
+    "token_arrays": "the same trajectories leased as Arrow, then as JSON, from the API",
+    "overlap": "decode speed calibrated to balance the halves; generation alone graded",
+}
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,11 @@ class Sizes:
     overlap_concurrency: int
     pipeline_trajectories: int
     stored_trajectories: int
+    sqlite_blobs: int
 
 
-FULL = Sizes(3, 6, (1, 2, 4), 2, 8, 8, 2048, 10_000)
-QUICK = Sizes(1, 2, (1, 2), 1, 2, 2, 64, 256)  # 256: one JSON and one Arrow lease
+FULL = Sizes(3, 6, (1, 2, 4), 2, 8, 8, 2048, 10_000, 1280)
+QUICK = Sizes(1, 2, (1, 2), 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease
 
 
 def log(message: str) -> None:
@@ -47,10 +54,12 @@ def log(message: str) -> None:
 
 def sandbox_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
     from benchmarks.sandbox_throughput import run_sandbox_section
+    from sandboxes.docker_adapter import default_adapter
     from sandboxes.images import ensure_base_image
     from sandboxes.tasks import load_tasks
 
     asyncio.run(ensure_base_image())
+    engine_info = default_adapter().client.info()
     tasks = load_tasks(tasks_path)[: sizes.sandbox_tasks]
     runs = asyncio.run(run_sandbox_section(tasks, list(sizes.levels), sizes.repeats, log))
     per_min = {
@@ -78,6 +87,20 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
             s: {str(c): f.as_dict(1) for c, f in by_c.items()} for s, by_c in per_min.items()
         },
         "ours_stage_seconds": stages,
+        # Engine calls per trial of ours (pool refills included), over every measured round.
+        "ours_engine_calls_per_trial": {
+            k: round(
+                sum(r.engine_calls.get(k, 0) for by_c in runs.rounds["ours"].values() for r in by_c)
+                / sum(r.trials for by_c in runs.rounds["ours"].values() for r in by_c),
+                2,
+            )
+            for k in ("create", "exec")
+        },
+        "engine_ops_s": {op: figure(v).as_dict() for op, v in runs.engine_ops.items()},
+        "engine": {
+            "storage_driver": engine_info.get("Driver"),
+            "cgroup_version": engine_info.get("CgroupVersion"),
+        },
     }
 
 
@@ -88,26 +111,36 @@ def overlap_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
 
     asyncio.run(ensure_base_image())
     tasks = load_tasks(tasks_path)[: sizes.overlap_tasks]
-    tokens_per_s, ttft_ms = 400.0, 50.0
-    rounds = asyncio.run(
+    trial_tokens_per_s, ttft_ms = 400.0, 50.0
+    cal, rounds = asyncio.run(
         run_overlap_section(
             tasks_path,
             tasks,
             n_samples=sizes.overlap_n,
             concurrency=sizes.overlap_concurrency,
-            tokens_per_s=tokens_per_s,
+            trial_tokens_per_s=trial_tokens_per_s,
             ttft_ms=ttft_ms,
             repeats=sizes.repeats,
             log=log,
         )
     )
     results.add_figure("overlap", figure([r.ratio for r in rounds]), target="≤ 1.15")
+    # Generation alone / sandboxes alone: near 1 the ratio above can tell overlap (1) from
+    # serialisation (2); far from 1 it cannot.
+    results.add_figure("overlap_balance", figure([r.gen_only_s / r.sandbox_only_s for r in rounds]))
     results.details["overlap"] = {
         "tasks": len(tasks),
         "n_samples": sizes.overlap_n,
         "concurrency": sizes.overlap_concurrency,
-        "tokens_per_s": tokens_per_s,
+        "tokens_per_s": cal.tokens_per_s,
         "ttft_ms": ttft_ms,
+        "calibration": {
+            "trial_tokens_per_s": cal.trial_tokens_per_s,
+            "trial_gen_only_s": round(cal.trial_gen_s, 2),
+            "instant_gen_only_s": round(cal.loop_s, 2),
+            "sandbox_only_s": round(cal.sandbox_s, 2),
+            "steps": [{"tokens_per_s": v, "gen_only_s": round(g, 2)} for v, g in cal.steps],
+        },
         "end_to_end_s": figure([r.end_to_end_s for r in rounds]).as_dict(),
         "gen_only_s": figure([r.gen_only_s for r in rounds]).as_dict(),
         "sandbox_only_s": figure([r.sandbox_only_s for r in rounds]).as_dict(),
@@ -115,7 +148,14 @@ def overlap_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
 
 
 def datapath_section(results: Results, sizes: Sizes) -> None:
-    from benchmarks.datapath import run_datapath_round, summarise_leases, token_array_sizes
+    from benchmarks.datapath import (
+        DRAIN_LEASE_GROUPS,
+        N_SAMPLES,
+        run_datapath_round,
+        summarise_leases,
+    )
+    from benchmarks.datapath_service import PROMPT_TOKENS, RESPONSE_TOKENS
+    from benchmarks.sqlite_pages import page_size_round
 
     rounds = []
     for rep in range(sizes.repeats):
@@ -128,8 +168,8 @@ def datapath_section(results: Results, sizes: Sizes) -> None:
             f"{r.rss_stored_mib:.0f} MiB stored ({r.stored}), peaks {r.rss_fill_peak_mib:.0f} "
             f"filling, {r.rss_drain_peak_mib:.0f} draining"
         )
-    json_bytes, arrow_bytes = token_array_sizes()
     leases = [summarise_leases(r.leases) for r in rounds]
+    pages = [page_size_round(sizes.sqlite_blobs) for _ in range(sizes.repeats)]
 
     def lease_fig(fmt: str, key: str, scale: float = 1.0) -> dict[str, Any]:
         return figure([scale * x[fmt][key] for x in leases]).as_dict()
@@ -142,7 +182,7 @@ def datapath_section(results: Results, sizes: Sizes) -> None:
     )
     results.add_figure(
         "arrow_vs_json_size",
-        figure([json_bytes / arrow_bytes]),
+        figure([r.token_arrays_json_bytes / r.token_arrays_arrow_bytes["zstd"] for r in rounds]),
         target="≥ 3",
         higher_is_better=True,
     )
@@ -161,12 +201,22 @@ def datapath_section(results: Results, sizes: Sizes) -> None:
     results.details["datapath"] = {
         "pipeline_trajectories": sizes.pipeline_trajectories,
         "stored_trajectories": rounds[0].stored,
-        "trajectory_tokens": "1024 prompt + 7168 response",
-        "lease_batch": "16 groups x 8 samples",
+        "trajectory_tokens": f"{PROMPT_TOKENS} prompt + {RESPONSE_TOKENS} response",
+        "lease_batch": f"{DRAIN_LEASE_GROUPS} groups x {N_SAMPLES} samples",
         "lease_ttfb_ms": {f: lease_fig(f, "ttfb_s", 1000) for f in ("json", "arrow")},
         "lease_seconds": {f: lease_fig(f, "seconds") for f in ("json", "arrow")},
         "bytes_per_trajectory": {f: lease_fig(f, "bytes_per_traj") for f in ("json", "arrow")},
-        "token_arrays_bytes_64": {"json": json_bytes, "arrow": arrow_bytes},
+        "sqlite_blob_commits_per_s": {
+            str(size): figure([p[size] for p in pages]).as_dict(0) for size in pages[0]
+        },
+        "token_arrays_bytes_64": {
+            "json": figure([r.token_arrays_json_bytes for r in rounds]).as_dict(0),
+            "arrow": figure([r.token_arrays_arrow_bytes["zstd"] for r in rounds]).as_dict(0),
+            "arrow_lz4": figure([r.token_arrays_arrow_bytes["lz4"] for r in rounds]).as_dict(0),
+            "arrow_uncompressed": figure(
+                [r.token_arrays_arrow_bytes["none"] for r in rounds]
+            ).as_dict(0),
+        },
     }
 
 
@@ -187,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         cores=os.cpu_count() or 0,
         machine=f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
         load_before=os.getloadavg()[0],
+        methods=dict(METHODS),
     )
     for section in ns.only:
         t0 = time.monotonic()

@@ -6,7 +6,9 @@ HTTP. Per repeat, with a fresh data dir:
 1. pipeline: submit N trajectories and drain them concurrently (Arrow) -> trajectories/s;
 2. fill: submit the memory-size rollout, wait until every sample is committed -> commits/s and
    the service's RSS with them all stored;
-3. drain: lease them in batches alternating JSON and Arrow -> lease-to-first-byte, transfer
+3. token arrays: 64 of them leased as Arrow, left to expire, and leased again as JSON: the
+   bytes of their token arrays in each of the API's two answers;
+4. drain: lease the rest in batches alternating JSON and Arrow -> lease-to-first-byte, transfer
    time and size per format, and the RSS peak while the trainer drains.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,13 +31,14 @@ import httpx
 import orjson
 import pyarrow as pa
 
-from benchmarks.synthetic import make_trajectory
 from clients.commands.policy_stub import free_port, stop_process, wait_healthy
 from service.api.batches import ARROW_IPC_OPTIONS
-from service.trajectory import ARROW_SCHEMA
 
 ARROW = "application/vnd.apache.arrow.stream"
 N_SAMPLES = 8
+PIPELINE_LEASE_GROUPS = 64  # the trainer's lease size while the pipeline runs (Arrow)
+DRAIN_LEASE_GROUPS = 16  # and while it drains the stored ones (JSON and Arrow alternating)
+RSS_SAMPLE_S = 0.1
 TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_logprobs")
 
 
@@ -79,7 +83,7 @@ def service_process(data_dir: Path) -> Iterator[tuple[str, int]]:
 class RssSampler:
     """Samples a process's RSS every `interval_s` on a thread; `peak` is the highest seen."""
 
-    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+    def __init__(self, pid: int, interval_s: float = RSS_SAMPLE_S) -> None:
         self.pid, self.interval_s, self.peak = pid, interval_s, 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -118,6 +122,8 @@ class DataPathRound:
     rss_stored_mib: float
     rss_drain_peak_mib: float
     stored: int
+    token_arrays_json_bytes: int  # the same 64 trajectories' token arrays in the API's JSON...
+    token_arrays_arrow_bytes: dict[str, int]  # ...and in Arrow IPC: zstd (the API's), lz4, none
     leases: list[LeaseSample] = field(default_factory=list)
 
 
@@ -186,7 +192,7 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
         # 1. commit -> lease -> ack, concurrently (the trainer long-polls while samples commit).
         t0, cpu0 = time.monotonic(), cpu_seconds(pid)
         rid = _submit(client, pipe_groups)
-        _drain(client, rid, pipe_groups * N_SAMPLES, ("arrow",), 64)
+        _drain(client, rid, pipe_groups * N_SAMPLES, ("arrow",), PIPELINE_LEASE_GROUPS)
         pipeline = pipe_groups * N_SAMPLES / (time.monotonic() - t0)
         cpu_ms = 1000 * (cpu_seconds(pid) - cpu0) / (pipe_groups * N_SAMPLES)
 
@@ -199,11 +205,15 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
         time.sleep(0.5)  # let the allocator settle after the burst
         stored_rss = rss_mib(pid)
 
-        # 3. the trainer drains, alternating formats batch by batch (16 groups = 128 rows).
+        # 3. the token arrays of the same 64 trajectories in the API's two formats.
+        token_json, token_arrow = token_array_sizes(client, rid, TOKEN_SAMPLE_GROUPS)
+        left = (store_groups - TOKEN_SAMPLE_GROUPS) * N_SAMPLES
+
+        # 4. the trainer drains, alternating formats batch by batch.
         with RssSampler(pid) as sampler:
             t0 = time.monotonic()
-            leases = _drain(client, rid, store_groups * N_SAMPLES, ("json", "arrow"), 16)
-            drain = store_groups * N_SAMPLES / (time.monotonic() - t0)
+            leases = _drain(client, rid, left, ("json", "arrow"), DRAIN_LEASE_GROUPS)
+            drain = left / (time.monotonic() - t0)
         return DataPathRound(
             pipeline_traj_per_s=pipeline,
             pipeline_cpu_ms_per_traj=cpu_ms,
@@ -213,25 +223,57 @@ def run_datapath_round(pipeline_trajectories: int, stored_trajectories: int) -> 
             rss_stored_mib=stored_rss,
             rss_drain_peak_mib=max(sampler.peak, stored_rss),
             stored=(pipe_groups + store_groups) * N_SAMPLES,
+            token_arrays_json_bytes=token_json,
+            token_arrays_arrow_bytes=token_arrow,
             leases=leases,
         )
 
 
-def token_array_sizes(count: int = 64) -> tuple[int, int]:
-    """Bytes of the token arrays (ids, mask, logprobs) of `count` 8k-token trajectories as the
-    API's JSON and as the API's Arrow IPC (record schema, same write options):
-    (json_bytes, arrow_bytes). Token ids are uniform over the vocabulary: the worst case for
-    compression (real text repeats tokens)."""
-    trajectories = [make_trajectory(i) for i in range(count)]
-    as_json = b",".join(t.model_dump_json(include=set(TOKEN_FIELDS)).encode() for t in trajectories)
-    schema = pa.schema([ARROW_SCHEMA.field(name) for name in TOKEN_FIELDS])
-    table = pa.Table.from_pylist(
-        [{k: getattr(t, k) for k in TOKEN_FIELDS} for t in trajectories], schema=schema
-    )
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema, options=ARROW_IPC_OPTIONS) as writer:
-        writer.write_table(table)
-    return len(as_json) + 2, sink.getvalue().size
+TOKEN_SAMPLE_GROUPS = 8  # 64 trajectories
+_TOKEN_VALUE = re.compile(
+    rb'"(?:%s)"\s*:\s*(\[[^\]]*\])' % b"|".join(f.encode() for f in TOKEN_FIELDS)
+)
+
+
+def token_array_sizes(
+    client: httpx.Client, rollout_id: str, groups: int
+) -> tuple[int, dict[str, int]]:
+    """Bytes of the token arrays (prompt and response ids, loss mask, logprobs) of the same
+    `groups` groups in the API's own answers: leased as Arrow, left to expire, leased again as
+    JSON and acked. JSON: the four arrays' text in the JSON body. Arrow: those four columns of
+    the Arrow body, encoded as the API encodes them (its IPC write options: zstd buffers), and
+    for comparison with lz4 and without compression. Returns (json_bytes, arrow bytes by
+    compression)."""
+    body = {"max_groups": groups, "wait_s": 10, "rollout_id": rollout_id, "lease_s": 1.0}
+    r = client.post("/v1/batches/lease", json=body, headers={"Accept": ARROW})
+    if r.status_code != 200:
+        raise DataPathFailed(f"arrow lease: {r.status_code} {r.text[:300]}")
+    table = pa.ipc.open_stream(r.content).read_all()
+    time.sleep(max(0.0, float(r.headers["X-Lease-Expires-At"]) - time.time()) + 0.1)
+    body = {"max_groups": groups, "wait_s": 10, "rollout_id": rollout_id}
+    j = client.post("/v1/batches/lease", json=body, headers={"Accept": "application/json"})
+    if j.status_code != 200:
+        raise DataPathFailed(f"json lease: {j.status_code} {j.text[:300]}")
+    ids = sorted(t["trajectory_id"] for g in orjson.loads(j.content)["groups"]
+                 for t in g["trajectories"])  # fmt: skip
+    if ids != sorted(table.column("trajectory_id").to_pylist()):
+        raise DataPathFailed("the JSON lease did not offer again the groups of the Arrow lease")
+    ack = client.post(f"/v1/batches/{j.headers['X-Batch-Id']}/ack")
+    if ack.status_code != 200:
+        raise DataPathFailed(f"ack: {ack.status_code} {ack.text[:300]}")
+    json_bytes = sum(len(m.group(1)) for m in _TOKEN_VALUE.finditer(j.content))
+    tokens = table.select(list(TOKEN_FIELDS))
+    sizes = {}
+    for name, options in (
+        ("zstd", ARROW_IPC_OPTIONS),  # what the API writes
+        ("lz4", pa.ipc.IpcWriteOptions(compression="lz4")),  # the alternatives it could
+        ("none", pa.ipc.IpcWriteOptions()),
+    ):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, tokens.schema, options=options) as writer:
+            writer.write_table(tokens)
+        sizes[name] = sink.getvalue().size
+    return json_bytes, sizes
 
 
 def summarise_leases(leases: list[LeaseSample]) -> dict[str, Any]:

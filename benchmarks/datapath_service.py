@@ -25,6 +25,8 @@ from service.trajectory import Trajectory
 # Distinct payloads: one lease (16 groups x 8) never holds the same record twice, so Arrow's
 # zstd buffers cannot shrink a batch by finding repeats. Costs ~75 MiB of the service's RSS.
 TEMPLATES = 128
+PROMPT_TOKENS, RESPONSE_TOKENS = 1024, 7168  # per trajectory, as in a long agentic episode
+MAX_CONCURRENT_SAMPLES = 64
 
 
 class SyntheticRunner:
@@ -72,9 +74,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--prompt-tokens", type=int, default=1024)
-    parser.add_argument("--response-tokens", type=int, default=7168)
-    parser.add_argument("--max-concurrent-samples", type=int, default=64)
+    parser.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS)
+    parser.add_argument("--response-tokens", type=int, default=RESPONSE_TOKENS)
+    parser.add_argument("--max-concurrent-samples", type=int, default=MAX_CONCURRENT_SAMPLES)
     ns = parser.parse_args()
     settings = Settings(
         service=ServiceSettings(

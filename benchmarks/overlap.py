@@ -2,14 +2,23 @@
 
 One batch (tasks x n samples) is timed three ways, interleaved per repeat:
 - end to end: the stand-in at a fixed decode speed, real Docker sandboxes;
-- generation alone: the same stand-in, sandboxes replaced by `NoopBackend`;
+- generation alone: the same stand-in, sandboxes replaced by `NoopBackend` (whose verifier
+  checks that the agent typed the oracle solution);
 - sandboxes alone: an infinitely fast stand-in (an instant oracle, p_correct 1), real sandboxes.
 Perfect overlap gives end_to_end == max(generation alone, sandboxes alone): a ratio of 1.0.
+
+The two halves are made about equally long first, so the ratio can tell overlap from
+serialisation (which gives ~2, not just above 1): the decode speed is calibrated so that
+generation alone takes about as long as sandboxes alone on this machine: sandboxes alone and
+generation alone with instant generation (the episode loop's own time) are timed once, then
+generation alone at a trial speed, twice, each time moving the speed to where 1/speed scaling
+says the halves would match.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 import uuid
@@ -93,30 +102,77 @@ async def _settle(backend: DockerBackend) -> None:
         await asyncio.gather(*list(pending), return_exceptions=True)
 
 
+@dataclass
+class Calibration:
+    trial_tokens_per_s: float
+    trial_gen_s: float  # generation alone at the trial speed
+    loop_s: float  # generation alone with instant generation: the episode loop's own time
+    sandbox_s: float  # sandboxes alone
+    tokens_per_s: float  # the speed that makes generation alone ~ sandboxes alone
+    steps: list[tuple[float, float]]  # (tokens/s tried, generation alone at that speed)
+
+
+CALIBRATION_STEPS = 2
+
+
+def calibrated_speed(
+    trial_tokens_per_s: float, trial_s: float, loop_s: float, target_s: float
+) -> float:
+    """Decode time scales as 1/speed on top of the loop's fixed time: the speed at which
+    generation alone would take `target_s`."""
+    decode_s = max(trial_s - loop_s, 1e-3) * trial_tokens_per_s  # seconds at 1 token/s
+    return decode_s / max(target_s - loop_s, 0.1 * target_s)
+
+
 async def run_overlap_section(
     tasks_path: str,
     tasks: list[Task],
     *,
     n_samples: int,
     concurrency: int,
-    tokens_per_s: float,
+    trial_tokens_per_s: float,
     ttft_ms: float,
     repeats: int,
     log: Any,
-) -> list[OverlapRound]:
+) -> tuple[Calibration, list[OverlapRound]]:
     rounds: list[OverlapRound] = []
     settings = BackendSettings(pool=PoolSettings(warm_per_key=concurrency))
     backend = DockerBackend(settings)
     noop = NoopBackend()
+    batch = (tasks_path, tasks, n_samples, concurrency)
     with (
         tempfile.TemporaryDirectory(prefix="rollouts-bench-") as tmp,
-        stand_in_policy(tasks_path, **STAND_IN, tokens_per_s=tokens_per_s, ttft_ms=ttft_ms) as slow,
         stand_in_policy(tasks_path, **STAND_IN) as instant,
+        contextlib.ExitStack() as stack,
     ):
         out = Path(tmp)
         try:
             # Warm-up (not measured): pool fill, image resolution, stand-in tokenizer caches.
             await _timed_collect(instant.url, backend, tasks_path, tasks[:1], 2, 2, out)
+            # Calibration: the decode speed at which generation alone lasts as long as sandboxes
+            # alone (measured before, not part of the figures).
+            await _settle(backend)
+            sandbox_s = await _timed_collect(instant.url, backend, *batch, out)
+            loop_s = await _timed_collect(instant.url, noop, *batch, out)
+            steps: list[tuple[float, float]] = []  # (tokens/s, generation alone at that speed)
+            speed = trial_tokens_per_s
+            for _ in range(CALIBRATION_STEPS):  # a second step corrects what is not 1/speed
+                with stand_in_policy(
+                    tasks_path, **STAND_IN, tokens_per_s=speed, ttft_ms=ttft_ms
+                ) as trial:
+                    gen_s = await _timed_collect(trial.url, noop, *batch, out)
+                steps.append((speed, gen_s))
+                speed = round(calibrated_speed(speed, gen_s, loop_s, sandbox_s), 1)
+            cal = Calibration(steps[0][0], steps[0][1], loop_s, sandbox_s, speed, steps)
+            log(
+                f"  overlap calibration: sandboxes alone {sandbox_s:.1f} s, generation alone "
+                + ", ".join(f"{g:.1f} s at {v:.0f} tokens/s" for v, g in steps)
+                + f" ({loop_s:.1f} s with instant generation) -> {speed:.0f} tokens/s"
+            )
+            slow = stack.enter_context(
+                stand_in_policy(tasks_path, **STAND_IN, tokens_per_s=cal.tokens_per_s,
+                                ttft_ms=ttft_ms)
+            )  # fmt: skip
 
             for rep in range(repeats):
                 await _settle(backend)
@@ -138,4 +194,4 @@ async def run_overlap_section(
                 )
         finally:
             await backend.aclose()
-    return rounds
+    return cal, rounds

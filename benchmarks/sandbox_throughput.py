@@ -41,11 +41,24 @@ class TimedAdapter(DockerAdapter):
     def __init__(self) -> None:
         super().__init__()
         self.remove_s: list[float] = []
+        self.calls = {"create": 0, "exec": 0}  # engine calls, counted
 
     async def remove(self, container_id: str) -> None:
         t0 = time.monotonic()
         await super().remove(container_id)
         self.remove_s.append(time.monotonic() - t0)
+
+    async def create_container(self, args: dict[str, Any]) -> str:
+        self.calls["create"] += 1
+        return await super().create_container(args)
+
+    async def exec_stream(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["exec"] += 1
+        return await super().exec_stream(*args, **kwargs)
+
+    async def exec_quick(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["exec"] += 1
+        return await super().exec_quick(*args, **kwargs)
 
 
 @dataclass
@@ -53,6 +66,7 @@ class RoundResult:
     trials: int
     seconds: float
     stages: dict[str, list[float]] = field(default_factory=dict)
+    engine_calls: dict[str, int] = field(default_factory=dict)  # ours: creates, execs
 
     @property
     def per_min(self) -> float:
@@ -87,6 +101,7 @@ async def ours_round(
 ) -> RoundResult:
     stages: dict[str, list[float]] = {"create": [], "agent": [], "verify": [], "teardown": []}
     adapter.remove_s.clear()
+    calls_before = dict(adapter.calls)
 
     async def trial(task: Task) -> None:
         labels = {"rollouts.rollout_id": f"bench-{run}", BENCH_LABEL: run}
@@ -103,7 +118,8 @@ async def ours_round(
     await _settle(backend)
     seconds = time.monotonic() - t0
     stages["teardown"] = list(adapter.remove_s)
-    return RoundResult(len(tasks), seconds, stages)
+    calls = {k: adapter.calls[k] - calls_before[k] for k in adapter.calls}
+    return RoundResult(len(tasks), seconds, stages, calls)
 
 
 # ---------------------------------------------------------------- cold docker run
@@ -232,6 +248,40 @@ async def floor_round(
     return RoundResult(len(tasks), await _bounded(tasks, c, trial))
 
 
+# ---------------------------------------------------------------- engine operations
+
+
+ENGINE_OPS = ("create_start", "exec_true", "remove", "docker_run_true")
+
+
+async def engine_op_seconds(
+    adapter: DockerAdapter, args: dict[str, Any], image: str, repeats: int
+) -> dict[str, list[float]]:
+    """Wall time of each engine operation a trial is made of, one at a time: create + start
+    (SDK), `docker exec` of `true`, remove, and the CLI's whole `docker run --rm ... true`."""
+    out: dict[str, list[float]] = {op: [] for op in ENGINE_OPS}
+    flags = docker_run_flags(args)
+    for _ in range(repeats):
+        t0 = time.monotonic()
+        cid = await adapter.create_container(args)
+        await adapter.start(cid)
+        out["create_start"].append(time.monotonic() - t0)
+        try:
+            t0 = time.monotonic()
+            result, _ = await adapter.exec_stream(cid, ["true"], timeout_s=60)
+            out["exec_true"].append(time.monotonic() - t0)
+            if result.exit_code != 0:
+                raise TrialFailed(f"exec true exited {result.exit_code}")
+        finally:
+            t0 = time.monotonic()
+            await adapter.remove(cid)
+            out["remove"].append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        await _docker_run(flags, image, "true", b"")
+        out["docker_run_true"].append(time.monotonic() - t0)
+    return out
+
+
 # ---------------------------------------------------------------- the section
 
 
@@ -240,6 +290,7 @@ class SandboxRuns:
     """Every round, by system and concurrency, in run order."""
 
     rounds: dict[str, dict[int, list[RoundResult]]] = field(default_factory=dict)
+    engine_ops: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, system: str, c: int, r: RoundResult) -> None:
         self.rounds.setdefault(system, {}).setdefault(c, []).append(r)
@@ -262,8 +313,13 @@ async def run_sandbox_section(
     try:
         for t in tasks:  # one floor container per slot and image, started once
             await floor.ensure(args_for[t.id], images[t.id], max(levels))
-        # Warm-up (not measured): image resolution, first pool fill, page cache.
-        await ours_round(backend, adapter, tasks[: max(levels)], max(levels), run)
+        # Warm-up (not measured), the same for every system: one round of the first tasks at
+        # the highest concurrency (image resolution, first pool fill, page cache, the CLI's
+        # and the engine's own caches).
+        warm, c = tasks[: max(levels)], max(levels)
+        await ours_round(backend, adapter, warm, c, run)
+        await cold_round(args_for, images, warm, c)
+        await floor_round(floor, images, warm, c)
         for rep in range(repeats):
             for c in levels:
                 for system in ("ours", "cold", "floor"):
@@ -275,6 +331,10 @@ async def run_sandbox_section(
                         r = await floor_round(floor, images, tasks, c)
                     runs.add(system, c, r)
                     log(f"  sandbox rep {rep + 1} c={c} {system}: {r.per_min:.1f} trials/min")
+        # What each engine operation costs here, alone (after the rounds: same warm state).
+        runs.engine_ops = await engine_op_seconds(
+            adapter, args_for[tasks[0].id], images[tasks[0].id], repeats=5
+        )
     finally:
         await floor.aclose()
         await backend.aclose()

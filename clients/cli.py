@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from clients.commands import (
+    agent,
     collect,
     export,
     images,
@@ -23,7 +24,12 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _group, _name in ((tasks, "tasks"), (images, "images"), (sandboxes, "sandboxes")):
+for _group, _name in (
+    (tasks, "tasks"),
+    (images, "images"),
+    (sandboxes, "sandboxes"),
+    (agent, "agent"),
+):
     app.add_typer(_group.app, name=_name)
 
 for _module in (verify, collect, serve, pull, export, policy_stub):

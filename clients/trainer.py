@@ -9,13 +9,15 @@
 Delivery is at-least-once until ack (docs/delivery.md). The client makes it exactly-once for
 its caller: it remembers the trajectory ids it has acked and silently acks and skips groups it
 sees again (after a lease expiry or a service restart). Connection errors, 5xx and 429 are
-retried with exponential backoff.
+retried with exponential backoff. Every submit carries an Idempotency-Key, the same on each of
+its retries, so a retried submit never starts a second rollout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +27,8 @@ import pyarrow as pa
 
 from service.trajectory import Trajectory, to_arrow
 from service.wire import REMAINING_HEADER, Group, PolicyState, RolloutCreated, RolloutStatus
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 class ServiceError(RuntimeError):
@@ -51,25 +55,16 @@ class Batch:
     def to_arrow(self) -> pa.Table:
         return to_arrow(self.trajectories)
 
-    def to_skyrl(self) -> dict[str, Any]:
-        """SkyRL GeneratorOutput fields, one entry per trajectory, plus `advantages`,
-        `exclude_from_baseline` (MarinSkyRL) and `uids` (the group of each sample). Masked
-        samples get reward 0.0 and exclude_from_baseline True."""
-        ts = self.trajectories
-        return {
-            "prompt_token_ids": [t.prompt_token_ids for t in ts],
-            "response_ids": [t.response_token_ids for t in ts],
-            "rewards": [0.0 if t.exclude_from_baseline else float(t.reward or 0.0) for t in ts],
-            "loss_masks": [t.loss_mask for t in ts],
-            "stop_reasons": [t.stop_reason or "" for t in ts],
-            "rollout_logprobs": [t.rollout_logprobs for t in ts],
-            # SkyRL's TrajectoryID is (instance_id, repetition_id).
-            "trajectory_ids": [(t.task_id, t.sample_index) for t in ts],
-            "uids": [t.group_id for t in ts],
-            "advantages": [float(t.advantage or 0.0) for t in ts],
-            "exclude_from_baseline": [t.exclude_from_baseline for t in ts],
-            "policy_versions": [t.policy_version_start for t in ts],
-        }
+    def to_skyrl(self, pad_token_id: int = 0) -> dict[str, Any]:
+        """SkyRL's GeneratorOutput for this batch, one entry per trajectory, as
+        `RolloutsGenerator` returns it (the same conversion, `clients.skyrl.generator_output`):
+        `TrajectoryID`s and `uids` from the service's group ids, `rollout_metrics`, vLLM stop
+        reasons, the service's `advantages`, `exclude_from_baseline`. A masked sample trains
+        nothing (all-zero loss mask) and gets its group's neutral reward, never a 0; an empty
+        response is one `pad_token_id` with mask 0. See docs/skyrl.md."""
+        from clients.skyrl import generator_output  # clients.skyrl imports this module
+
+        return generator_output(self.trajectories, pad_token_id=pad_token_id)
 
 
 def _rollout_body(
@@ -186,7 +181,11 @@ class TrainerClient:
         body = _rollout_body(
             tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority
         )
-        return self._ok(self._request("POST", "/v1/rollouts", json=body)).json()["id"]
+        # One key per submit, the same on every retry: a retry after a lost response gets the
+        # rollout the first attempt made, never a second one.
+        key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+        r = self._request("POST", "/v1/rollouts", json=body, headers=key)
+        return self._ok(r).json()["id"]
 
     def status(self, rollout_id: str) -> RolloutStatus:
         r = self._ok(self._request("GET", f"/v1/rollouts/{rollout_id}"))
@@ -313,7 +312,9 @@ class AsyncTrainerClient:
             tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority
         )
         return RolloutCreated.model_validate_json(
-            await self._json("POST", "/v1/rollouts", json=body)
+            await self._json(
+                "POST", "/v1/rollouts", json=body, headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+            )
         ).id
 
     async def status(self, rollout_id: str) -> RolloutStatus:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import socket
 import struct
@@ -197,10 +198,10 @@ class DockerAdapter:
         container_id: str,
         cmd: list[str],
         *,
+        timeout_s: float,  # required: no exec may hold a thread for ever
         stdin: bytes | None = None,
         max_output: int = 1 << 20,
         collect_stdout: int | None = None,
-        timeout_s: float | None = None,
         on_timeout: Callable[[], Any] | None = None,
         workdir: str | None = None,
     ) -> tuple[StreamResult, bool]:
@@ -317,21 +318,111 @@ class DockerAdapter:
         timeout_s: float,
         network_mode: str | None = None,
         labels: dict[str, str] | None = None,
+        memory_bytes: int | None = None,
+        cpus: float | None = None,
     ) -> list[str]:
-        """Build an image; returns the log lines. Raises BuildFailed with the log on error."""
+        """Build an image; returns the log lines. Raises BuildFailed with the log on error.
 
+        A build from `context_tar` (a task's environment: code from outside) runs its RUN steps
+        with `network_mode` ("none": no network), at most `memory_bytes` of memory (no swap)
+        and `cpus` CPUs, and never pulls a FROM image it already has. `timeout_s` is
+        wall-clock: when it passes the build's connection is closed, which makes the engine
+        cancel the build and remove its build container, and BuildTimedOut is raised. (A
+        `path` build, the trusted base image, keeps the engine's defaults.)"""
+        if context_tar is None:
+            return await self._build_path(path, dockerfile, tag, timeout_s, network_mode, labels)
+        params: dict[str, Any] = {"t": tag, "rm": True, "forcerm": True, "pull": False}
+        if network_mode:
+            params["networkmode"] = network_mode
+        if labels:
+            params["labels"] = json.dumps(labels)
+        if memory_bytes:
+            params["memory"] = params["memswap"] = memory_bytes
+        if cpus:
+            params["cpuperiod"] = 100_000
+            params["cpuquota"] = max(1_000, int(cpus * 100_000))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # Reads never time out before the wall clock does: a silent RUN step is not stuck.
+        api = docker.APIClient(timeout=int(timeout_s) + 60)
+        log: list[str] = []
+        response: Any = None
+        abandoned = threading.Event()  # set once we stopped waiting for _start
+
+        def _start() -> Any:
+            r = api._post(
+                api._url("/build"),
+                data=context_tar,
+                params=params,
+                headers={"Content-Type": "application/tar"},
+                stream=True,
+            )
+            if abandoned.is_set():  # timed out or cancelled while sending: stop it now
+                r.close()
+                raise BuildFailed("build abandoned", log)
+            try:
+                api._raise_for_status(r)
+            except docker.errors.APIError as e:
+                r.close()
+                raise BuildFailed(str(e), log) from e
+            return r
+
+        def _read() -> list[str]:
+            for chunk in api._stream_helper(response, decode=True):
+                if "stream" in chunk:
+                    log.extend(chunk["stream"].rstrip("\n").splitlines())
+                if "error" in chunk:
+                    log.append(chunk["error"].rstrip())
+                    raise BuildFailed(chunk["error"].strip(), log)
+            return log
+
+        def _stop() -> None:
+            if response is not None:
+                response.close()
+
+        try:
+            starting = asyncio.ensure_future(self._on_stream_pool(_start))
+            try:
+                response = await asyncio.wait_for(asyncio.shield(starting), timeout_s)
+            except BaseException:
+                abandoned.set()
+                starting.add_done_callback(
+                    lambda f: f.cancelled() or f.exception() or f.result().close()
+                )
+                raise
+            reader = asyncio.ensure_future(self._on_stream_pool(_read))
+            try:
+                return await asyncio.wait_for(asyncio.shield(reader), deadline - loop.time())
+            except BaseException:
+                _stop()  # the engine cancels the build when its connection closes
+                await asyncio.gather(reader, return_exceptions=True)
+                raise
+        except TimeoutError:
+            raise BuildTimedOut(
+                f"the build did not finish within {timeout_s:.0f} s and was stopped", log
+            ) from None
+        finally:
+            _stop()
+            api.close()
+
+    async def _build_path(
+        self,
+        path: str | None,
+        dockerfile: str | None,
+        tag: str,
+        timeout_s: float,
+        network_mode: str | None,
+        labels: dict[str, str] | None,
+    ) -> list[str]:
         def _build() -> list[str]:
             api = docker.APIClient(timeout=int(timeout_s))
             log: list[str] = []
             kwargs: dict[str, Any] = dict(
-                tag=tag, rm=True, forcerm=True, decode=True, network_mode=network_mode
-            )
+                path=path, dockerfile=dockerfile, tag=tag, rm=True, forcerm=True, decode=True,
+                network_mode=network_mode,
+            )  # fmt: skip
             if labels:
                 kwargs["labels"] = labels
-            if context_tar is not None:
-                kwargs.update(fileobj=io.BytesIO(context_tar), custom_context=True)
-            else:
-                kwargs.update(path=path, dockerfile=dockerfile)
             for chunk in api.build(**kwargs):
                 if "stream" in chunk:
                     log.extend(chunk["stream"].rstrip("\n").splitlines())
@@ -364,6 +455,10 @@ class BuildFailed(RuntimeError):
     def __init__(self, message: str, log: list[str]) -> None:
         super().__init__(message)
         self.log = log
+
+
+class BuildTimedOut(BuildFailed):
+    """The build ran past its wall-clock timeout and was stopped."""
 
 
 _default: DockerAdapter | None = None

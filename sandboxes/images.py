@@ -5,6 +5,11 @@ Debian mirror the machine's apt already uses and `docker import`ed. Task Dockerf
 image cannot be pulled (`ubuntu:24.04`, `python:3.11`, ...) are rewritten to the local base
 through an alias table. Built environments are cached by the task's `env_hash`, with one build
 per hash even when many coroutines ask at once.
+
+A task's Dockerfile is code from a dataset, so it is built under `BuildSettings`: no network,
+CPU and memory limits, a wall-clock timeout, and no pulls. Built images are marked on use
+(re-tagged, which moves Docker's LastTagTime) and pruned least recently used first, by
+`rollouts images prune` and, past a size budget, by the service after each build.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import tomllib
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -40,6 +48,24 @@ APT_SOURCES = [Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d")]
 ALIASES_ENV = "ROLLOUTS_IMAGE_ALIASES"
 
 BuildMode = Literal["auto", "debootstrap", "dockerfile"]
+ENV_REPOSITORY = "rollouts-env"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How task environments (`environment/Dockerfile`) are built. A dataset's Dockerfile is
+    code from outside: its RUN steps get no network unless `network`, and run under CPU and
+    memory limits and a wall-clock timeout (the task's `build_timeout_sec`, at most
+    `timeout_s`) after which the build is stopped. A FROM image that is not here and that no
+    alias maps is refused unless `allow_pull`. Built images beyond `budget_bytes` are pruned,
+    least recently used first (None: never)."""
+
+    network: bool = False
+    allow_pull: bool = False
+    cpus: float = 2.0
+    memory_mb: int = 2048
+    timeout_s: float = 1800.0
+    budget_bytes: int | None = 50 << 30
 
 
 class ImageError(RuntimeError):
@@ -240,23 +266,52 @@ def load_aliases(source: str | None = None) -> ImageAliases:
 
 
 _FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
+_COPY_FROM = re.compile(r"^\s*COPY\s+(?:--\S+\s+)*?--from=(\S+)", re.IGNORECASE)
 
 
-async def rewrite_from(dockerfile: str, aliases: ImageAliases, adapter: DockerAdapter) -> str:
-    """Map FROM images that are not available locally through `aliases` (stages kept)."""
+class PullRefused(ImageError):
+    """A Dockerfile names an image that is not here and that no alias maps."""
+
+
+async def rewrite_from(
+    dockerfile: str, aliases: ImageAliases, adapter: DockerAdapter, *, allow_pull: bool = False
+) -> str:
+    """Map FROM images that are not available locally through `aliases` (stages kept). An
+    image that is neither here nor aliased (in FROM or `COPY --from`) would be pulled from a
+    registry by the build: PullRefused unless `allow_pull`."""
     stages: set[str] = set()
     lines = []
+
+    def refuse(image: str) -> PullRefused:
+        return PullRefused(
+            f"{image!r} is not available locally and no image alias ({ALIASES_ENV}) maps it; "
+            "the service does not pull images unless started with --allow-pull"
+        )
+
     for line in dockerfile.splitlines():
         m = _FROM.match(line)
         if m:
             image = m.group(3)
             rest = m.group(4)
-            target = aliases.lookup(image)
-            if image.lower() not in stages and target and not await adapter.image_exists(image):
-                line = f"{m.group(1)}{m.group(2)}{target}{rest}"
+            if image.lower() not in stages and image.lower() != "scratch":
+                if "$" in image:  # an ARG: what it names is only known to the builder
+                    if not allow_pull:
+                        raise refuse(image)
+                elif not await adapter.image_exists(image):
+                    target = aliases.lookup(image)
+                    if target:
+                        line = f"{m.group(1)}{m.group(2)}{target}{rest}"
+                    elif not allow_pull:
+                        raise refuse(image)
             as_match = re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE)
             if as_match:
                 stages.add(as_match.group(1).lower())
+        copy = _COPY_FROM.match(line)
+        if copy and not allow_pull:
+            source = copy.group(1)
+            local = source.lower() in stages or source.isdigit()
+            if not local and ("$" in source or not await adapter.image_exists(source)):
+                raise refuse(source)
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -271,11 +326,20 @@ def env_tag(env_hash: str) -> str:
 class ImageResolver:
     """Which image a task runs in: override, then docker_image, then a cached env build."""
 
-    def __init__(self, adapter: DockerAdapter | None = None, aliases: ImageAliases | None = None):
+    def __init__(
+        self,
+        adapter: DockerAdapter | None = None,
+        aliases: ImageAliases | None = None,
+        *,
+        build: BuildSettings | None = None,
+    ):
         self.adapter = adapter or default_adapter()
         self.aliases = aliases or load_aliases()
+        self.build = build or BuildSettings()
         self._locks: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._known: set[str] = set()  # images seen to exist: saves an inspect per sample
+        self._marked: dict[str, float] = {}  # env image -> when its use was last recorded
+        self._prune_lock = asyncio.Lock()
 
     async def _exists(self, ref: str) -> bool:
         if ref in self._known:
@@ -306,7 +370,22 @@ class ImageResolver:
             raise ImageError(
                 f"task {task.id}: no docker_image and no environment/Dockerfile; use --image IMAGE"
             )
-        return await self._build_env(task)
+        tag = await self._build_env(task)
+        await self._mark_used(tag)
+        return tag
+
+    async def _mark_used(self, tag: str) -> None:
+        """Re-tag the image (Docker then records the time as its LastTagTime), at most once
+        every MARK_INTERVAL_S per image: the last-use order `prune_images` goes by."""
+        now = time.monotonic()
+        if now - self._marked.get(tag, -MARK_INTERVAL_S) < MARK_INTERVAL_S:
+            return
+        self._marked[tag] = now
+        repository, _, name = tag.rpartition(":")
+        try:
+            await self.adapter.call(self.adapter.client.api.tag, tag, repository, name)
+        except Exception as e:  # noqa: BLE001 - only the prune order suffers
+            log.warning("recording the use of %s failed: %s", tag, e)
 
     async def _build_env(self, task: Task) -> str:
         tag = env_tag(task.env_hash)
@@ -315,16 +394,24 @@ class ImageResolver:
                 return tag
             files = dict(task.environment_files)
             dockerfile = files["Dockerfile"].decode("utf-8", errors="replace")
-            files["Dockerfile"] = (
-                await rewrite_from(dockerfile, self.aliases, self.adapter)
-            ).encode()
+            try:
+                rewritten = await rewrite_from(
+                    dockerfile, self.aliases, self.adapter, allow_pull=self.build.allow_pull
+                )
+            except PullRefused as e:
+                raise ImageBuildError(f"task {task.id}: environment/Dockerfile: {e}") from e
+            files["Dockerfile"] = rewritten.encode()
             log.info("building %s for task %s", tag, task.id)
+            b = self.build
             try:
                 await self.adapter.build(
                     context_tar=build_tar(files),
                     tag=tag,
-                    timeout_s=task.config.environment.build_timeout_sec,
+                    timeout_s=min(task.config.environment.build_timeout_sec, b.timeout_s),
                     labels={LABEL_MANAGED: "true", "rollouts.env_hash": task.env_hash},
+                    network_mode=None if b.network else "none",
+                    memory_bytes=b.memory_mb << 20,
+                    cpus=b.cpus,
                 )
             except Exception as e:
                 tail = "\n".join(getattr(e, "log", [])[-15:])
@@ -334,7 +421,113 @@ class ImageResolver:
                     "prebuilt image instead."
                 ) from e
             self._known.add(tag)
+            if b.budget_bytes is not None:
+                await self._mark_used(tag)  # the newest image is the last to go
+                await self._prune(b.budget_bytes)
             return tag
+
+    async def _prune(self, budget_bytes: int) -> None:
+        async with self._prune_lock:
+            try:
+                removed = await prune_images(self.adapter, budget_bytes=budget_bytes)
+            except Exception as e:  # noqa: BLE001 - retried after the next build
+                log.warning("pruning task images failed: %s", e)
+                return
+            for image in removed:
+                self._known.discard(image.ref)
+                log.info("pruned %s (%d MB, over the image budget)", image.ref, image.size >> 20)
+
+
+MARK_INTERVAL_S = 600.0
+
+
+@dataclass(frozen=True)
+class EnvImage:
+    ref: str  # repository:tag
+    id: str
+    size: int  # bytes removing it would free (its own layers), as Docker counts them
+    last_used: float  # unix time: the last re-tag (use), else its creation
+
+
+def _parse_docker_time(value: str | None) -> float | None:
+    """Docker's RFC 3339 times (nanoseconds, "Z"); None for missing or the zero time."""
+    if not value or value.startswith("0001-"):
+        return None
+    head, _, frac = value.rstrip("Z").partition(".")
+    digits = "".join(c for c in frac if c.isdigit())[:6]
+    try:
+        stamp = datetime.fromisoformat(head + (f".{digits}" if digits else "")).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return stamp.timestamp()
+
+
+async def _own_size(adapter: DockerAdapter, image_id: str, full: int) -> int:
+    """The bytes of the layers an image added over its nearest tagged ancestor (the base image,
+    shared, is not counted): what removing it frees. Its full size when history tells nothing.
+    (`docker system df` knows this too, but takes tens of seconds on a busy engine.)"""
+    try:
+        history = await adapter.call(adapter.client.api.history, image_id)
+    except Exception:  # noqa: BLE001 - count it whole
+        return full
+    own = 0
+    for i, entry in enumerate(history):
+        if i and entry.get("Tags"):
+            return own
+        own += int(entry.get("Size") or 0)
+    return full
+
+
+async def list_env_images(
+    adapter: DockerAdapter, repository: str = ENV_REPOSITORY
+) -> list[EnvImage]:
+    """The task images of `repository`, least recently used first."""
+    api = adapter.client.api
+    out: list[EnvImage] = []
+    for image in await adapter.call(api.images, name=repository):
+        tags = [t for t in image.get("RepoTags") or [] if t.startswith(repository + ":")]
+        if not tags:
+            continue
+        info = await adapter.call(api.inspect_image, image["Id"])
+        used = _parse_docker_time((info.get("Metadata") or {}).get("LastTagTime"))
+        size = await _own_size(adapter, image["Id"], int(image.get("Size") or 0))
+        for tag in tags:
+            out.append(EnvImage(tag, image["Id"], size, used or float(image.get("Created", 0))))
+    return sorted(out, key=lambda i: i.last_used)
+
+
+async def prune_images(
+    adapter: DockerAdapter,
+    *,
+    budget_bytes: int | None = None,
+    unused_for_s: float | None = None,
+    repository: str = ENV_REPOSITORY,
+    dry_run: bool = False,
+) -> list[EnvImage]:
+    """Remove task images, least recently used first, while their total size is over
+    `budget_bytes` or while they have not been used for `unused_for_s`. Images a container
+    still uses are kept. Returns what was (or, with `dry_run`, would be) removed."""
+    import docker.errors
+
+    images = await list_env_images(adapter, repository)
+    total = sum(i.size for i in images)
+    now = time.time()
+    removed: list[EnvImage] = []
+    for image in images:
+        over = budget_bytes is not None and total > budget_bytes
+        stale = unused_for_s is not None and now - image.last_used > unused_for_s
+        if not (over or stale):
+            continue
+        if not dry_run:
+            try:
+                await adapter.call(adapter.client.api.remove_image, image.ref)
+            except docker.errors.APIError as e:
+                if e.status_code in (404, 409):  # gone already, or a container uses it
+                    continue
+                raise
+        total -= image.size
+        removed.append(image)
+    return removed
 
 
 _default_resolver: ImageResolver | None = None

@@ -6,6 +6,10 @@ plus isolation settings), handed out on demand, and refilled in the background. 
 token bucket (with jitter, so a burst of samples does not hit the engine in lockstep) and a
 concurrency bound. Every container id is tracked from the moment the engine returns it, even
 when the caller is cancelled, so `aclose` can remove everything this process created.
+
+Idle containers expire: one left unused for `idle_ttl_s` is removed and not replaced (refills
+happen only when a container is taken), so images and isolation settings that are no longer
+asked for stop costing containers.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ def pool_key(args: dict[str, Any]) -> str:
 @dataclass
 class PoolSettings:
     warm_per_key: int = 2  # idle started containers kept per key; 0 disables the pool
+    idle_ttl_s: float = 300.0  # an idle container unused this long is removed, not refilled
     create_rate: float = 8.0  # container creates per second, sustained
     create_burst: float = 8.0
     create_jitter_s: float = 0.05
@@ -82,6 +87,8 @@ class ContainerPool:
         )
         self._create_sem = asyncio.Semaphore(settings.max_concurrent_creates)
         self._idle: dict[str, list[str]] = defaultdict(list)
+        self._idle_since: dict[str, float] = {}  # container id -> when it became idle
+        self._sweeper: asyncio.Task[None] | None = None
         self._refilling: dict[str, int] = defaultdict(int)
         self._templates: dict[str, dict[str, Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -105,6 +112,8 @@ class ContainerPool:
         self._templates[key] = pooled
         idle = self._idle[key]
         cid = idle.pop() if idle else None
+        if cid is not None:
+            self._idle_since.pop(cid, None)
         self._refill(key)
         if cid is None:
             cid = await self._create_started(pooled)
@@ -130,6 +139,34 @@ class ContainerPool:
             await self.remove(cid)
         else:
             self._idle[key].append(cid)
+            self._idle_since[cid] = time.monotonic()
+            if self._sweeper is None or self._sweeper.done():
+                self._sweeper = asyncio.ensure_future(self._expire_idle())
+
+    async def _expire_idle(self) -> None:
+        """Remove idle containers older than the TTL; ends when none is idle."""
+        ttl = self.settings.idle_ttl_s
+        while not self._closed:
+            now = time.monotonic()
+            next_due: float | None = None
+            for key, cids in list(self._idle.items()):
+                for cid in list(cids):
+                    since = self._idle_since.get(cid, now)
+                    if now - since >= ttl:
+                        cids.remove(cid)
+                        self._idle_since.pop(cid, None)
+                        self._spawn(self.remove(cid))
+                    else:
+                        due = since + ttl
+                        next_due = due if next_due is None else min(next_due, due)
+                if not cids and not self._refilling.get(key):
+                    # Nothing of this key is kept any more: forget it until it is asked for.
+                    self._idle.pop(key, None)
+                    self._refilling.pop(key, None)
+                    self._templates.pop(key, None)
+            if next_due is None:
+                return
+            await asyncio.sleep(max(0.05, next_due - now))
 
     async def _create_started(self, args: dict[str, Any]) -> str:
         await self._bucket.acquire()
@@ -177,6 +214,9 @@ class ContainerPool:
     async def aclose(self) -> None:
         """Stop refilling, wait for pending work, remove every container still alive."""
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         for task in list(self._tasks):
             if not task.done() and task.get_coro().__qualname__.endswith("_refill_one"):  # type: ignore[union-attr]
                 task.cancel()

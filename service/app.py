@@ -9,6 +9,7 @@ Errors a client caused are `service.errors.ClientError`s, answered by one except
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -37,7 +38,7 @@ from service.metrics import Metrics
 from service.request_limits import BodyReadTimeout, BodySizeLimit
 from service.scheduler import Scheduler
 from service.settings import Settings
-from service.store import AckResult, Store
+from service.store import AckResult, DiskBudget, DiskFull, Store
 from service.wire import RolloutRequest
 
 log = logging.getLogger(__name__)
@@ -56,22 +57,51 @@ class ServiceState:
     events: EventHub
     metrics: Metrics
     components: Components
+    disk: DiskBudget | None = None
 
-    async def submit(self, request: RolloutRequest) -> str:
-        """Load the tasks and queue tasks x n_samples; the rollout id. InvalidRequest names the
-        field to fix; QueueFull (Busy) when the queue has no room now."""
+    async def submit(self, request: RolloutRequest, idempotency_key: str | None = None) -> str:
+        """Read the tasks, admitting each before the next is read, and queue tasks x
+        n_samples; the rollout id. InvalidRequest names the field to fix; QueueFull (Busy,
+        429) when the queue has no room now; DiskFull (503) when the data disk has none.
+        With an Idempotency-Key seen before: that rollout's id, nothing queued (Conflict if
+        the key came with another request)."""
+        harnesses = getattr(self.components.runner, "harnesses", None)
+        if request.agent.harness is not None and harnesses is not None:
+            if request.agent.harness not in harnesses:
+                hint = " (start the service with --agent-profile)" * (
+                    request.agent.harness == "terminus-2"
+                )
+                raise InvalidRequest(
+                    f"no harness {request.agent.harness!r} in this service{hint}; "
+                    f"available: {', '.join(sorted(harnesses))}",
+                    field=("body", "agent", "harness"),
+                    kind="unknown_harness",
+                )
+        idempotency = None
+        if idempotency_key is not None:
+            digest = hashlib.sha256(request.model_dump_json().encode()).hexdigest()
+            existing = await self.store.idempotent_rollout(idempotency_key, digest)
+            if existing is not None:
+                return existing
+            idempotency = (idempotency_key, digest)
+        queue_admit = self.scheduler.admission(request.n_samples)
+        busy = self.scheduler.queued_samples + self.scheduler.running_samples
+        disk = self.disk
+
+        def admit(tasks: int) -> None:
+            queue_admit(tasks)
+            if disk is not None:
+                disk.check(busy + tasks * request.n_samples)
+
         load = self.components.load_tasks
-        tasks = await asyncio.to_thread(load_request_tasks, load, request.tasks)
-        n = len(tasks) * request.n_samples
-        capacity = self.settings.service.max_queued_samples
-        if n > capacity:
-            raise InvalidRequest(
-                f"{len(tasks)} tasks x {request.n_samples} samples = {n} exceeds the server's "
-                f"queue capacity ({capacity}); submit fewer tasks",
-                field=("body", "n_samples"),
-                kind="too_many_samples",
-            )
-        return await self.scheduler.submit(request, tasks)
+        try:
+            tasks = await asyncio.to_thread(load_request_tasks, load, request.tasks, admit)
+        except Busy as e:
+            self.metrics.requests_refused.labels(
+                "disk" if isinstance(e, DiskFull) else "queue"
+            ).inc()
+            raise
+        return await self.scheduler.submit(request, tasks, idempotency=idempotency)
 
     async def ack(self, batch_id: str) -> AckResult:
         """UnknownBatch, or LeaseExpired when the groups were already offered again."""
@@ -144,6 +174,22 @@ def _install_handlers(app: FastAPI, settings: Settings) -> None:
         return JSONResponse({"detail": "internal error (logged)"}, status_code=500)
 
 
+async def _retention_loop(store: Store, metrics: Metrics, retention_s: float) -> None:
+    """Delete acknowledged payloads older than `retention_s`, checking every tenth of it
+    (between a second and ten minutes)."""
+    interval = min(max(retention_s / 10, 1.0), 600.0)
+    while True:
+        try:
+            purged = await store.purge(retention_s)
+        except Exception:  # noqa: BLE001 - retried at the next round; never stops the service
+            log.exception("retention: purging old payloads failed")
+        else:
+            if purged:
+                metrics.payloads_purged.inc(purged)
+                log.info("retention: deleted %d acknowledged payloads", purged)
+        await asyncio.sleep(interval)
+
+
 # ---------------------------------------------------------------- the app
 
 
@@ -167,6 +213,10 @@ def create_app(
         components = await components_factory(settings, lambda: policy_state.version)
         if components.warm_pool_size is not None:
             metrics.bind_warm_pool(components.warm_pool_size)
+        if components.sandbox_stats is not None:
+            metrics.bind_sandbox_nodes(components.sandbox_stats)
+        disk = DiskBudget(store, config.disk_reserve_mb << 20)
+        metrics.bind_disk(disk)
         holder: dict[str, Any] = {}
         scheduler = Scheduler(
             store,
@@ -188,12 +238,15 @@ def create_app(
         )
         holder["leasing"] = leasing
         app.state.service = ServiceState(
-            settings, store, scheduler, leasing, policy_state, events, metrics, components
+            settings, store, scheduler, leasing, policy_state, events, metrics, components, disk
         )
         await scheduler.start()
+        retention = asyncio.create_task(_retention_loop(store, metrics, config.retention_s))
         try:
             yield
         finally:
+            retention.cancel()
+            await asyncio.gather(retention, return_exceptions=True)
             await scheduler.aclose()
             if components.aclose is not None:
                 await components.aclose()

@@ -1,5 +1,6 @@
 """What the scheduler drives, built in one place from one `Settings`: the policy client, the
-Docker sandbox backend, the episode runner, the task loader, readiness checks. `rollouts serve`
+sandbox backend (this machine's Docker Engine, or a Ray cluster's nodes with `ray_address`),
+the episode runner, the task loader, readiness checks. `rollouts serve`
 (service/app.py) and `rollouts collect` both build them here.
 
 Task loading is also where a request's task errors get their blame: the field of the request
@@ -9,11 +10,11 @@ Task loading is also where a request's task errors get their blame: the field of
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sandboxes.task import Task
-from sandboxes.tasks import TaskLoadError, iter_tasks, load_tasks
+from sandboxes.tasks import TaskLoadError, TaskRoots, UnknownTaskIds, select_tasks
 from service.errors import ClientError, InvalidRequest
 from service.scheduler import GroupRunner, TaskLoader
 from service.settings import Settings
@@ -35,43 +36,56 @@ class Components:
     readiness: dict[str, ReadinessCheck] = field(default_factory=dict)
     warm_pool_size: Callable[[], float] | None = None
     aclose: Callable[[], Awaitable[None]] | None = None
+    # Where the sandboxes run (the Ray backend): per-node health, and samples placed per node
+    # of a rollout, for /metrics and GET /v1/rollouts/{id}.
+    sandbox_stats: Callable[[], dict] | None = None
+    placement: Callable[[str], dict[str, int]] | None = None
 
 
 ComponentsFactory = Callable[[Settings, Callable[[], int]], Awaitable[Components]]
 
 
 def settings_task_loader(settings: Settings) -> TaskLoader:
-    """Tasks by path or by dataset name (`--dataset NAME=PATH`). An id the source lacks is an
-    InvalidRequest on `tasks.ids`; other errors are the source's (see `load_request_tasks`)."""
+    """Tasks by path inside the tasks roots (`--tasks-root`) or by dataset name (`--dataset
+    NAME=PATH`), read lazily: one task at a time as the caller takes them. A path outside the
+    roots is refused like a missing one; an id the source lacks is an InvalidRequest on
+    `tasks.ids`; other errors are the source's (see `load_request_tasks`)."""
+    roots = TaskRoots(settings.service.all_tasks_roots())
 
-    def load(path: str, ids: list[str] | None, limit: int | None) -> list[Task]:
+    def load(path: str, ids: list[str] | None, limit: int | None) -> Iterator[Task]:
         source = settings.service.resolve_tasks_path(path)
-        if ids is None:
-            return load_tasks(source, limit=limit)
-        # load_tasks(source, ids=ids, limit=limit), with the unknown ids told apart.
-        wanted, tasks = set(ids), []
-        for task in iter_tasks(source):
-            if task.id in wanted:
-                tasks.append(task)
-                if limit is not None and len(tasks) >= limit:
-                    return tasks
-        missing = sorted(wanted - {t.id for t in tasks})
-        if missing:
-            raise InvalidRequest(
-                f"task source {source!r}: no task with id {', '.join(missing)}",
-                field=TASKS_IDS,
-                kind="task_load_error",
-            )
-        return tasks
+        tasks = select_tasks(source, ids=ids, limit=limit, roots=roots)  # source errors: now
+
+        def blamed() -> Iterator[Task]:
+            try:
+                yield from tasks
+            except UnknownTaskIds as e:
+                raise InvalidRequest(str(e), field=TASKS_IDS, kind="task_load_error") from e
+            finally:
+                tasks.close()
+
+        return blamed()
 
     return load
 
 
-def load_request_tasks(load: TaskLoader, spec: TasksSpec) -> list[Task]:
-    """The tasks a request names, through `load`; blocking. Every failure is an InvalidRequest
+def load_request_tasks(
+    load: TaskLoader, spec: TasksSpec, admit: Callable[[int], None] | None = None
+) -> list[Task]:
+    """The tasks a request names, through `load`; blocking. `admit(k)` is asked before the
+    first task is read and again as each is read (k: the tasks held with it); it raises when
+    they no longer fit, and then nothing more is read. Every failure is an InvalidRequest
     naming the field to fix: a loader's own ClientError as it is, anything else on `tasks.path`."""
+    tasks: list[Task] = []
+    loaded: Iterable[Task] = ()
     try:
-        tasks = load(spec.path, spec.ids, spec.limit)
+        if admit is not None:
+            admit(1)
+        loaded = load(spec.path, spec.ids, spec.limit)
+        for task in loaded:
+            if admit is not None:
+                admit(len(tasks) + 1)
+            tasks.append(task)
     except ClientError:
         raise
     except TaskLoadError as e:
@@ -80,6 +94,10 @@ def load_request_tasks(load: TaskLoader, spec: TasksSpec) -> list[Task]:
         raise InvalidRequest(
             f"cannot load tasks from {spec.path!r}: {e}", field=TASKS_PATH, kind="task_load_error"
         ) from e
+    finally:
+        close = getattr(loaded, "close", None)
+        if close is not None:
+            close()
     if not tasks:
         raise InvalidRequest(f"no tasks found in {spec.path!r}", field=TASKS_PATH, kind="no_tasks")
     return tasks
@@ -100,12 +118,14 @@ async def build_components(
     """
     from sandboxes.docker_adapter import default_adapter
     from sandboxes.docker_backend import BackendSettings, DockerBackend
+    from sandboxes.images import ImageResolver
     from service.episode import EpisodeRunner
     from service.policy.client import PolicyClient, PolicyError
 
     p = settings.policy
     if not p.urls:
         raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
+    harnesses = settings.agent.harnesses()  # a bad profile fails before anything starts
     policy = PolicyClient(
         p.urls,
         p.model,
@@ -121,10 +141,27 @@ async def build_components(
             await policy.aclose()
             raise
         log.warning("policy server not available yet: %s", e)
-    backend = DockerBackend(
-        BackendSettings(pool=settings.sandboxes.pool(), image_override=settings.sandboxes.image)
+    backend_settings = BackendSettings(
+        pool=settings.sandboxes.pool(), image_override=settings.sandboxes.image
     )
-    runner = EpisodeRunner(policy, backend, current_version=current_version)
+    if settings.sandboxes.ray_address:
+        try:
+            backend = await start_ray_backend(settings, backend_settings)
+        except BaseException:
+            await policy.aclose()
+            raise
+    else:
+        backend = DockerBackend(
+            backend_settings, resolver=ImageResolver(build=settings.sandboxes.build())
+        )
+    runner = EpisodeRunner(
+        policy,
+        backend,
+        current_version=current_version,
+        chat_template_kwargs=p.chat_template_kwargs,
+        harnesses=harnesses,
+        default_harness=settings.agent.harness,
+    )
     adapter = default_adapter()
 
     async def docker_ready() -> bool:
@@ -144,12 +181,35 @@ async def build_components(
         await policy.aclose()
 
     # Idle warm containers, whatever the pool calls its per-key lists.
-    idle = getattr(backend.pool, "_idle", None)
+    idle = getattr(getattr(backend, "pool", None), "_idle", None)
     warm = (lambda: sum(len(v) for v in idle.values())) if isinstance(idle, dict) else None
+    readiness: dict[str, ReadinessCheck] = {"policy": policy_ready}
+    if settings.sandboxes.ray_address:
+        readiness["sandboxes"] = backend.ready  # some Ray node can take a sandbox
+    else:
+        readiness["docker"] = docker_ready
     return Components(
         runner=runner,
         load_tasks=settings_task_loader(settings),
-        readiness={"policy": policy_ready, "docker": docker_ready},
+        readiness=readiness,
         warm_pool_size=(lambda: float(warm())) if callable(warm) else None,
         aclose=aclose,
+        sandbox_stats=getattr(backend, "stats", None),
+        placement=getattr(backend, "placement", None),
     )
+
+
+async def start_ray_backend(settings: Settings, backend_settings: object):
+    """The Ray backend (sandboxes/ray_backend.py) on `settings.sandboxes.ray_address`, started:
+    connected, and the cluster's sandbox nodes found."""
+    from sandboxes.ray_backend import RayBackend, RaySettings, ray_available
+
+    if not ray_available():
+        raise ValueError("--ray-address needs Ray: pip install 'rollouts[ray]'")
+    backend = RayBackend(
+        RaySettings(address=settings.sandboxes.ray_address or "auto"),
+        backend_settings,
+        settings.sandboxes.build(),
+    )
+    await backend.start()
+    return backend

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sandboxes.backend import (
     AgentCausedSandboxFault,
@@ -17,15 +18,9 @@ from sandboxes.backend import (
     VerifyResult,
 )
 from sandboxes.task import Task
-from service.agent.prompt import (
-    SYSTEM_PROMPT,
-    confirm_message,
-    error_message,
-    first_user_message,
-    observation_message,
-)
-from service.agent.protocol import MAX_DURATION_S, AgentReply, ReplyError, parse_reply
-from service.agent.tokens import InvariantError, TokenLedger, observation_delta
+from service.agent.harnesses import Harness, HarnessSession, ProfileError, build_harnesses
+from service.agent.harnesses.sandbox_terminal import SandboxTerminal
+from service.agent.tokens import InvariantError, TokenLedger
 from service.policy.client import ContextLengthError, Generation, PolicyClient, PolicyFault
 from service.sample import SampleSpec
 from service.trajectory import (
@@ -53,17 +48,6 @@ def status_of(verdict: Verdict) -> Status:
     return _STATUS_OF_VERDICT[verdict]
 
 
-MAX_OBSERVATION_CHARS = 16_000  # per turn, head and tail kept
-COMMAND_WALL_CAP_S = MAX_DURATION_S
-
-
-def _truncate(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters dropped ...]\n{text[-half:]}"
-
-
 def _turn_seed(base: int | None, trajectory_id: str, turn: int) -> int | None:
     if base is None:
         return None
@@ -86,6 +70,7 @@ class _Episode:
     """Mutable state of one sample while it runs."""
 
     spec: SampleSpec
+    harness: Harness
     ledger: TokenLedger
     messages: list[Message]
     version_start: int
@@ -104,25 +89,50 @@ class EpisodeRunner:
         sandboxes: SandboxBackend,
         *,
         current_version: Callable[[], int] = lambda: 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        harnesses: Mapping[str, Harness] | None = None,
+        default_harness: str = "default",
     ) -> None:
+        """`chat_template_kwargs`: for samples whose spec names none (the service default).
+        `harnesses`: the conversation formats samples may name (default: the shipped ones,
+        `default` and `tools`); `default_harness`: for samples whose spec names none."""
         self.policy = policy
         self.sandboxes = sandboxes
         self.current_version = current_version
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.harnesses = dict(harnesses) if harnesses is not None else build_harnesses()
+        self.default_harness = default_harness
+        self.harness_for(None)  # the default must exist
+
+    def harness_for(self, spec: SampleSpec | None) -> Harness:
+        """The harness a sample speaks: its request's, or the service's default."""
+        name = (spec.agent.harness if spec is not None else None) or self.default_harness
+        try:
+            return self.harnesses[name]
+        except KeyError:
+            have = ", ".join(sorted(self.harnesses))
+            hint = " (start the service with --agent-profile FILE)" if name == "terminus-2" else ""
+            raise ProfileError(f"no harness {name!r} here{hint}; available: {have}") from None
+
+    def template_kwargs(self, spec: SampleSpec) -> dict[str, Any]:
+        """The chat template's keyword arguments for this sample: its request's, or the
+        service's default."""
+        if spec.chat_template_kwargs is not None:
+            return dict(spec.chat_template_kwargs)
+        return dict(self.chat_template_kwargs)
 
     async def run_group(
         self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
     ) -> None:
         if not samples:
             return
-        messages = [
-            Message(role="system", content=SYSTEM_PROMPT),
-            Message(role="user", content=first_user_message(task.instruction)),
-        ]
+        harness = self.harness_for(samples[0])  # one request: one harness for the group
+        messages = [Message(**m) for m in harness.first_messages(task.instruction)]
         started = time.monotonic()
         # Sandboxes start while the first turn generates: creation is off the critical path.
         sandbox_tasks = [asyncio.create_task(self._create_sandbox(task, spec)) for spec in samples]
         try:
-            first = await self._first_turn(samples, messages)
+            first = await self._first_turn(samples, messages, harness)
         except BaseException:
             for t in sandbox_tasks:
                 t.cancel()
@@ -135,7 +145,7 @@ class EpisodeRunner:
         results = await asyncio.gather(
             *(
                 self._run_sample(
-                    task, spec, i, messages, first, sandbox_task, on_trajectory, started
+                    task, spec, i, harness, messages, first, sandbox_task, on_trajectory, started
                 )
                 for i, (spec, sandbox_task) in enumerate(zip(samples, sandbox_tasks, strict=True))
             ),
@@ -159,7 +169,9 @@ class EpisodeRunner:
         sandbox = await self.sandboxes.create(task, labels)
         return sandbox, time.monotonic() - t0
 
-    async def _first_turn(self, samples: list[SampleSpec], messages: list[Message]) -> _FirstTurn:
+    async def _first_turn(
+        self, samples: list[SampleSpec], messages: list[Message], harness: Harness
+    ) -> _FirstTurn:
         """One tokenize and one n-sample request share the prompt prefix of the whole group."""
         spec0 = samples[0]
         group_key = f"{spec0.rollout_id}/{spec0.group_id}"
@@ -168,7 +180,10 @@ class EpisodeRunner:
         try:
             await self.policy.start()  # no-op once the model is known; the server may start late
             first.prompt_ids = await self.policy.tokenize_messages(
-                [m.model_dump() for m in messages], sample=group_key
+                [m.model_dump() for m in messages],
+                chat_template_kwargs=self.template_kwargs(spec0),
+                tools=harness.tools(),
+                sample=group_key,
             )
             params = replace(
                 spec0.sampling,
@@ -198,6 +213,7 @@ class EpisodeRunner:
         task: Task,
         spec: SampleSpec,
         position: int,
+        harness: Harness,
         messages: list[Message],
         first: _FirstTurn,
         sandbox_task: asyncio.Task,
@@ -206,6 +222,7 @@ class EpisodeRunner:
     ) -> None:
         ep = _Episode(
             spec=spec,
+            harness=harness,
             ledger=TokenLedger(prompt_ids=list(first.prompt_ids)),
             messages=list(messages),
             version_start=first.version,
@@ -253,9 +270,14 @@ class EpisodeRunner:
     ) -> None:
         limits = ep.spec.agent
         timeout_s = limits.timeout_s or task.config.agent_timeout_sec
+        session = ep.harness.session(max_tokens=ep.spec.sampling.max_tokens)
+        terminal = SandboxTerminal(sandbox)
         try:
             async with asyncio.timeout(timeout_s):
-                await self._turns(ep, sandbox, first)
+                t0 = time.monotonic()
+                await session.start(terminal)
+                ep.timings.agent_s += time.monotonic() - t0
+                await self._turns(ep, session, terminal, first)
         except TimeoutError:
             ep.ledger.rewind_to_last_generation()
             ep.status = Status.agent_timeout
@@ -276,9 +298,16 @@ class EpisodeRunner:
             ep.status = Status.sandbox_error
             ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
 
-    async def _turns(self, ep: _Episode, sandbox: Sandbox, gen: Generation | None) -> None:
+    async def _turns(
+        self,
+        ep: _Episode,
+        session: HarnessSession,
+        terminal: SandboxTerminal,
+        gen: Generation | None,
+    ) -> None:
         spec = ep.spec
-        awaiting_confirmation = False
+        tools = ep.harness.tools()
+        summarize_below = ep.harness.summarize_below_free_tokens()
         for turn in range(spec.agent.max_turns):
             if gen is None:
                 engine_prompt = ep.ledger.sequence()
@@ -315,40 +344,61 @@ class EpisodeRunner:
             ep.stop_reason = gen.finish_reason
             text = await self._reply_text(gen, spec.trajectory_id)
             ep.messages.append(Message(role="assistant", content=text))
-
-            try:
-                reply: AgentReply | None = parse_reply(text)
-            except ReplyError as e:
-                reply, observation = None, error_message(str(e))
-            if reply is not None:
-                output = await self._run_commands(ep, sandbox, reply)
-                if reply.task_complete and awaiting_confirmation:
-                    return
-                if reply.task_complete:
-                    awaiting_confirmation = True
-                    observation = confirm_message(output)
-                else:
-                    awaiting_confirmation = False
-                    observation = observation_message(output)
-            if turn == spec.agent.max_turns - 1:
+            truncated = gen.finish_reason == "length"
+            if truncated and len(ep.ledger) >= self.policy.max_model_len:
+                # Cut by the end of the context, not by max_tokens: nothing more fits.
+                ep.status = Status.context_length
                 return
-            ep.messages.append(Message(role="user", content=observation))
-            turn_closed = gen.finish_reason == "stop" and gen.stop_reason is None
-            delta = await self._tokenize_observation(ep, observation, turn_closed)
+
+            t0 = time.monotonic()
+            step = await session.step(text, terminal, truncated=truncated)
+            ep.timings.agent_s += time.monotonic() - t0
+            if step.note:
+                ep.messages.append(Message(role="system", content=step.note))
+            if step.done or turn == spec.agent.max_turns - 1:
+                return
+            ep.messages.extend(Message(role=m["role"], content=m["content"]) for m in step.messages)
+            # Ended on an end-of-sequence token: the model's EOS (stop_reason None) or another
+            # one of the generation config's, which vLLM reports as a stop token id.
+            turn_closed = gen.finish_reason == "stop" and not isinstance(gen.stop_reason, str)
+            delta = await self._tokenize_observation(ep, step.messages, turn_closed, tools)
             if delta is None:
                 return
-            if len(ep.ledger) + len(delta) >= self.policy.max_model_len:
+            free = self.policy.max_model_len - len(ep.ledger) - len(delta)
+            if free <= 0:
                 ep.status, ep.stop_reason = Status.context_length, "length"
+                return
+            if summarize_below is not None and free < summarize_below:
+                # The original agent would summarize its context here, replacing the history:
+                # not implemented (the token trajectory would no longer be one sequence).
+                ep.status, ep.stop_reason = Status.context_length, "length"
+                ep.messages.append(
+                    Message(
+                        role="system",
+                        content=f"{ep.harness.name} would summarize its context here ({free} "
+                        f"tokens free, under {summarize_below}); summarization is not "
+                        "implemented: the episode ends with context_length",
+                    )
+                )
                 return
             ep.ledger.add_observation(delta)
             gen = None
 
     async def _tokenize_observation(
-        self, ep: _Episode, observation: str, turn_closed: bool
+        self,
+        ep: _Episode,
+        observation: list[dict[str, Any]],
+        turn_closed: bool,
+        tools: list[dict[str, Any]] | None,
     ) -> list[int] | None:
+        # One user message goes as its text (the form every template renders the same way).
+        one_user = len(observation) == 1 and observation[0]["role"] == "user"
         try:
-            return await self.policy.tokenize_text(
-                observation_delta(observation, turn_closed=turn_closed),
+            return await self.policy.observation_delta(
+                observation[0]["content"] if one_user else observation,
+                turn_closed=turn_closed,
+                chat_template_kwargs=self.template_kwargs(ep.spec),
+                tools=tools,
                 sample=ep.spec.trajectory_id,
             )
         except PolicyFault as e:
@@ -361,15 +411,6 @@ class EpisodeRunner:
         if isinstance(gen.stop_reason, str):
             return await self.policy.detokenize(gen.token_ids, sample=sample)
         return gen.text
-
-    async def _run_commands(self, ep: _Episode, sandbox: Sandbox, reply: AgentReply) -> str:
-        t0 = time.monotonic()
-        outputs = []
-        for command in reply.commands:
-            wait_s = min(command.duration, COMMAND_WALL_CAP_S)
-            outputs.append(await sandbox.send_keys(command.keystrokes, wait_s))
-        ep.timings.agent_s += time.monotonic() - t0
-        return _truncate("".join(outputs))
 
     async def _verify(self, task: Task, ep: _Episode, sandbox: Sandbox) -> VerifyResult:
         t0 = time.monotonic()
@@ -428,4 +469,8 @@ class EpisodeRunner:
                 for path, content in (verify.files.items() if verify is not None else ())
             ],
             timings=ep.timings,
+            sampling=ep.spec.sampling,
+            chat_template_kwargs=self.template_kwargs(ep.spec),
+            harness=ep.harness.name,
+            harness_profile_hash=ep.harness.profile.hash,
         )

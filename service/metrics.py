@@ -4,10 +4,14 @@ can build several apps in one process)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from service.store import DiskBudget
 
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
 
@@ -55,9 +59,39 @@ class Metrics:
         )
         self.warm_pool = Gauge("rollouts_warm_pool_size", "Warm sandboxes ready", registry=r)
         self.policy_version = Gauge("rollouts_policy_version", "Current policy version", registry=r)
+        self.disk_free = Gauge(
+            "rollouts_data_disk_free_bytes", "Free space on the data dir's disk", registry=r
+        )
+        self.disk_size = Gauge(
+            "rollouts_data_disk_size_bytes", "Size of the data dir's disk", registry=r
+        )
+        self.disk_reserve = Gauge(
+            "rollouts_data_disk_reserve_bytes", "Free space new work may not use", registry=r
+        )
+        self.store_bytes = Gauge(
+            "rollouts_store_bytes", "The database's files (main, WAL, shm)", registry=r
+        )
+        self.payloads_purged = Counter(
+            "rollouts_payloads_purged", "Payloads deleted after the retention period", registry=r
+        )
+        self.requests_refused = Counter(
+            "rollouts_requests_refused", "Rollout requests refused for room", ["reason"],
+            registry=r,
+        )  # fmt: skip
 
     def bind_warm_pool(self, fn: Callable[[], float]) -> None:
         self.warm_pool.set_function(fn)
+
+    def bind_sandbox_nodes(self, stats: Callable[[], dict]) -> None:
+        """Per-node sandbox gauges (the Ray backend's `stats()`), read on every scrape."""
+        self.registry.register(_SandboxNodes(stats))
+
+    def bind_disk(self, disk: DiskBudget) -> None:
+        """Disk gauges read on every scrape."""
+        self.disk_free.set_function(lambda: float(disk.free_bytes()))
+        self.disk_size.set_function(lambda: float(disk.size_bytes()))
+        self.disk_reserve.set(disk.reserve_bytes)
+        self.store_bytes.set_function(lambda: float(disk.store.disk_bytes()))
 
     def observe_trajectory(self, t: Trajectory) -> None:
         self.samples.labels(t.status.value).inc()
@@ -75,3 +109,41 @@ class Metrics:
             v = str(t.policy_version_start)
             self.reward_sum.labels(v).inc(t.reward)
             self.reward_count.labels(v).inc()
+
+
+class _SandboxNodes:
+    """Placement and health per sandbox node: nodes join and leave, so the families are
+    built from the backend's `stats()` at each scrape rather than kept as labelled gauges."""
+
+    GAUGES = {
+        "capacity": "Sandboxes the node may run at once (its rollouts_sandbox resource)",
+        "in_use": "Sandbox slots taken on the node now",
+        "alive": "1 while the node is in the cluster",
+        "ready": "1 while the node's executor answers and can take sandboxes",
+    }
+    COUNTERS = {
+        "placed": "Samples placed on the node",
+        "failures": "Failed or lost sandbox calls on the node",
+        "restarts": "Restarts of the node's sandbox executor",
+    }
+
+    def __init__(self, stats: Callable[[], dict]) -> None:
+        self.stats = stats
+
+    def describe(self) -> list:
+        return []  # families vary with the cluster; nothing to check at registration
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        nodes = self.stats().get("nodes", {})
+        for name, doc in self.GAUGES.items():
+            family = GaugeMetricFamily(f"rollouts_sandbox_node_{name}", doc, labels=["node"])
+            for node_id, n in nodes.items():
+                family.add_metric([node_id], float(n.get(name) or 0))
+            yield family
+        for name, doc in self.COUNTERS.items():
+            family = CounterMetricFamily(f"rollouts_sandbox_node_{name}", doc, labels=["node"])
+            for node_id, n in nodes.items():
+                family.add_metric([node_id], float(n.get(name) or 0))
+            yield family

@@ -8,6 +8,7 @@ The request defaults are defined here and nowhere else: the dataclass field defa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sandboxes.task import Task
 
@@ -16,11 +17,19 @@ N_SAMPLES = 8  # samples per task: one group, what RLOO-n compares within
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """The sampling parameters of every turn. The policy client sends every one of them (vLLM
+    would otherwise fill the gaps from its defaults or the model's generation_config.json), and
+    each trajectory records them. The defaults sample from the model's own distribution."""
+
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1
-    max_tokens: int = 4096  # per turn
-    seed: int | None = None
+    top_k: int = -1  # -1: off
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    max_tokens: int = 4096  # per turn (capped to the room left in the context)
+    seed: int | None = None  # per sample and turn, a seed is derived from it
     stop: list[str] | None = None
 
 
@@ -29,6 +38,9 @@ class AgentLimits:
     max_turns: int = 32
     timeout_s: float | None = None  # None: the task's [agent] timeout_sec
     mask_agent_timeout: bool = False  # mask agent_timeout samples instead of scoring them
+    # The conversation format (service/agent/harnesses: default, terminus-2, tools); None: the
+    # service's default harness (--agent).
+    harness: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,9 @@ class SampleSpec:
     sample_index: int
     sampling: SamplingParams = field(default_factory=SamplingParams)
     agent: AgentLimits = field(default_factory=AgentLimits)
+    # Keyword arguments of the chat template (e.g. {"enable_thinking": False}); None: the
+    # service's default (settings.policy.chat_template_kwargs).
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def sample_specs(
@@ -50,6 +65,7 @@ def sample_specs(
     n_samples: int,
     sampling: SamplingParams,
     agent: AgentLimits,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[SampleSpec]:
     """One group of specs for driving the episode runner directly (tests, benchmarks); the
     scheduler builds its own from the store's ids."""
@@ -63,6 +79,7 @@ def sample_specs(
             sample_index=i,
             sampling=sampling,
             agent=agent,
+            chat_template_kwargs=chat_template_kwargs,
         )
         for i in range(n_samples)
     ]

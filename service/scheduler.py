@@ -13,12 +13,12 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sandboxes.task import Task
-from service.errors import Busy
+from service.errors import Busy, InvalidRequest
 from service.events import EventHub
 from service.metrics import Metrics
 from service.sample import SampleSpec
@@ -35,8 +35,8 @@ from service.wire import RolloutRequest
 
 log = logging.getLogger(__name__)
 
-# (path, ids, limit) -> tasks; blocking, run in a worker thread.
-TaskLoader = Callable[[str, list[str] | None, int | None], list[Task]]
+# (path, ids, limit) -> tasks, read lazily as they are taken; blocking, run in a worker thread.
+TaskLoader = Callable[[str, list[str] | None, int | None], Iterable[Task]]
 
 
 class GroupRunner(Protocol):
@@ -68,7 +68,7 @@ class _Work:
     rollout: _Rollout
     group_id: str
     task_id: str
-    samples: list[SampleSpec]
+    samples: list[SampleSpec]  # not yet dispatched: what this work counts in queued_samples
 
 
 class _Slots:
@@ -144,7 +144,38 @@ class Scheduler:
 
     # -- requests
 
-    async def submit(self, request: RolloutRequest, tasks: list[Task]) -> str:
+    def admission(self, n_samples: int) -> Callable[[int], None]:
+        """A check for a request whose tasks are being read (in a worker thread): called with
+        the number of tasks read so far, it raises as soon as they cannot be queued, so a
+        request that will be refused never costs more than the queue's room in reading.
+        InvalidRequest (too_many_samples) past the queue's size, QueueFull past the room it
+        has now. `submit` checks again exactly."""
+        queued, limit = self.queued_samples, self.max_queued
+
+        def admit(tasks: int) -> None:
+            n = tasks * n_samples
+            if n > limit:
+                raise InvalidRequest(
+                    f"the request selects at least {tasks} tasks x {n_samples} samples = {n}, "
+                    f"more than the server's queue capacity ({limit}); submit fewer tasks",
+                    field=("body", "n_samples"),
+                    kind="too_many_samples",
+                )
+            if queued + n > limit:
+                raise QueueFull(queued, limit, n)
+
+        return admit
+
+    async def submit(
+        self,
+        request: RolloutRequest,
+        tasks: list[Task],
+        *,
+        idempotency: tuple[str, str] | None = None,
+    ) -> str:
+        """Queue tasks x n_samples; the rollout id. With `idempotency` (key, request digest),
+        a key the store already holds returns that rollout's id and queues nothing (Conflict
+        when the digest differs)."""
         n = len(tasks) * request.n_samples
         if self.queued_samples + n > self.max_queued:
             raise QueueFull(self.queued_samples, self.max_queued, n)
@@ -154,13 +185,16 @@ class Scheduler:
             gid = group_id_for(rollout_id, i)
             ids = [sample_trajectory_id(gid, k) for k in range(request.n_samples)]
             plans.append(GroupPlan(gid, task.id, ids))
-        await self.store.create_rollout(
+        created = await self.store.create_rollout(
             rollout_id,
             request.model_dump_json(),
             request.priority,
             request.advantage.to_config(),
             plans,
+            idempotency=idempotency,
         )
+        if created != rollout_id:  # the same request, already submitted under this key
+            return created
         ctx = _Rollout(rollout_id, request, {t.id: t for t in tasks})
         self._rollouts[rollout_id] = ctx
         for plan in plans:
@@ -176,7 +210,9 @@ class Scheduler:
         if ctx is not None:
             ctx.cancelled = True
             for work in ctx.queued:
+                # Only what was not dispatched yet: a group cut in chunks may be half running.
                 self.queued_samples -= len(work.samples)
+                work.samples = []
             ctx.queued.clear()
             running = list(ctx.running)
             for t in running:
@@ -219,6 +255,7 @@ class Scheduler:
             sample_index=index,
             sampling=ctx.request.sampling.to_params(),
             agent=ctx.request.agent.to_limits(),
+            chat_template_kwargs=ctx.request.chat_template_kwargs,
         )
 
     def _enqueue(self, work: _Work) -> None:
@@ -239,9 +276,10 @@ class Scheduler:
                 self._rollouts[rollout_id] = ctx
             missing = sorted({g.task_id for g in groups} - set(ctx.tasks))
             if missing:
+                path = ctx.request.tasks.path
                 try:
                     loaded = await asyncio.to_thread(
-                        self.load_tasks, ctx.request.tasks.path, missing, None
+                        lambda: list(self.load_tasks(path, missing, None))  # noqa: B023
                     )
                 except Exception as e:  # noqa: BLE001 - the source changed since submission
                     log.error("rollout %s: cannot reload its tasks (%s); cancelling", rollout_id, e)
@@ -258,14 +296,14 @@ class Scheduler:
             ctx = work.rollout
             if ctx.cancelled or work not in ctx.queued:
                 continue
-            samples = work.samples
-            while samples and not ctx.cancelled:
-                k = min(len(samples), self.max_concurrent)
+            while work.samples and not ctx.cancelled:
+                k = min(len(work.samples), self.max_concurrent)
                 await self._slots.acquire(k)
                 if ctx.cancelled:
                     await self._slots.release(k)
                     break
-                chunk, samples = samples[:k], samples[k:]
+                # work.samples stays what is still queued, for cancel() to count exactly.
+                chunk, work.samples = work.samples[:k], work.samples[k:]
                 self.queued_samples -= k
                 self.running_samples += k
                 self._update_gauges()

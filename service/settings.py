@@ -3,7 +3,8 @@
 `Settings` nests one group per part of the service:
 - `service`: HTTP (host, port, API key, body limits), the store folder, admission, leasing;
 - `policy`: the policy client (servers, model, timeouts, retries);
-- `sandboxes`: the Docker backend (image override, warm pool).
+- `sandboxes`: the Docker backend (image override, warm pool);
+- `agent`: the agent harnesses (the default one, profile files).
 
 Where a lower layer declares a knob's default itself (PolicyClient's keyword arguments,
 sandboxes.pool.PoolSettings), the field reads it from there instead of restating it. The flags
@@ -20,8 +21,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sandboxes.images import BuildSettings
 from sandboxes.pool import PoolSettings
+from service.agent.harnesses import Harness, ProfileError, build_harnesses
 from service.policy.client import PolicyClient
+from service.wire import check_chat_template_kwargs
 
 _CLIENT = inspect.signature(PolicyClient).parameters  # the client's own keyword defaults
 
@@ -53,6 +57,14 @@ class ServiceSettings(_Group):
     body_read_timeout_s: float = Field(default=30.0, gt=0)
     body_idle_timeout_s: float = Field(default=10.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
+    # The trust boundary (docs/stack.md): requests may name only paths inside these folders
+    # (or Parquet files), and the --dataset paths; nothing else on the host.
+    tasks_roots: list[Path] = Field(default_factory=list, description="folders requests may name")
+    # Acknowledged (and dropped) groups' payloads are deleted this long after; 0: at once.
+    retention_s: float = Field(default=7 * 24 * 3600.0, ge=0)
+    # New rollouts get a 503 while free space on the data disk, less what queued work will
+    # commit, is under this: commits of admitted work never meet a full disk.
+    disk_reserve_mb: int = Field(default=1024, ge=0)
 
     @property
     def is_loopback(self) -> bool:
@@ -74,6 +86,10 @@ class ServiceSettings(_Group):
     def resolve_tasks_path(self, path: str) -> str:
         return self.datasets.get(path, path)
 
+    def all_tasks_roots(self) -> list[str]:
+        """--tasks-root folders, and the --dataset paths (the operator named both)."""
+        return [str(p) for p in self.tasks_roots] + list(self.datasets.values())
+
 
 class PolicySettings(_Group):
     """The policy client: PolicyClient's constructor arguments."""
@@ -84,6 +100,12 @@ class PolicySettings(_Group):
     max_retries: int = Field(default=_CLIENT["max_retries"].default, ge=0)
     backoff_s: float = Field(default=_CLIENT["backoff_s"].default, ge=0)
     cooldown_s: float = Field(default=_CLIENT["cooldown_s"].default, ge=0)
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the chat template's keyword arguments for requests that name none",
+    )
+
+    _check_kwargs = field_validator("chat_template_kwargs")(check_chat_template_kwargs)
 
     @field_validator("urls")
     @classmethod
@@ -106,15 +128,66 @@ class SandboxSettings(_Group):
     create_burst: float = Field(default=PoolSettings.create_burst, ge=1)
     create_jitter_s: float = Field(default=PoolSettings.create_jitter_s, ge=0)
     max_concurrent_creates: int = Field(default=PoolSettings.max_concurrent_creates, ge=1)
+    warm_ttl_s: float = Field(default=PoolSettings.idle_ttl_s, gt=0, description="idle expiry")
+    build_network: bool = Field(default=BuildSettings.network, description="RUN steps online")
+    allow_pull: bool = Field(default=BuildSettings.allow_pull, description="pull unaliased FROM")
+    build_cpus: float = Field(default=BuildSettings.cpus, gt=0)
+    build_memory_mb: int = Field(default=BuildSettings.memory_mb, ge=64)
+    build_timeout_s: float = Field(default=BuildSettings.timeout_s, gt=0, description="at most")
+    image_budget_gb: float | None = Field(
+        default=(BuildSettings.budget_bytes or 0) / 2**30 or None,
+        ge=0,
+        description="rollouts-env images kept, GiB; least recently used pruned first",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster whose nodes offering the `rollouts_sandbox` resource run the "
+        "sandboxes ('auto': the cluster this process runs in); None: this machine's engine",
+    )
+
+    def build(self) -> BuildSettings:
+        budget = self.image_budget_gb
+        return BuildSettings(
+            network=self.build_network,
+            allow_pull=self.allow_pull,
+            cpus=self.build_cpus,
+            memory_mb=self.build_memory_mb,
+            timeout_s=self.build_timeout_s,
+            budget_bytes=None if budget is None else int(budget * 2**30),
+        )
 
     def pool(self) -> PoolSettings:
         return PoolSettings(
             warm_per_key=self.warm_per_key,
+            idle_ttl_s=self.warm_ttl_s,
             create_rate=self.create_rate,
             create_burst=self.create_burst,
             create_jitter_s=self.create_jitter_s,
             max_concurrent_creates=self.max_concurrent_creates,
         )
+
+
+class AgentSettings(_Group):
+    """The agent harnesses (service/agent/harnesses): the one for requests that name none, and
+    the profile files to load (each names its harness; terminus-2 has no shipped profile)."""
+
+    harness: str = "default"
+    profiles: list[Path] = Field(default_factory=list, description="harness profiles (TOML)")
+
+    def harnesses(self) -> dict[str, Harness]:
+        """Every harness this service offers, by name. ProfileError for a bad profile or a
+        default harness that is not among them."""
+        out = build_harnesses(self.profiles)
+        if self.harness not in out:
+            hint = (
+                ": pass --agent-profile FILE (make one with `rollouts agent import-harbor`)"
+                if self.harness == "terminus-2"
+                else ""
+            )
+            raise ProfileError(
+                f"harness {self.harness!r} is not available{hint} (have: {', '.join(sorted(out))})"
+            )
+        return out
 
 
 # Keywords of the former one-level Settings, still accepted flat: Settings(port=0, image="x").
@@ -127,6 +200,7 @@ class Settings(_Group):
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @model_validator(mode="before")
     @classmethod

@@ -6,12 +6,16 @@ the sampler's logprobs (TIS needs them), the reward and how the episode ended.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_serializer, field_validator, model_validator
+
+from service.sample import SamplingParams
 
 
 class Status(StrEnum):
@@ -83,7 +87,32 @@ class Trajectory(BaseModel):
     reward_flags: list[str] = Field(default_factory=list)
     verifier_files: list[VerifierFile] = Field(default_factory=list)
     timings: Timings = Field(default_factory=Timings)
+    # How the tokens were sampled: the parameters every completion request carried (None for a
+    # sample that never reached the policy), and the chat template's keyword arguments (in JSON
+    # and Arrow a JSON object as a string).
+    sampling: SamplingParams | None = None
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # The conversation format the agent spoke (service/agent/harnesses) and the sha256 of its
+    # profile (the texts and settings it used). Records written before harnesses: "default", "".
+    harness: str = "default"
+    harness_profile_hash: str = ""
     advantage: float | None = None
+
+    @field_validator("harness", "harness_profile_hash", mode="before")
+    @classmethod
+    def _harness_default(cls, v: Any, info: Any) -> Any:
+        if v is None:
+            return "default" if info.field_name == "harness" else ""
+        return v
+
+    @field_validator("chat_template_kwargs", mode="before")
+    @classmethod
+    def _kwargs_from_json(cls, v: Any) -> Any:
+        return json.loads(v) if isinstance(v, str) else v
+
+    @field_serializer("chat_template_kwargs", when_used="json")
+    def _kwargs_to_json(self, v: dict[str, Any]) -> str:
+        return json.dumps(v, sort_keys=True, separators=(",", ":"))
 
     @model_validator(mode="after")
     def _check(self) -> Trajectory:
@@ -142,6 +171,23 @@ def empty_trajectory(
 TIMINGS_TYPE = pa.struct([(name, pa.float64()) for name in Timings.model_fields])
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
 VERIFIER_FILE_TYPE = pa.struct([("path", pa.string()), ("content", pa.string())])
+SAMPLING_TYPE = pa.struct(
+    [
+        ("temperature", pa.float64()),
+        ("top_p", pa.float64()),
+        ("top_k", pa.int32()),
+        ("min_p", pa.float64()),
+        ("repetition_penalty", pa.float64()),
+        ("presence_penalty", pa.float64()),
+        ("frequency_penalty", pa.float64()),
+        ("max_tokens", pa.int32()),
+        ("seed", pa.int64()),
+        ("stop", pa.list_(pa.string())),
+    ]
+)
+assert SAMPLING_TYPE.names == [f.name for f in dataclasses.fields(SamplingParams)], (
+    "SAMPLING_TYPE and SamplingParams disagree"
+)
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -166,6 +212,10 @@ ARROW_SCHEMA = pa.schema(
         ("reward_flags", pa.list_(pa.string())),
         ("verifier_files", pa.list_(VERIFIER_FILE_TYPE)),
         ("timings", TIMINGS_TYPE),
+        ("sampling", SAMPLING_TYPE),
+        ("chat_template_kwargs", pa.string()),
+        ("harness", pa.string()),
+        ("harness_profile_hash", pa.string()),
         ("advantage", pa.float64()),
     ]
 )

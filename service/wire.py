@@ -5,9 +5,10 @@ Trajectories travel as `service.trajectory.Trajectory`; this module never copies
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.advantages import AdvantageConfig
 from service.sample import N_SAMPLES, AgentLimits, SamplingParams
@@ -32,9 +33,16 @@ class TasksSpec(_Strict):
 
 
 class SamplingSpec(_Strict):
+    """Sent to the policy server on every turn, every field, and recorded per trajectory. The
+    ranges are vLLM's."""
+
     temperature: float = Field(default=SamplingParams.temperature, ge=0.0, le=10.0)
     top_p: float = Field(default=SamplingParams.top_p, gt=0.0, le=1.0)
-    top_k: int = Field(default=SamplingParams.top_k, ge=-1)
+    top_k: int = Field(default=SamplingParams.top_k, ge=-1, description="-1 or 0: off")
+    min_p: float = Field(default=SamplingParams.min_p, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(default=SamplingParams.repetition_penalty, gt=0.0, le=10.0)
+    presence_penalty: float = Field(default=SamplingParams.presence_penalty, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=SamplingParams.frequency_penalty, ge=-2.0, le=2.0)
     max_tokens: int = Field(default=SamplingParams.max_tokens, ge=1, le=1_000_000)
     seed: int | None = Field(default=SamplingParams.seed, ge=0, le=2**63 - 1)
     stop: list[str] | None = Field(default=SamplingParams.stop, max_length=16)
@@ -44,22 +52,58 @@ class SamplingSpec(_Strict):
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             max_tokens=self.max_tokens,
             seed=self.seed,
             stop=list(self.stop) if self.stop else None,
         )
 
 
+MAX_CHAT_TEMPLATE_KWARGS_BYTES = 4096
+
+
+def check_chat_template_kwargs(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A JSON object of modest size (it is sent with every /tokenize and stored per trajectory)."""
+    if v is not None and len(json.dumps(v)) > MAX_CHAT_TEMPLATE_KWARGS_BYTES:
+        raise ValueError(f"at most {MAX_CHAT_TEMPLATE_KWARGS_BYTES} bytes of JSON")
+    return v
+
+
+def parse_chat_template_kwargs(text: str | None) -> dict[str, Any] | None:
+    """`--chat-template-kwargs JSON` (or its environment variable): a JSON object; empty: none."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"expected a JSON object such as '{{\"enable_thinking\": false}}', got {text!r}"
+        )
+    return check_chat_template_kwargs(value)
+
+
 class AgentSpec(_Strict):
     max_turns: int = Field(default=AgentLimits.max_turns, ge=1, le=10_000)
     timeout_s: float | None = Field(default=AgentLimits.timeout_s, gt=0.0, le=7 * 24 * 3600)
     mask_agent_timeout: bool = AgentLimits.mask_agent_timeout
+    harness: str | None = Field(
+        default=AgentLimits.harness,
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$",
+        description="the agent harness (conversation format): default, terminus-2 (when the "
+        "service has a terminus-2 profile) or tools; null: the service's default (--agent)",
+    )
 
     def to_limits(self) -> AgentLimits:
         return AgentLimits(
             max_turns=self.max_turns,
             timeout_s=self.timeout_s,
             mask_agent_timeout=self.mask_agent_timeout,
+            harness=self.harness,
         )
 
 
@@ -83,6 +127,15 @@ class RolloutRequest(_Strict):
     agent: AgentSpec = Field(default_factory=AgentSpec)
     advantage: AdvantageSpec = Field(default_factory=AdvantageSpec)
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000, description="higher runs first")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            'keyword arguments of the chat template, e.g. {"enable_thinking": false} for Qwen3; '
+            "null: the service's default (--chat-template-kwargs)"
+        ),
+    )
+
+    _check_kwargs = field_validator("chat_template_kwargs")(check_chat_template_kwargs)
 
     @model_validator(mode="after")
     def _group_can_have_advantages(self) -> RolloutRequest:
@@ -119,6 +172,11 @@ class RolloutStatus(BaseModel):
     counts: dict[str, int] = Field(description="finished samples by trajectory status")
     mean_reward: float | None = Field(description="over finished, unmasked samples")
     created_at: float
+    placement: dict[str, int] | None = Field(
+        default=None,
+        description="samples placed per sandbox node (Ray node id) by this process; "
+        "null on the local Docker backend",
+    )
 
 
 class LeaseRequest(_Strict):

@@ -1,9 +1,18 @@
-"""What the stand-in "model" says: a scripted terminal agent (terminus-2 JSON protocol).
+"""What the stand-in "model" says: a scripted terminal agent, in whichever harness it is given.
 
 It reads its prompt back (detokenized), recognises the task by its instruction text in the first
 user message, and infers where it is from its own earlier replies (the only assistant turns):
 only replies that parsed as protocol objects count, so after a malformed or truncated reply
 (answered with an error observation) it simply redoes that step.
+
+It recognises the harness from the prompt and answers in its format (`detect_format`):
+- `tools`: the system turn lists tools (<tools>): the terminal is called with <tool_call> blocks,
+  and the last step is a plain answer without a tool call;
+- `terminus-xml`: no system turn, and the first user message asks for <response> replies with
+  <keystrokes>: one XML <response>;
+- `terminus-json`: no system turn otherwise: one JSON object, read back with terminus-2's
+  leniency (a reply its parser completes with closing braces counts as said);
+- `json`: the default harness (a system prompt): one JSON object.
 
 Script per sample:
   1. write the solution: with probability p_correct the oracle solve.sh, otherwise a plausible
@@ -33,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sandboxes.task import Task
-from standin.chat_template import Turn, parse_transcript
+from standin.chat_template import TOOLS_OPEN, Turn, parse_transcript
 from standin.tokenizer import StubTokenizer
 
 # A port the reliability tests listen on (on the host); sandboxes must never reach it.
@@ -216,6 +225,82 @@ def is_protocol_reply(content: str) -> bool:
     except ValueError:
         return False
     return isinstance(obj, dict) and _PROTOCOL_KEYS <= obj.keys()
+
+
+FORMATS = ("json", "terminus-json", "terminus-xml", "tools")
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_XML_KEYS_RE = re.compile(r"<keystrokes([^>]*)>(.*?)</keystrokes>", re.S)
+
+
+def detect_format(turns: list[Turn]) -> str:
+    """Which harness the prompt speaks (see the module docstring)."""
+    system = next((t.content for t in turns if t.role == "system"), None)
+    if system is not None and TOOLS_OPEN in system:
+        return "tools"
+    if system is not None:
+        return "json"
+    first_user = next((t.content for t in turns if t.role == "user"), "")
+    if "<response>" in first_user and "<keystrokes" in first_user:
+        return "terminus-xml"
+    return "terminus-json"
+
+
+def read_reply(content: str, fmt: str) -> dict | None:
+    """An earlier reply of ours as a protocol object, if the harness could use it."""
+    if fmt == "json":
+        return json.loads(content) if is_protocol_reply(content) else None
+    if fmt == "terminus-json":
+        if is_protocol_reply(content):
+            return json.loads(content)
+        missing = content.count("{") - content.count("}")
+        if missing > 0 and is_protocol_reply(content + "}" * missing):
+            return json.loads(content + "}" * missing)
+        return None
+    if fmt == "terminus-xml":
+        start = content.find("<response>")
+        m = re.search(r"<commands>(.*?)</commands>", content[start:], re.S) if start >= 0 else None
+        if m is None:
+            return None
+        commands = [
+            {"keystrokes": keys, "duration": 1.0} for _, keys in _XML_KEYS_RE.findall(m.group(1))
+        ]
+        done = bool(re.search(r"<task_complete>\s*true\s*</task_complete>", content, re.I))
+        return {"analysis": "", "plan": "", "commands": commands, "task_complete": done}
+    # tools: every call must parse, as the harness requires
+    commands = []
+    for body in _TOOL_CALL_RE.findall(content):
+        try:
+            call = json.loads(body)
+            commands.append({"keystrokes": call["arguments"]["keystrokes"], "duration": 1.0})
+        except (ValueError, KeyError, TypeError):
+            return None
+    if not commands or "<tool_call>" in _TOOL_CALL_RE.sub("", content):
+        return None
+    return {"analysis": "", "plan": "", "commands": commands, "task_complete": False}
+
+
+def render_reply(text: str, fmt: str) -> str:
+    """A protocol reply (our JSON) in the harness's format."""
+    if fmt in ("json", "terminus-json"):
+        return text
+    obj = json.loads(text)
+    commands = [(c["keystrokes"], c["duration"]) for c in obj["commands"]]
+    if fmt == "terminus-xml":
+        keys = "".join(f'<keystrokes duration="{d}">{k}</keystrokes>\n' for k, d in commands)
+        done = "\n<task_complete>true</task_complete>" if obj["task_complete"] else ""
+        return (
+            f"<response>\n<analysis>{obj['analysis']}</analysis>\n<plan>{obj['plan']}</plan>\n"
+            f"<commands>\n{keys}</commands>{done}\n</response>"
+        )
+    if not commands:  # tools: the final answer calls no tool
+        return obj["analysis"]
+    calls = "".join(
+        "<tool_call>\n"
+        + json.dumps({"name": "terminal", "arguments": {"keystrokes": k, "duration": d}})
+        + "\n</tool_call>\n"
+        for k, d in commands
+    )
+    return f"{obj['plan']}\n{calls}".rstrip("\n")
 
 
 @dataclass(frozen=True)
@@ -428,21 +513,26 @@ class ScriptedAgent:
         """The full scripted reply text (without EOS) for this prompt. With `max_tokens` (the
         request's), the reply and its EOS take at most REPLY_SHARE of it where it can."""
         turns = parse_transcript(prompt_text)
+        fmt = detect_format(turns)
         task = self.find_task(turns)
         if task is None:
-            return _reply("I do not recognise this task.", "Stop here.", [], True)
+            return render_reply(
+                _reply("I do not recognise this task.", "Stop here.", [], True), fmt
+            )
         # Closed assistant turns only: the last, open one is the generation prompt.
         history = [
-            json.loads(t.content)
+            obj
             for t in turns
-            if t.role == "assistant" and t.closed and is_protocol_reply(t.content)
+            if t.role == "assistant" and t.closed and (obj := read_reply(t.content, fmt))
         ]
         budget = None if max_tokens is None else max(1, int(max_tokens * REPLY_SHARE))
         correct = self.is_correct(task, seed, index, rng)
-        text = self._next(task, correct, history, budget)
-        if rng.random() < self.settings.p_malformed:
-            # Cut strictly inside the object: a prefix of a JSON object is never valid JSON.
-            text = text[: rng.randrange(1, len(text) - 1)]
+        text = render_reply(self._next(task, correct, history, budget), fmt)
+        # Cut strictly inside the reply (for tool calls: inside the first call, or a cut answer
+        # would read as the final one): the harness cannot use it, and the step is redone.
+        start = 1 if fmt != "tools" else text.find("<tool_call>") + 1
+        if start > 0 and len(text) - 1 > start and rng.random() < self.settings.p_malformed:
+            text = text[: rng.randrange(start, len(text) - 1)]
         return text
 
     def _tokens(self, text: str) -> int:

@@ -496,6 +496,7 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
             text = render(
                 [m.model_dump() for m in req.messages],
                 add_generation_prompt=req.add_generation_prompt,
+                tools=req.tools,
             )
         else:
             text = req.prompt or ""

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from clients.commands import options
+from clients.commands.agent import agent_settings, describe
 from clients.commands.policy_stub import stand_in_policy
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
@@ -29,7 +31,14 @@ from service.settings import (
     Settings,
     default_of,
 )
-from service.wire import AdvantageSpec, AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
+from service.wire import (
+    AdvantageSpec,
+    AgentSpec,
+    RolloutRequest,
+    SamplingSpec,
+    TasksSpec,
+    parse_chat_template_kwargs,
+)
 
 console = Console(stderr=True)
 _policy = partial(default_of, PolicySettings)
@@ -62,7 +71,7 @@ async def _run(settings: Settings, request: RolloutRequest, out_file: Path) -> C
     spec = request.tasks
     components = await build_components(settings, policy_must_answer=True)
     try:
-        tasks = components.load_tasks(spec.path, spec.ids, spec.limit)
+        tasks = list(components.load_tasks(spec.path, spec.ids, spec.limit))
         with Progress(
             "[progress.description]{task.description}",
             BarColumn(),
@@ -95,15 +104,8 @@ def register(app: typer.Typer) -> None:
     @app.command("collect")
     def collect_command(
         tasks: str = typer.Option(..., "--tasks", help="Task folder, folder of tasks, or Parquet."),
-        policy_url: list[str] = typer.Option(
-            None,
-            "--policy-url",
-            envvar="ROLLOUTS_POLICY_URL",
-            help="vLLM base URL (repeatable). Without it the stand-in policy is started.",
-        ),
-        model: str = typer.Option(
-            _policy("model"), "--model", help="Default: the server's only model."
-        ),
+        policy_url: list[str] = options.POLICY_URL,
+        model: str = options.MODEL,
         n_samples: int = typer.Option(N_SAMPLES, "--n-samples", min=1),
         min_group_size: int = typer.Option(
             AdvantageConfig.min_group_size,
@@ -115,46 +117,33 @@ def register(app: typer.Typer) -> None:
             CONCURRENCY, "--concurrency", min=1, help="Samples in flight."
         ),
         max_turns: int = typer.Option(AgentLimits.max_turns, "--max-turns", min=1),
+        agent: str = options.AGENT,
+        agent_profile: list[Path] = options.AGENT_PROFILE,
         max_tokens: int = typer.Option(
             SamplingParams.max_tokens, "--max-tokens", min=1, help="Per turn."
         ),
         temperature: float = typer.Option(SamplingParams.temperature, "--temperature", min=0.0),
+        top_p: float = typer.Option(SamplingParams.top_p, "--top-p", min=0.0, max=1.0),
+        top_k: int = typer.Option(SamplingParams.top_k, "--top-k", min=-1, help="-1: off."),
+        min_p: float = typer.Option(SamplingParams.min_p, "--min-p", min=0.0, max=1.0),
         seed: int = typer.Option(None, "--seed"),
+        chat_template_kwargs: str = options.CHAT_TEMPLATE_KWARGS,
         limit: int = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
-        image: str = typer.Option(
-            _sandboxes("image"), "--image", help="Use this image for every task."
-        ),
+        image: str = options.IMAGE,
         p_correct: float = typer.Option(
             0.5, "--p-correct", min=0.0, max=1.0, help="Stand-in only: chance of the oracle."
         ),
         out: Path = typer.Option(Path("out"), "--out", help="Output folder."),
-        policy_timeout_s: float = typer.Option(
-            _policy("timeout_s"), "--policy-timeout", help="Seconds per policy request."
-        ),
-        policy_retries: int = typer.Option(
-            _policy("max_retries"), "--policy-retries", min=0, help="Retries of a failed request."
-        ),
-        policy_backoff_s: float = typer.Option(
-            _policy("backoff_s"), "--policy-backoff", min=0.0, help="First retry delay, seconds."
-        ),
-        policy_cooldown_s: float = typer.Option(
-            _policy("cooldown_s"),
-            "--policy-cooldown",
-            min=0.0,
-            help="Seconds a failing policy server gets no new samples.",
-        ),
-        warm_containers: int = typer.Option(
-            _sandboxes("warm_per_key"),
-            "--warm-containers",
-            min=0,
-            help="Started containers kept idle per image (0: no warm pool).",
-        ),
-        create_rate: float = typer.Option(
-            _sandboxes("create_rate"), "--create-rate", help="Container creates per second."
-        ),
-        max_concurrent_creates: int = typer.Option(
-            _sandboxes("max_concurrent_creates"), "--max-concurrent-creates", min=1
-        ),
+        policy_timeout_s: float = options.POLICY_TIMEOUT,
+        policy_retries: int = options.POLICY_RETRIES,
+        policy_backoff_s: float = options.POLICY_BACKOFF,
+        policy_cooldown_s: float = options.POLICY_COOLDOWN,
+        warm_containers: int = options.WARM_CONTAINERS,
+        create_rate: float = options.CREATE_RATE,
+        max_concurrent_creates: int = options.MAX_CONCURRENT_CREATES,
+        build_network: bool = options.BUILD_NETWORK,
+        allow_pull: bool = options.ALLOW_PULL,
+        ray_address: str = options.RAY_ADDRESS,
     ) -> None:
         """Collect rollouts for every task x n samples and write them as Parquet."""
         try:
@@ -170,25 +159,48 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
             sandboxes = SandboxSettings(
                 image=image, warm_per_key=warm_containers, create_rate=create_rate,
-                max_concurrent_creates=max_concurrent_creates,
+                max_concurrent_creates=max_concurrent_creates, build_network=build_network,
+                allow_pull=allow_pull, ray_address=ray_address or None,
             )  # fmt: skip
         except ValidationError as e:
             err = e.errors()[0]
             typer.echo(f"error: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}", err=True)
             raise typer.Exit(2) from None
         try:
+            agent_config = agent_settings(agent, agent_profile or [])
+        except ValueError as e:
+            typer.echo(f"error: --agent / --agent-profile: {e}", err=True)
+            raise typer.Exit(2) from None
+        try:
+            template_kwargs = parse_chat_template_kwargs(chat_template_kwargs)
+        except ValueError as e:
+            typer.echo(f"error: --chat-template-kwargs: {e}", err=True)
+            raise typer.Exit(2) from None
+        try:
+            sampling = SamplingSpec(
+                temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                max_tokens=max_tokens, seed=seed,
+            )  # fmt: skip
+        except ValidationError as e:
+            err = e.errors()[0]
+            flag = "--" + str(err["loc"][0]).replace("_", "-")
+            typer.echo(f"error: {flag}: {err['msg']}", err=True)
+            raise typer.Exit(2) from None
+        try:
             request = RolloutRequest(
                 tasks=TasksSpec(path=tasks, limit=limit),
                 n_samples=n_samples,
-                sampling=SamplingSpec(temperature=temperature, max_tokens=max_tokens, seed=seed),
+                sampling=sampling,
                 agent=AgentSpec(max_turns=max_turns),
                 advantage=AdvantageSpec(min_group_size=min_group_size),
+                chat_template_kwargs=template_kwargs,
             )
         except ValidationError as e:
             msg = e.errors()[0]["msg"].removeprefix("Value error, ")
             typer.echo(f"error: {msg} (--n-samples, --min-group-size)", err=True)
             raise typer.Exit(2) from None
-        asyncio.run(ensure_base_image(on_build=_announce_build))
+        if not sandboxes.ray_address:  # on Ray, every node's executor sees to its own
+            asyncio.run(ensure_base_image(on_build=_announce_build))
         out.mkdir(parents=True, exist_ok=True)
         out_file = out / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.parquet"
         with contextlib.ExitStack() as stack:
@@ -202,11 +214,16 @@ def register(app: typer.Typer) -> None:
                 policy = policy.model_copy(update={"urls": [stand_in.url]})
             settings = Settings(
                 service=ServiceSettings(
-                    data_dir=out_file.with_suffix(".store"), max_concurrent_samples=concurrency
+                    data_dir=out_file.with_suffix(".store"),
+                    max_concurrent_samples=concurrency,
+                    tasks_roots=[Path(tasks)],  # the path on the command line is its own root
                 ),
                 policy=policy,
                 sandboxes=sandboxes,
+                agent=agent_config,
             )
+            for line in describe(agent_config):
+                console.print(line)
             try:
                 summary = asyncio.run(_run(settings, request, out_file))
             except PolicyError as e:

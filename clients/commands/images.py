@@ -1,4 +1,4 @@
-"""`rollouts images`: build the offline sandbox base image."""
+"""`rollouts images`: build the offline sandbox base image; prune task images."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Literal
 
 import typer
 
-from sandboxes.images import BASE_TAG, ImageError, build_base_image
+from sandboxes.docker_adapter import default_adapter
+from sandboxes.images import BASE_TAG, BuildSettings, ImageError, build_base_image, prune_images
 
 app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 
@@ -33,3 +34,34 @@ def build(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
     typer.echo(f"built {tag} ({used})")
+
+
+@app.command("prune")
+def prune(
+    budget_gb: float = typer.Option(
+        None, "--budget-gb", min=0.0, help="Keep at most this many GiB of task images."
+    ),
+    unused_for_s: float = typer.Option(
+        None, "--unused-for", min=0.0, help="Remove task images unused for this many seconds."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed."),
+) -> None:
+    """Remove task images (rollouts-env:*), least recently used first. Without options: down
+    to the service's default image budget. Images a container still uses are kept."""
+    if budget_gb is None and unused_for_s is None:
+        budget_bytes = BuildSettings.budget_bytes
+    else:
+        budget_bytes = None if budget_gb is None else int(budget_gb * 2**30)
+    removed = asyncio.run(
+        prune_images(
+            default_adapter(),
+            budget_bytes=budget_bytes,
+            unused_for_s=unused_for_s,
+            dry_run=dry_run,
+        )
+    )
+    verb = "would remove" if dry_run else "removed"
+    for image in removed:
+        typer.echo(f"{verb} {image.ref} ({image.size >> 20} MiB)")
+    freed = sum(i.size for i in removed) >> 20
+    typer.echo(f"{verb} {len(removed)} task images, {freed} MiB")

@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from clients.commands import options
+from clients.commands.agent import agent_settings, describe
 from service.settings import (
     PolicySettings,
     SandboxSettings,
@@ -15,6 +17,7 @@ from service.settings import (
     Settings,
     default_of,
 )
+from service.wire import parse_chat_template_kwargs
 
 _service = partial(default_of, ServiceSettings)
 _policy = partial(default_of, PolicySettings)
@@ -31,20 +34,20 @@ def _datasets(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _template_kwargs(text: str | None) -> dict:
+    try:
+        return parse_chat_template_kwargs(text) or {}
+    except ValueError as e:
+        raise ValueError(f"--chat-template-kwargs: {e}") from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
         host: str = typer.Option(_service("host"), "--host"),
         port: int = typer.Option(_service("port"), "--port", min=0, max=65535),
-        policy_url: list[str] = typer.Option(
-            None,
-            "--policy-url",
-            envvar="ROLLOUTS_POLICY_URL",
-            help="vLLM base URL (repeatable, or comma-separated).",
-        ),  # fmt: skip
-        model: str = typer.Option(
-            _policy("model"), "--model", help="Default: the server's only model."
-        ),
+        policy_url: list[str] = options.POLICY_URL,
+        model: str = options.MODEL,
         data_dir: Path = typer.Option(_service("data_dir"), "--data-dir"),
         api_key: str = typer.Option(_service("api_key"), "--api-key", envvar="ROLLOUTS_API_KEY"),
         max_concurrent_samples: int = typer.Option(
@@ -53,11 +56,27 @@ def register(app: typer.Typer) -> None:
         max_queued_samples: int = typer.Option(
             _service("max_queued_samples"), "--max-queued-samples", min=1
         ),
-        image: str = typer.Option(
-            _sandboxes("image"), "--image", help="Use this image for every task."
-        ),
+        image: str = options.IMAGE,
         dataset: list[str] = typer.Option(
             None, "--dataset", help="NAME=PATH: lets requests say tasks.path=NAME (repeatable)."
+        ),
+        tasks_root: list[Path] = typer.Option(
+            None,
+            "--tasks-root",
+            help="A folder (or Parquet file) requests may name paths inside (repeatable); "
+            "no other path on this host can be named.",
+        ),
+        retention_s: float = typer.Option(
+            _service("retention_s"),
+            "--retention",
+            min=0.0,
+            help="Seconds acknowledged payloads are kept.",
+        ),
+        disk_reserve_mb: int = typer.Option(
+            _service("disk_reserve_mb"),
+            "--disk-reserve",
+            min=0,
+            help="MiB of the data disk new work may not use (503 instead).",
         ),
         stale_policy: str = typer.Option(
             _service("stale_policy"),
@@ -73,33 +92,38 @@ def register(app: typer.Typer) -> None:
             min=0.1,
             help="Seconds to receive a request body (else 408).",
         ),
-        policy_timeout_s: float = typer.Option(
-            _policy("timeout_s"), "--policy-timeout", help="Seconds per policy request."
+        policy_timeout_s: float = options.POLICY_TIMEOUT,
+        policy_retries: int = options.POLICY_RETRIES,
+        policy_backoff_s: float = options.POLICY_BACKOFF,
+        policy_cooldown_s: float = options.POLICY_COOLDOWN,
+        warm_containers: int = options.WARM_CONTAINERS,
+        create_rate: float = options.CREATE_RATE,
+        max_concurrent_creates: int = options.MAX_CONCURRENT_CREATES,
+        warm_ttl_s: float = typer.Option(
+            _sandboxes("warm_ttl_s"), "--warm-ttl", help="Seconds an idle warm container is kept."
         ),
-        policy_retries: int = typer.Option(
-            _policy("max_retries"), "--policy-retries", min=0, help="Retries of a failed request."
+        build_network: bool = options.BUILD_NETWORK,
+        allow_pull: bool = options.ALLOW_PULL,
+        build_cpus: float = typer.Option(
+            _sandboxes("build_cpus"), "--build-cpus", help="CPUs of a task image build."
         ),
-        policy_backoff_s: float = typer.Option(
-            _policy("backoff_s"), "--policy-backoff", min=0.0, help="First retry delay, seconds."
+        build_memory_mb: int = typer.Option(
+            _sandboxes("build_memory_mb"), "--build-memory", help="MiB of a task image build."
         ),
-        policy_cooldown_s: float = typer.Option(
-            _policy("cooldown_s"),
-            "--policy-cooldown",
-            min=0.0,
-            help="Seconds a failing policy server gets no new samples.",
+        build_timeout_s: float = typer.Option(
+            _sandboxes("build_timeout_s"),
+            "--build-timeout",
+            help="Seconds a task image build may take at most (wall clock).",
         ),
-        warm_containers: int = typer.Option(
-            _sandboxes("warm_per_key"),
-            "--warm-containers",
-            min=0,
-            help="Started containers kept idle per image (0: no warm pool).",
+        image_budget_gb: float = typer.Option(
+            _sandboxes("image_budget_gb"),
+            "--image-budget",
+            help="GiB of task images kept; least recently used pruned first.",
         ),
-        create_rate: float = typer.Option(
-            _sandboxes("create_rate"), "--create-rate", help="Container creates per second."
-        ),
-        max_concurrent_creates: int = typer.Option(
-            _sandboxes("max_concurrent_creates"), "--max-concurrent-creates", min=1
-        ),
+        ray_address: str = options.RAY_ADDRESS,
+        chat_template_kwargs: str = options.CHAT_TEMPLATE_KWARGS,
+        agent: str = options.AGENT,
+        agent_profile: list[Path] = options.AGENT_PROFILE,
         log_level: str = typer.Option("info", "--log-level"),
     ) -> None:
         """Serve the rollouts HTTP API (OpenAPI at /docs)."""
@@ -116,16 +140,23 @@ def register(app: typer.Typer) -> None:
                     stale_policy=stale_policy, lease_ttl_s=lease_ttl_s,
                     body_read_timeout_s=body_timeout_s,
                     body_idle_timeout_s=min(_service("body_idle_timeout_s"), body_timeout_s),
+                    tasks_roots=tasks_root or [], retention_s=retention_s,
+                    disk_reserve_mb=disk_reserve_mb,
                 ),
                 policy=PolicySettings(
                     urls=policy_url or [], model=model, timeout_s=policy_timeout_s,
                     max_retries=policy_retries, backoff_s=policy_backoff_s,
                     cooldown_s=policy_cooldown_s,
+                    chat_template_kwargs=_template_kwargs(chat_template_kwargs),
                 ),
                 sandboxes=SandboxSettings(
                     image=image, warm_per_key=warm_containers, create_rate=create_rate,
-                    max_concurrent_creates=max_concurrent_creates,
+                    max_concurrent_creates=max_concurrent_creates, warm_ttl_s=warm_ttl_s,
+                    build_network=build_network, allow_pull=allow_pull, build_cpus=build_cpus,
+                    build_memory_mb=build_memory_mb, build_timeout_s=build_timeout_s,
+                    image_budget_gb=image_budget_gb, ray_address=ray_address or None,
                 ),
+                agent=agent_settings(agent, agent_profile or []),
             )  # fmt: skip
             settings.service.check_exposure()
             if not settings.policy.urls:
@@ -138,4 +169,6 @@ def register(app: typer.Typer) -> None:
         except ValueError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
+        for line in describe(settings.agent):
+            typer.echo(line, err=True)
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)

@@ -1,9 +1,10 @@
-"""The terminal-agent reply format (Harbor's terminus-2, JSON variant), parsed leniently the way
-terminus-2 does: the first top-level JSON object in the text is the reply."""
+"""The default harness's reply format (a terminus-2-like JSON object), parsed leniently: the first
+top-level JSON object in the text is the reply. The error texts come from the default profile."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -26,10 +27,17 @@ class ReplyError(ValueError):
     """The reply could not be used; the message goes back to the model as its observation."""
 
 
-def _first_json_object(text: str) -> str:
+def _errors() -> Mapping[str, str]:
+    from service.agent.harnesses.default import default_profile
+
+    texts = default_profile().texts
+    return {k.removeprefix("errors."): v for k, v in texts.items() if k.startswith("errors.")}
+
+
+def _first_json_object(text: str, errors: Mapping[str, str]) -> str:
     start = text.find("{")
     if start < 0:
-        raise ReplyError("No JSON object found in your reply.")
+        raise ReplyError(errors["no_json"].format())
     depth = 0
     in_string = False
     escaped = False
@@ -50,18 +58,20 @@ def _first_json_object(text: str) -> str:
             depth -= 1
             if depth == 0:
                 return text[start : i + 1]
-    raise ReplyError("Your reply ends before the JSON object is closed.")
+    raise ReplyError(errors["unclosed"].format())
 
 
-def parse_reply(text: str) -> AgentReply:
-    raw = _first_json_object(text)
+def parse_reply(text: str, errors: Mapping[str, str] | None = None) -> AgentReply:
+    """`errors`: the profile's [texts.errors] (default: the default profile's)."""
+    errors = _errors() if errors is None else errors
+    raw = _first_json_object(text, errors)
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as e:
-        raise ReplyError(f"Your reply is not valid JSON: {e.msg} at position {e.pos}.") from e
+        raise ReplyError(errors["invalid_json"].format(msg=e.msg, pos=e.pos)) from e
     try:
         return AgentReply.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "reply"
-        raise ReplyError(f"Invalid reply field '{field}': {first['msg']}.") from e
+        raise ReplyError(errors["invalid_field"].format(field=field, msg=first["msg"])) from e

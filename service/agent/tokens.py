@@ -1,29 +1,93 @@
 """The token ledger of one episode: the exact sequence the engine saw, built by appending.
 
 Earlier turns are never re-rendered: each generation is appended as the engine returned it
-(loss 1, its logprobs), each observation as a separately tokenized template delta (loss 0,
-logprob 0.0). Re-rendering the chat template would silently change earlier tokens (Qwen3
-strips <think> from past turns; BPE merges across boundaries), corrupting TIS ratios.
+(loss 1, its logprobs), each observation as a delta derived from the server's own chat template
+(loss 0, logprob 0.0; see TemplateFrame). Re-rendering the whole conversation would silently
+change earlier tokens (Qwen3 strips <think> from past turns; BPE merges across boundaries),
+corrupting TIS ratios.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-# ChatML (Qwen) turn boundaries. The delta closes the assistant turn, adds the user message and
-# opens the next assistant turn.
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
+# The fixed conversation observation deltas are derived from (see TemplateFrame). Its wording is
+# irrelevant: only what the template puts around and after it matters.
+BASE_CONVERSATION = (
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hello."},
+)
+# Two assistant replies that end in different tokens: what follows them in their renderings is
+# the template's end of an assistant turn.
+_REPLIES = ("Hello alpha.", "Hello omega!")
 
 
-def observation_delta(content: str, *, turn_closed: bool) -> str:
-    """Template text appended after a generation.
+def base_renderings() -> list[tuple[list[dict[str, str]], bool]]:
+    """The (messages, add_generation_prompt) renderings a TemplateFrame is built from, in the
+    order `TemplateFrame.build` takes their token ids."""
+    base = [dict(m) for m in BASE_CONVERSATION]
+    return [(base, False)] + [
+        ([*base, {"role": "assistant", "content": r}], False) for r in _REPLIES
+    ]
 
-    `turn_closed` is True when the engine ended on its end-of-turn token (finish_reason "stop"
-    without a stop string), which is then already part of the generated ids. Otherwise (length,
-    stop string) the turn is closed here, with untrained template tokens."""
-    close = "" if turn_closed else IM_END
-    return f"{close}\n{IM_START}user\n{content}{IM_END}\n{IM_START}assistant\n"
+
+def observation_messages(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages whose rendering (with the generation prompt) carries an observation delta:
+    `content` as one user message, or the harness's observation messages as they are (e.g.
+    `tool` messages, which the template renders its own way)."""
+    observed = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    return [*(dict(m) for m in BASE_CONVERSATION), *(dict(m) for m in observed)]
+
+
+class TemplateError(Exception):
+    """The chat template does not render the way observation deltas assume."""
+
+
+@dataclass(frozen=True)
+class TemplateFrame:
+    """What the server's chat template appends after a generated assistant turn, learnt from the
+    template itself (rendered by the server's /tokenize with the same chat_template_kwargs),
+    never hard-coded:
+
+    - `close`: the end of an assistant turn, from the common tail of two renderings of the base
+      conversation plus one assistant reply (ChatML/Qwen3: `<|im_end|>` `\n`);
+    - `base`: the base conversation rendered alone; rendered with a user message and the
+      generation prompt it is a prefix, and the rest is that message plus the generation prompt
+      (Qwen3: `<|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n`, plus the empty
+      think block with enable_thinking=False).
+
+    Earlier turns are never re-rendered: a delta is appended to the engine's exact tokens."""
+
+    base: tuple[int, ...]
+    close: tuple[int, ...]
+
+    @classmethod
+    def build(cls, base: list[int], reply_a: list[int], reply_b: list[int]) -> TemplateFrame:
+        n = 0
+        while n < min(len(reply_a), len(reply_b)) and reply_a[-1 - n] == reply_b[-1 - n]:
+            n += 1
+        if reply_a[: len(base)] != base or len(reply_a) - n <= len(base):
+            raise TemplateError("an assistant reply does not extend the rendered conversation")
+        return cls(base=tuple(base), close=tuple(reply_a[len(reply_a) - n :]))
+
+    def delta(self, rendered: list[int], *, turn_closed: bool) -> list[int]:
+        """The tokens to append after a generation, from `rendered`: the rendering of
+        `observation_messages(content)` with the generation prompt.
+
+        `turn_closed`: the engine ended the turn on an end-of-sequence token (finish_reason
+        "stop" without a stop string), which is then the last generated id. That token stands
+        for the template's first closing token (Qwen3-8B stops on `<|im_end|>` or
+        `<|endoftext|>`; either one ends the turn), so only the rest of the close follows it.
+        Otherwise (max_tokens, a stop string) the whole close is appended, untrained."""
+        n = len(self.base)
+        if tuple(rendered[:n]) != self.base or len(rendered) <= n:
+            raise TemplateError(
+                "the chat template renders the base conversation differently once a user "
+                "message follows it: observation deltas cannot be derived from it"
+            )
+        close = self.close[1:] if turn_closed else self.close
+        return [*close, *rendered[n:]]
 
 
 class InvariantError(Exception):

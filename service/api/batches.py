@@ -2,6 +2,9 @@
 
 Delivery is at-least-once until ack (docs/delivery.md). The stored trajectory bytes are sent
 as they are (decompressed, advantage spliced in), never re-validated or re-encoded per lease.
+A long poll whose client goes away stops waiting at once, and a lease granted to it that it
+can no longer receive is released, so its groups go to the next trainer without waiting for
+the lease to expire.
 """
 
 from __future__ import annotations
@@ -10,11 +13,17 @@ import asyncio
 import json
 
 import pyarrow as pa
-from fastapi import APIRouter, Depends, Header, Path, Response
+from fastapi import APIRouter, Depends, Header, Path, Request, Response
 
 from service.api.responses import errors
 from service.app import ServiceState, service_state
-from service.store import LeasedGroup, UnknownRollout, payloads_to_arrow, with_advantage
+from service.store import (
+    LeasedGroup,
+    LeaseResult,
+    UnknownRollout,
+    payloads_to_arrow,
+    with_advantage,
+)
 from service.trajectory import ARROW_SCHEMA
 from service.wire import REMAINING_HEADER, AckResponse, LeaseRequest, LeaseResponse
 
@@ -73,12 +82,13 @@ def _arrow_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> 
 )
 async def lease(
     body: LeaseRequest,
+    request: Request,
     state: ServiceState = Depends(service_state),
     accept: str | None = Header(default=None),
 ) -> Response:
     if body.rollout_id is not None and not await state.store.rollout_exists(body.rollout_id):
         raise UnknownRollout(body.rollout_id)
-    result = await state.leasing.lease(body.max_groups, body.rollout_id, body.wait_s, body.lease_s)
+    result = await _lease_while_connected(state, body, request)
     remaining = str(await state.store.remaining_groups(body.rollout_id))
     if result is None or result.batch_id is None:
         return Response(status_code=204, headers={REMAINING_HEADER: remaining})
@@ -94,6 +104,43 @@ async def lease(
         return Response(data, media_type=ARROW_STREAM, headers=headers)
     data = await asyncio.to_thread(_json_body, result.batch_id, result.expires_at, result.groups)
     return Response(data, media_type="application/json", headers=headers)
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away. The body was read already, so the next ASGI
+    message can only be the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _lease_while_connected(
+    state: ServiceState, body: LeaseRequest, request: Request
+) -> LeaseResult | None:
+    """The lease, unless the client leaves first: then the wait is cancelled, and a lease
+    granted meanwhile (or by a store job already running) is released at once."""
+    leasing = asyncio.ensure_future(
+        state.leasing.lease(body.max_groups, body.rollout_id, body.wait_s, body.lease_s)
+    )
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({leasing, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not leasing.done():
+            leasing.cancel()  # the store releases a lease its running job still grants
+        if not gone.done():
+            gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+    if not leasing.done() or leasing.cancelled():
+        await asyncio.gather(leasing, return_exceptions=True)
+        return None
+    result = leasing.result()
+    if gone.done() and not gone.cancelled() and result is not None and result.batch_id:
+        # Granted, but nobody is left to receive it: offered again now, not at expiry.
+        if await state.store.release(result.batch_id):
+            state.metrics.leases.labels("released").inc()
+            state.leasing.notify()
+        return None
+    return result
 
 
 @router.post(

@@ -6,27 +6,51 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import StreamingResponse
 
 from service.api.responses import errors
 from service.app import ServiceState, service_state
-from service.wire import RolloutCreated, RolloutRequest, RolloutStatus
+from service.wire import ErrorResponse, RolloutCreated, RolloutRequest, RolloutStatus
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
 HEARTBEAT_S = 15.0
 
 
-@router.post("", status_code=202, response_model=RolloutCreated, responses=errors(429))
+@router.post(
+    "",
+    status_code=202,
+    response_model=RolloutCreated,
+    responses={
+        **errors(409, 429, e409="This Idempotency-Key was already used for another request."),
+        503: {
+            "model": ErrorResponse,
+            "description": "The data disk has no room for more work; retry after Retry-After.",
+        },
+    },
+)
 async def submit(
-    body: RolloutRequest, state: ServiceState = Depends(service_state)
+    body: RolloutRequest,
+    state: ServiceState = Depends(service_state),
+    idempotency_key: str | None = Header(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Retries with the same key and body get the same rollout id, and queue "
+        "nothing twice; the same key with another body is a 409.",
+    ),
 ) -> RolloutCreated:
-    """Load the tasks (errors name `tasks.path` / `tasks.ids`) and queue tasks x n_samples."""
-    return RolloutCreated(id=await state.submit(body))
+    """Load the tasks (errors name `tasks.path` / `tasks.ids`; paths must lie inside the
+    server's tasks roots) and queue tasks x n_samples."""
+    return RolloutCreated(id=await state.submit(body, idempotency_key))
 
 
 async def _summary(state: ServiceState, rollout_id: str) -> RolloutStatus:
-    return RolloutStatus.model_validate(await state.store.rollout_summary(rollout_id))
+    status = RolloutStatus.model_validate(await state.store.rollout_summary(rollout_id))
+    placement = state.components.placement
+    if placement is not None:
+        status.placement = placement(rollout_id)
+    return status
 
 
 @router.get("/{rollout_id}", response_model=RolloutStatus, responses=errors(404))

@@ -7,6 +7,10 @@ and jitter, through the router so a retry can land on another replica; after tha
 becomes policy_error (masked). A prompt too long for the context is not retried: it raises
 ContextLengthError, which the episode turns into its own status. Both are PolicyFaults.
 
+Every completion request carries every sampling field (vllm_wire.SAMPLING_FIELDS), so no server
+default can change the distribution sampled from. Observation deltas come from the server's own
+chat template (`observation_delta`).
+
 Sticky routing is the client's business: a request made for a `sample` goes to that sample's
 server (the least-loaded healthy one on first use, the same one afterwards, where its prefix is
 cached), and a retry after a server fault moves the sample. `pin` puts a sample on a given
@@ -25,6 +29,12 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from service.agent.tokens import (
+    TemplateError,
+    TemplateFrame,
+    base_renderings,
+    observation_messages,
+)
 from service.policy.routing import PolicyRouter
 from service.policy.vllm_wire import (
     CompletionResponse,
@@ -110,6 +120,9 @@ class PolicyClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self._http: httpx.AsyncClient | None = None
+        # (server, chat_template_kwargs and tools as JSON) -> the template's frame, derived once
+        self._frames: dict[tuple[str, str, str], TemplateFrame] = {}
+        self._frame_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -182,16 +195,87 @@ class PolicyClient:
 
     async def tokenize_messages(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
         sample: str | None = None,
         server: str | None = None,
     ) -> list[int]:
-        body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        """The server's chat template applied to `messages` (and `tools`, which the template
+        renders its own way), as token ids."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        if chat_template_kwargs:
+            body["chat_template_kwargs"] = chat_template_kwargs
+        if tools:
+            body["tools"] = tools
         resp = await self._call(
             "POST", "/tokenize", body, TokenizeResponse, sample=sample, server=server
         )
         return resp.tokens
+
+    async def observation_delta(
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        turn_closed: bool,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        sample: str | None = None,
+    ) -> list[int]:
+        """The tokens that follow a generated turn to hand the model `content` as the next user
+        message (or a harness's observation messages, e.g. tool results) and open its next
+        turn: the server's own chat template, rendered with these kwargs and tools (see
+        service.agent.tokens.TemplateFrame; the frame is derived once per server, kwargs and
+        tools). `turn_closed`: the generation ended on an end-of-sequence token."""
+        kwargs = chat_template_kwargs or None
+        frame = await self._frame(kwargs, sample, tools)
+        rendered = await self.tokenize_messages(
+            observation_messages(content),
+            chat_template_kwargs=kwargs,
+            tools=tools,
+            sample=sample,
+        )
+        try:
+            return frame.delta(rendered, turn_closed=turn_closed)
+        except TemplateError as e:
+            raise PolicyError(f"chat template: {e}") from e
+
+    async def _frame(
+        self,
+        kwargs: dict[str, Any] | None,
+        sample: str | None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> TemplateFrame:
+        server = self._router.acquire(sample) if sample is not None else self._router.pick()
+        key = (server, json.dumps(kwargs, sort_keys=True), json.dumps(tools, sort_keys=True))
+        frame = self._frames.get(key)
+        if frame is not None:
+            return frame
+        # One derivation per key at a time; samples arriving meanwhile wait and reuse it.
+        async with self._frame_locks.setdefault(key, asyncio.Lock()):
+            frame = self._frames.get(key)
+            if frame is None:
+                ids = [
+                    await self.tokenize_messages(
+                        messages,
+                        add_generation_prompt=agp,
+                        chat_template_kwargs=kwargs,
+                        tools=tools,
+                        sample=sample,
+                    )
+                    for messages, agp in base_renderings()
+                ]
+                try:
+                    frame = self._frames[key] = TemplateFrame.build(*ids)
+                except TemplateError as e:
+                    raise PolicyError(f"chat template: {e}") from e
+        return frame
 
     async def tokenize_text(
         self, text: str, *, sample: str | None = None, server: str | None = None
@@ -233,6 +317,8 @@ class PolicyClient:
                 f"prompt of {len(prompt_token_ids)} tokens leaves no room for output "
                 f"(max_model_len {self.max_model_len})"
             )
+        # Every sampling field, always (vllm_wire.SAMPLING_FIELDS): whatever is left out, vLLM
+        # fills from its defaults or the model's generation_config.json.
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt_token_ids,
@@ -240,17 +326,21 @@ class PolicyClient:
             # vLLM rejects prompt + max_tokens > max_model_len; a turn near the end of the
             # context gets what is left instead.
             "max_tokens": min(params.max_tokens, room),
+            "min_tokens": 0,
             "temperature": params.temperature,
             "top_p": params.top_p,
+            "top_k": params.top_k,
+            "min_p": params.min_p,
+            "repetition_penalty": params.repetition_penalty,
+            "presence_penalty": params.presence_penalty,
+            "frequency_penalty": params.frequency_penalty,
+            "stop": list(params.stop or []),
+            "ignore_eos": False,
             "logprobs": 1,
             "return_token_ids": True,
         }
-        if params.top_k != -1:
-            body["top_k"] = params.top_k
         if params.seed is not None:
             body["seed"] = params.seed
-        if params.stop:
-            body["stop"] = list(params.stop)
         if cache_salt is not None:
             body["cache_salt"] = cache_salt
         resp = await self._call(

@@ -101,6 +101,8 @@ class TokenizeRequest(_Request):
     model: str | None = None
     messages: list[ChatMessage] | None = None
     add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": false}
+    tools: list[dict[str, Any]] | None = None  # rendered by the chat template (tool calling)
     prompt: str | None = None
     add_special_tokens: bool = True
     return_token_strs: bool | None = False
@@ -125,8 +127,29 @@ class DetokenizeResponse(_Response):
 # ---------------------------------------------------------------- /v1/completions
 
 
+# The sampling fields of a completion request that the policy client always sends: left out,
+# vLLM fills them from its defaults, or from the model's generation_config.json when the server
+# runs without `--generation-config vllm` (Qwen3: top_k 20, top_p 0.95, temperature 0.6), and the
+# tokens would be sampled from a distribution other than the one the trajectory records. `seed`
+# is sent too whenever one is given.
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "max_tokens",
+    "min_tokens",
+    "stop",
+    "ignore_eos",
+)
+
+
 class CompletionRequest(_Request):
-    """The fields of vLLM's CompletionRequest that token-in/token-out RL uses."""
+    """The fields of vLLM's CompletionRequest that token-in/token-out RL uses. None: not sent
+    (vLLM then applies its default)."""
 
     model: str | None = None
     prompt: list[int]  # token ids; we never send text prompts
@@ -135,8 +158,13 @@ class CompletionRequest(_Request):
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = None  # -1 or 0 disables, as in vLLM
-    min_p: float | None = None
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     max_tokens: int | None = Field(default=16, ge=1)
+    min_tokens: int = Field(default=0, ge=0)
+    ignore_eos: bool = False
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False

@@ -10,7 +10,8 @@ The package, one job per module:
 - facade.py: `Store`, the async way in (each method one job on the writer thread);
 - records.py: what those calls return, and the group/trajectory id scheme;
 - reader.py: committed trajectories read back through a read-only connection (export);
-- errors.py: what the API maps to 4xx.
+- disk.py: the data disk as a budget (new work refused before the disk fills);
+- errors.py: what the API maps to 4xx (and DiskFull to 503).
 
 Everything callers use is re-exported here: `from service.store import Store, ...`.
 """
@@ -22,7 +23,10 @@ from service.payload_codec import (
     payloads_to_arrow,
     with_advantage,
 )
+from service.store.disk import DiskBudget
 from service.store.errors import (
+    DiskFull,
+    IdempotencyConflict,
     LeaseExpired,
     StoreError,
     UnknownBatch,
@@ -52,7 +56,10 @@ __all__ = [
     "MAX_JOBS_PER_TRANSACTION",
     "AckResult",
     "CommitResult",
+    "DiskBudget",
+    "DiskFull",
     "GroupPlan",
+    "IdempotencyConflict",
     "LeaseExpired",
     "LeaseResult",
     "LeasedGroup",

@@ -4,7 +4,7 @@ the app's one exception handler answers for it."""
 
 from __future__ import annotations
 
-from service.errors import ClientError, Conflict, NotFound
+from service.errors import Busy, ClientError, Conflict, NotFound
 
 
 class StoreError(ClientError):
@@ -34,3 +34,19 @@ class LeaseExpired(StoreError, Conflict):
             "again (dedupe by trajectory_id)"
         )
         self.batch_id = batch_id
+
+
+class IdempotencyConflict(StoreError, Conflict):
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used for a different request; "
+            "use a new key for a new request"
+        )
+        self.key = key
+
+
+class DiskFull(StoreError, Busy):
+    """New work would not fit on the data disk (503, Retry-After): refused before it starts,
+    so what was admitted never meets a full disk while committing."""
+
+    status_code = 503

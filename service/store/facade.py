@@ -5,7 +5,10 @@ in rollouts.py (rollouts, samples, commits) and leases.py (leases, acks, stalene
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -26,6 +29,11 @@ from service.store.writer import DbThread
 from service.trajectory import Trajectory
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+PURGE_BATCH = 2000
+# An older database without incremental auto-vacuum is converted (VACUUM) on open only while
+# it is this small; a bigger one reuses freed pages but does not shrink.
+VACUUM_ON_OPEN_MAX_BYTES = 1 << 30
 
 
 class Store:
@@ -37,6 +45,8 @@ class Store:
         self._synchronous = synchronous
         self._db: DbThread | None = None
         self._state = rollouts.WriterState()
+        self._payload_bytes = 0  # committed payload sizes, for the disk estimate
+        self._payloads = 0
 
     # -- lifecycle
 
@@ -56,16 +66,32 @@ class Store:
 
     def _init(self, conn: sqlite3.Connection) -> None:
         conn.executescript(SCHEMA)
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+            if self.path.stat().st_size <= VACUUM_ON_OPEN_MAX_BYTES:
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                conn.execute("VACUUM")
+            else:
+                log.warning("%s: no incremental auto-vacuum; space freed by retention is "
+                            "reused, not returned to the file system", self.path)  # fmt: skip
+        n, total = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM payloads"
+        ).fetchone()
+        self._payloads, self._payload_bytes = n, total
         conn.execute("BEGIN IMMEDIATE")
         leases.recover(conn)
         conn.execute("COMMIT")
         seq = conn.execute("SELECT COALESCE(MAX(ready_seq), 0) FROM groups").fetchone()[0]
         self._state.ready_seq = seq
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _submit(
+        self, fn: Callable[[sqlite3.Connection], T], *, bare: bool = False
+    ) -> concurrent.futures.Future[T]:
         if self._db is None:
             raise RuntimeError("store is not open")
-        return await asyncio.wrap_future(self._db.submit(fn))
+        return self._db.submit(fn, bare=bare)
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.wrap_future(self._submit(fn))
 
     def call_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """For scripts and tests without an event loop."""
@@ -82,13 +108,25 @@ class Store:
         priority: int,
         advantage: AdvantageConfig,
         groups: list[GroupPlan],
-    ) -> None:
-        await self._call(
+        *,
+        idempotency: tuple[str, str] | None = None,
+    ) -> str:
+        """The rollout's id: `rollout_id`, or with `idempotency` (key, request digest) the
+        rollout that key already made (then nothing is created; IdempotencyConflict when the
+        digest differs)."""
+        created = await self._call(
             lambda conn: rollouts.create(
-                conn, rollout_id, request_json, priority, advantage, groups
+                conn, rollout_id, request_json, priority, advantage, groups, idempotency
             )
         )
-        self._state.advantage[rollout_id] = advantage
+        if created == rollout_id:
+            self._state.advantage[rollout_id] = advantage
+        return created
+
+    async def idempotent_rollout(self, key: str, digest: str) -> str | None:
+        """The rollout an Idempotency-Key made (None: unused; IdempotencyConflict: the key
+        was used for another request)."""
+        return await self._call(lambda conn: rollouts.idempotent_rollout(conn, key, digest))
 
     async def rollout_summary(self, rollout_id: str) -> RolloutSummary:
         return await self._call(lambda conn: rollouts.summary(conn, rollout_id))
@@ -107,9 +145,17 @@ class Store:
 
     async def commit_trajectory(self, trajectory: Trajectory) -> CommitResult:
         payload = encode_payload(trajectory)  # compress on the caller's side, not the db thread
-        return await self._call(
+        result = await self._call(
             lambda conn: rollouts.commit(conn, self._state, trajectory, payload)
         )
+        if not result.duplicate:
+            self._payloads += 1
+            self._payload_bytes += len(payload)
+        return result
+
+    def mean_payload_bytes(self) -> float | None:
+        """The mean size of the payloads committed (None before the first)."""
+        return self._payload_bytes / self._payloads if self._payloads else None
 
     async def cancel_rollout(self, rollout_id: str, policy_version: int) -> list[str]:
         """Mark the rollout cancelled and every unfinished sample `cancelled` (masked). Returns
@@ -130,7 +176,9 @@ class Store:
         max_staleness: int | None,
         stale_policy: Literal["drop", "requeue"],
     ) -> LeaseResult:
-        return await self._call(
+        """Lease complete groups. If the caller is cancelled (its client went away) while the
+        job runs, a lease the job still grants is released at once, never left to expire."""
+        fut = self._submit(
             lambda conn: leases.lease(
                 conn,
                 max_groups=max_groups,
@@ -141,6 +189,22 @@ class Store:
                 stale_policy=stale_policy,
             )
         )
+        try:
+            return await asyncio.shield(asyncio.wrap_future(fut))
+        except asyncio.CancelledError:
+            fut.add_done_callback(self._release_granted)
+            raise
+
+    def _release_granted(self, fut: concurrent.futures.Future[LeaseResult]) -> None:
+        if fut.cancelled() or fut.exception() is not None or self._db is None:
+            return
+        batch_id = fut.result().batch_id
+        if batch_id is not None:
+            self._db.submit(lambda conn: leases.release(conn, batch_id))
+
+    async def release(self, batch_id: str) -> int:
+        """Offer an active lease's groups again now (its client is gone); how many."""
+        return await self._call(lambda conn: leases.release(conn, batch_id))
 
     async def ack(self, batch_id: str) -> AckResult:
         return await self._call(lambda conn: leases.ack(conn, batch_id))
@@ -151,6 +215,43 @@ class Store:
 
     async def group_states(self) -> dict[str, int]:
         return await self._call(leases.group_states)
+
+    # -- retention
+
+    async def purge(self, retention_s: float, now: float | None = None) -> int:
+        """Delete the payloads of groups acknowledged (or dropped) more than `retention_s`
+        ago, in short jobs so commits and leases interleave, then give the space back to the
+        file system. Returns the number of payloads deleted."""
+        cutoff = (time.time() if now is None else now) - retention_s
+        total = 0
+        while True:
+            n = await self._call(lambda conn: leases.purge(conn, cutoff, PURGE_BATCH))
+            total += n
+            if n < PURGE_BATCH:
+                break
+        if total:
+            await self.reclaim()
+        return total
+
+    async def reclaim(self) -> None:
+        """Return free pages to the file system and cut the WAL back (outside a transaction)."""
+
+        def job(conn: sqlite3.Connection) -> None:
+            # executescript steps the pragma to its end (a plain execute frees one page).
+            conn.executescript("PRAGMA incremental_vacuum;")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+        await asyncio.wrap_future(self._submit(job, bare=True))
+
+    def disk_bytes(self) -> int:
+        """The database's files (main, WAL, shared memory) on disk."""
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                total += (self.path.parent / (self.path.name + suffix)).stat().st_size
+            except OSError:
+                pass
+        return total
 
     # -- policy version (persisted so a restart keeps tagging turns correctly)
 

@@ -142,13 +142,50 @@ def ack(conn: sqlite3.Connection, batch_id: str) -> AckResult:
     state, expires_at, n_groups = row
     if state == "acked":
         return AckResult(batch_id, n_groups, already_acked=True)
-    if state == "expired" or expires_at <= time.time():
+    if state in ("expired", "released") or expires_at <= time.time():
         raise LeaseExpired(batch_id)
     conn.execute("UPDATE groups SET state='acked' WHERE batch_id=? AND state='leased'", (batch_id,))
     conn.execute(
         "UPDATE leases SET state='acked', acked_at=? WHERE batch_id=?", (time.time(), batch_id)
     )
     return AckResult(batch_id, n_groups, already_acked=False)
+
+
+def release(conn: sqlite3.Connection, batch_id: str) -> int:
+    """Hand an active lease back at once (its client went away before it could receive it):
+    its groups are offered again. Returns how many; 0 if the lease was no longer active."""
+    cur = conn.execute(
+        "UPDATE leases SET state='released' WHERE batch_id=? AND state='active'", (batch_id,)
+    )
+    if cur.rowcount == 0:
+        return 0
+    return conn.execute(
+        "UPDATE groups SET state='complete', batch_id=NULL WHERE batch_id=? AND state='leased'",
+        (batch_id,),
+    ).rowcount
+
+
+def purge(conn: sqlite3.Connection, cutoff: float, limit: int) -> int:
+    """Delete up to `limit` payloads of groups acknowledged (or dropped, with their rollout
+    finished) before `cutoff`, and Idempotency-Keys older than it. Their sample rows stay, so
+    rollout summaries keep their counts. Returns the number of payloads deleted."""
+    conn.execute("DELETE FROM idempotency WHERE created_at < ?", (cutoff,))
+    return conn.execute(
+        "DELETE FROM payloads WHERE trajectory_id IN ("
+        " SELECT s.trajectory_id FROM leases l"
+        " JOIN groups g ON g.batch_id = l.batch_id AND g.state = 'acked'"
+        " JOIN samples s ON s.group_id = g.group_id"
+        " JOIN payloads p ON p.trajectory_id = s.trajectory_id"
+        " WHERE l.state = 'acked' AND l.acked_at < ?"
+        " UNION ALL"
+        " SELECT s.trajectory_id FROM rollouts r"
+        " JOIN groups g ON g.rollout_id = r.id AND g.state = 'dropped'"
+        " JOIN samples s ON s.group_id = g.group_id"
+        " JOIN payloads p ON p.trajectory_id = s.trajectory_id"
+        " WHERE r.status != 'running' AND r.finished_at < ?"
+        " LIMIT ?)",
+        (cutoff, cutoff, limit),
+    ).rowcount
 
 
 def remaining_groups(conn: sqlite3.Connection, rollout_id: str | None) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from service.advantages import AdvantageConfig, compute_advantages
 from service.payload_codec import CODEC, encode_payload
-from service.store.errors import UnknownRollout, UnknownTrajectory
+from service.store.errors import IdempotencyConflict, UnknownRollout, UnknownTrajectory
 from service.store.records import CommitResult, GroupPlan, PendingGroup, RolloutSummary
 from service.trajectory import Status, Trajectory, empty_trajectory, is_masked
 
@@ -33,8 +33,18 @@ def create(
     priority: int,
     advantage: AdvantageConfig,
     groups: list[GroupPlan],
-) -> None:
+    idempotency: tuple[str, str] | None = None,
+) -> str:
+    """Record a rollout and its pending samples; returns its id. With `idempotency` (key,
+    request digest) a key seen before returns the rollout it made instead, creating nothing;
+    the same key with another digest is an IdempotencyConflict."""
     now = time.time()
+    if idempotency is not None:
+        key, digest = idempotency
+        existing = idempotent_rollout(conn, key, digest)
+        if existing is not None:
+            return existing
+        conn.execute("INSERT INTO idempotency VALUES (?,?,?,?)", (key, digest, rollout_id, now))
     n_samples = sum(len(g.trajectory_ids) for g in groups)
     conn.execute(
         "INSERT INTO rollouts VALUES (?,?,?,?,?,?,?,?,?,?,NULL)",
@@ -65,6 +75,19 @@ def create(
             for k, tid in enumerate(g.trajectory_ids)
         ],
     )
+    return rollout_id
+
+
+def idempotent_rollout(conn: sqlite3.Connection, key: str, digest: str) -> str | None:
+    """The rollout an Idempotency-Key made, if any (IdempotencyConflict: another request)."""
+    row = conn.execute(
+        "SELECT request_digest, rollout_id FROM idempotency WHERE key=?", (key,)
+    ).fetchone()
+    if row is None:
+        return None
+    if row[0] != digest:
+        raise IdempotencyConflict(key)
+    return row[1]
 
 
 def summary(conn: sqlite3.Connection, rollout_id: str) -> RolloutSummary:

@@ -2,8 +2,12 @@
 
 Tables: rollouts (request JSON, status), groups (pending/complete/leased/acked/dropped),
 samples (one row per trajectory id: pending/done, status, reward, advantage), payloads (the
-trajectory record, compressed JSON, on disk), leases (batch_id, expires_at, state), meta
-(policy version).
+trajectory record, compressed JSON, on disk; deleted `--retention` after their group was
+acknowledged or dropped), leases (batch_id, expires_at, state: active/acked/expired/released),
+idempotency (Idempotency-Key -> rollout), meta (policy version).
+
+New databases use incremental auto-vacuum, so space freed by retention goes back to the file
+system (`reclaim`), not only to SQLite's free list.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import sqlite3
 from pathlib import Path
 
 DB_NAME = "rollouts.sqlite3"
+WAL_SIZE_LIMIT = 64 << 20
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -66,11 +71,18 @@ CREATE TABLE IF NOT EXISTS payloads (
 );
 CREATE TABLE IF NOT EXISTS leases (
     batch_id TEXT PRIMARY KEY,
-    state TEXT NOT NULL,             -- active / acked / expired
+    state TEXT NOT NULL,             -- active / acked / expired / released
     created_at REAL NOT NULL,
     expires_at REAL NOT NULL,
     acked_at REAL,
     n_groups INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS leases_acked ON leases (state, acked_at);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    request_digest TEXT NOT NULL,
+    rollout_id TEXT NOT NULL,
+    created_at REAL NOT NULL
 );
 """
 
@@ -84,7 +96,10 @@ def connect(path: Path, synchronous: str = "FULL", readonly: bool = False) -> sq
         # checkpoints rarer), ~2.5x faster commits than 4 KiB pages (docs/performance.md).
         # Takes effect only when the database is created (must precede WAL mode).
         conn.execute("PRAGMA page_size=65536")
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # also only on creation
         conn.execute("PRAGMA journal_mode=WAL")
+        # After a checkpoint the WAL file is cut back to this size, not left at its peak.
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=10000")
     return conn

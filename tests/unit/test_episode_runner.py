@@ -51,9 +51,9 @@ def decode(ids: list[int]) -> str:
     return "".join(out) + buf.decode(errors="replace")
 
 
-def chatml(messages: list[dict[str, str]]) -> str:
+def chatml(messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
     turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-    return turns + "<|im_start|>assistant\n"
+    return turns + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
 
 @dataclass
@@ -107,7 +107,10 @@ class FakeVLLM:
                 json={"object": "list", "data": [{**card, "max_model_len": self.max_model_len}]},
             )
         if request.url.path == "/tokenize":
-            text = chatml(body["messages"]) if "messages" in body else body["prompt"]
+            if "messages" in body:
+                text = chatml(body["messages"], body.get("add_generation_prompt", True))
+            else:
+                text = body["prompt"]
             ids = encode(text)
             return httpx.Response(
                 200, json={"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids}
@@ -313,8 +316,11 @@ async def test_group_shares_one_first_turn_then_samples_go_alone(make_rig) -> No
     rig = make_rig()
     trajs = await rig.run(n=4)
     assert [(t.status, t.reward, t.num_turns) for t in trajs] == [(Status.ok, 1.0, 3)] * 4
-    first_tokenize = [b for _, p, b in rig.vllm.requests if p == "/tokenize" and "messages" in b]
+    renders = [b for _, p, b in rig.vllm.requests if p == "/tokenize" and "messages" in b]
+    first_tokenize = [b for b in renders if b["messages"][0]["content"] == SYSTEM_PROMPT]
     assert len(first_tokenize) == 1  # the first prompt is rendered once for the group
+    # The template's frame once (three renderings), then one rendering per observation.
+    assert len(renders) == 1 + 3 + 4 * 2
     completions = rig.vllm.completions()
     assert completions[0]["n"] == 4 and all(c["n"] == 1 for c in completions[1:])
     assert len(completions) == 1 + 4 * 2  # then two more turns per sample

