@@ -203,8 +203,15 @@ async def test_terminal_degrades_when_its_own_log_cannot_be_written(
 ):
     sandbox = await backend.create(example_task, run_labels)
     try:
-        # Fill the service's own state tmpfs (the terminal log lives there).
-        await sandbox.send_keys("dd if=/dev/zero of=/run/rollouts/fill bs=1M status=none\n", 30)
+        # Fill the service's own state tmpfs (the terminal log lives there). The terminal may
+        # answer before a busy shell has even started dd: wait for the marker it prints after.
+        seen = await sandbox.send_keys(
+            "dd if=/dev/zero of=/run/rollouts/fill bs=1M status=none; echo FILLED-$((2*3))\n", 30
+        )
+        for _ in range(30):
+            if "FILLED-6" in seen or SCREEN_MARKER in seen:
+                break
+            seen = await sandbox.send_keys("", 1)
         # More output than the slack left in the log's last page: the log write fails.
         out = await sandbox.send_keys(
             "head -c 20000 /dev/zero | tr '\\0' x; echo still-$((6*7))\n", 5
