@@ -435,8 +435,10 @@ async def scenario(args: argparse.Namespace) -> Collected:
     t = trainer040(recorder)
     step = asyncio.ensure_future(tr040.RayPPOTrainer.generate(t, inp))
     # Down once the groups' shared first turns (a /tokenize and a /v1/completions each) and a
-    # few later turns went through: samples then die mid-episode, with tokens generated.
-    await asyncio.to_thread(fault, "down after 10")
+    # few later turns went through: samples then die mid-episode, with tokens generated. (Every
+    # sample takes at least two later turns, 4 requests each: 16 leaves plenty after it, and
+    # makes it unlikely that a slow machine is still sending a group's first turn.)
+    await asyncio.to_thread(fault, "down after 16")
     # Back up as soon as one sample died of it: the others of its group go on.
     status = await wait_status(
         watch, gen040, step, lambda s: s.counts.get("policy_error", 0) >= 1, poll_s=0.05
