@@ -266,3 +266,31 @@ class Harness(ABC):
     def describe(self) -> dict[str, Any]:
         """What a trajectory records about the harness."""
         return {"harness": self.name, "profile_hash": self.profile.hash}
+
+
+class SystemPromptHarness(Harness):
+    """A harness whose profile has a system prompt, a first user message with the instruction
+    and the initial terminal, and a head-and-tail cap on output (`max_chars`)."""
+
+    profile: Profile
+    max_chars: int
+
+    def first_messages(self, instruction: str) -> list[dict[str, Any]]:
+        terminal = self.profile.behaviour.get("initial_terminal", "")
+        return [
+            {"role": "system", "content": self.profile.text("system")},
+            {
+                "role": "user",
+                "content": self.profile.text(
+                    "first_user", instruction=instruction.strip(), terminal_state=terminal
+                ),
+            },
+        ]
+
+    def truncate(self, text: str) -> str:
+        if len(text) <= self.max_chars:
+            return text
+        half = self.max_chars // 2
+        return self.profile.text(
+            "output_truncated", head=text[:half], tail=text[-half:], dropped=len(text) - 2 * half
+        )

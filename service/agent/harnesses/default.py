@@ -10,15 +10,14 @@ a reply that cannot be used gets an error message and changes nothing.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from service.agent.harnesses.base import (
     PROFILES_DIR,
     Command,
-    Harness,
     HarnessSession,
     Profile,
     Step,
+    SystemPromptHarness,
     Terminal,
     load_profile,
 )
@@ -44,7 +43,7 @@ def default_profile() -> Profile:
     return load_profile(PROFILES_DIR / "default.toml")
 
 
-class DefaultHarness(Harness):
+class DefaultHarness(SystemPromptHarness):
     name = NAME
 
     def __init__(self, profile: Profile | None = None) -> None:
@@ -57,26 +56,6 @@ class DefaultHarness(Harness):
         }
         self.max_duration_s = float(self.profile.number("max_duration_s", 60.0))
         self.max_chars = int(self.profile.number("max_observation_chars", 16_000))
-
-    def first_messages(self, instruction: str) -> list[dict[str, Any]]:
-        terminal = self.profile.behaviour.get("initial_terminal", "")
-        return [
-            {"role": "system", "content": self.profile.text("system")},
-            {
-                "role": "user",
-                "content": self.profile.text(
-                    "first_user", instruction=instruction.strip(), terminal_state=terminal
-                ),
-            },
-        ]
-
-    def truncate(self, text: str) -> str:
-        if len(text) <= self.max_chars:
-            return text
-        half = self.max_chars // 2
-        return self.profile.text(
-            "output_truncated", head=text[:half], tail=text[-half:], dropped=len(text) - 2 * half
-        )
 
     def session(self, *, max_tokens: int = 4096) -> HarnessSession:
         return _Session(self)

@@ -21,10 +21,10 @@ from typing import Any
 from service.agent.harnesses.base import (
     PROFILES_DIR,
     Command,
-    Harness,
     HarnessSession,
     Profile,
     Step,
+    SystemPromptHarness,
     Terminal,
     load_profile,
 )
@@ -92,7 +92,7 @@ def parse_tool_calls(text: str, errors: dict[str, str]) -> list[Command]:
     return calls
 
 
-class ToolsHarness(Harness):
+class ToolsHarness(SystemPromptHarness):
     name = NAME
 
     def __init__(self, profile: Profile | None = None) -> None:
@@ -131,26 +131,6 @@ class ToolsHarness(Harness):
                 },
             }
         ]
-
-    def first_messages(self, instruction: str) -> list[dict[str, Any]]:
-        terminal = self.profile.behaviour.get("initial_terminal", "")
-        return [
-            {"role": "system", "content": self.profile.text("system")},
-            {
-                "role": "user",
-                "content": self.profile.text(
-                    "first_user", instruction=instruction.strip(), terminal_state=terminal
-                ),
-            },
-        ]
-
-    def truncate(self, text: str) -> str:
-        if len(text) <= self.max_chars:
-            return text
-        half = self.max_chars // 2
-        return self.profile.text(
-            "output_truncated", head=text[:half], tail=text[-half:], dropped=len(text) - 2 * half
-        )
 
     def session(self, *, max_tokens: int = 4096) -> HarnessSession:
         return _Session(self)
