@@ -17,7 +17,7 @@ import re
 import tarfile
 import uuid
 
-from sandboxes.backend import ExecResult, Verdict, VerifyResult
+from sandboxes.backend import ExecResult, Upload, Verdict, VerifyResult
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar
 
@@ -49,15 +49,14 @@ class NoopSandbox:
         self.id = f"noop-{uuid.uuid4().hex[:12]}"
         self.typed: list[str] = []
 
-    async def exec(self, command: str, timeout_s: float) -> ExecResult:
+    async def exec(
+        self, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> ExecResult:
         return ExecResult(exit_code=0, output="")
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
         self.typed.append(keystrokes)
         return ""
-
-    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
-        return None
 
     async def get_workspace(self) -> bytes:
         return build_tar({KEYSTROKE_LOG: "".join(self.typed).encode()})

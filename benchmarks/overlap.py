@@ -1,7 +1,8 @@
 """Pipeline overlap: does `collect` hide sandbox work behind generation (and vice versa)?
 
 One batch (tasks x n samples) is timed three ways, interleaved per repeat:
-- end to end: the stand-in at a fixed decode speed, real Docker sandboxes;
+- end to end: the stand-in at a fixed decode throughput shared by every request in flight (as
+  a GPU's), real Docker sandboxes;
 - generation alone: the same stand-in, sandboxes replaced by `NoopBackend` (whose verifier
   checks that the agent typed the oracle solution);
 - sandboxes alone: an infinitely fast stand-in (an instant oracle, p_correct 1), real sandboxes.
@@ -53,8 +54,12 @@ class OverlapRound:
         return self.end_to_end_s / max(self.gen_only_s, self.sandbox_only_s)
 
 
-# Every sample types the oracle and never a malformed reply: the batch's work is fixed.
-STAND_IN = {"p_correct": 1.0, "extra_args": ["--p-malformed", "0"]}
+# Every sample types the oracle and never a malformed reply: the batch's work is fixed. The
+# decode speed is the engine's whole throughput, shared by the samples in flight as a GPU's is:
+# generation is then one resource, kept busy by some samples while others are in their
+# sandboxes, which is the overlap measured. (At a fixed speed per request, nothing is shared,
+# and a sample's own turns, which alternate, would be all there is to see.)
+STAND_IN = {"p_correct": 1.0, "extra_args": ["--p-malformed", "0", "--shared-decode"]}
 
 
 async def _timed_collect(

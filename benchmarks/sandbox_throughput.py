@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.cpu_cost import CpuCost, CpuMeter
+from benchmarks.self_profile import SelfProfile
 from sandboxes.docker_adapter import DockerAdapter
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ImageResolver
@@ -41,7 +43,7 @@ class TimedAdapter(DockerAdapter):
     def __init__(self) -> None:
         super().__init__()
         self.remove_s: list[float] = []
-        self.calls = {"create": 0, "exec": 0}  # engine calls, counted
+        self.calls = {"create": 0, "exec": 0, "attach": 0}  # engine calls, counted
 
     async def remove(self, container_id: str) -> None:
         t0 = time.monotonic()
@@ -56,9 +58,9 @@ class TimedAdapter(DockerAdapter):
         self.calls["exec"] += 1
         return await super().exec_stream(*args, **kwargs)
 
-    async def exec_quick(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls["exec"] += 1
-        return await super().exec_quick(*args, **kwargs)
+    async def attach_stream(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["attach"] += 1
+        return await super().attach_stream(*args, **kwargs)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class RoundResult:
     seconds: float
     stages: dict[str, list[float]] = field(default_factory=dict)
     engine_calls: dict[str, int] = field(default_factory=dict)  # ours: creates, execs
+    cpu: CpuCost | None = None  # set by the section, around the whole round
 
     @property
     def per_min(self) -> float:
@@ -144,6 +147,8 @@ def docker_run_flags(args: dict[str, Any]) -> list[str]:
         flags.append("--read-only")
     if hc.get("init"):
         flags.append("--init")
+    if hc.get("log_config"):
+        flags += ["--log-driver", hc["log_config"]["type"]]
     for path, opts in hc["tmpfs"].items():
         flags += ["--tmpfs", f"{path}:{opts}"]
     for key, value in args["environment"].items():
@@ -291,25 +296,44 @@ class SandboxRuns:
 
     rounds: dict[str, dict[int, list[RoundResult]]] = field(default_factory=dict)
     engine_ops: dict[str, list[float]] = field(default_factory=dict)
+    cpu_unavailable: str | None = None  # why CPU time could not be split by owner
+    profile: dict[str, Any] = field(default_factory=dict)  # our process in an extra round
+    harbor_unavailable: str | None = None  # why Harbor did not run (None: it ran)
 
     def add(self, system: str, c: int, r: RoundResult) -> None:
         self.rounds.setdefault(system, {}).setdefault(c, []).append(r)
 
 
 async def run_sandbox_section(
-    tasks: list[Task], levels: list[int], repeats: int, log: Any
+    tasks: list[Task],
+    levels: list[int],
+    repeats: int,
+    log: Any,
+    profile: bool = False,
+    harbor_levels: tuple[int, ...] = (),
+    build_harbor: bool = False,
 ) -> SandboxRuns:
+    """Every system's rounds, interleaved per repeat and concurrency; then Harbor once per
+    level in `harbor_levels` (its trials take tens of seconds each), where it can run
+    (`build_harbor`: prepare its CLI first if missing)."""
     run = uuid.uuid4().hex[:10]
     adapter = TimedAdapter()
     resolver = ImageResolver(adapter)
-    # Warm containers: two per trial in flight (agent + verifier) at the highest level.
-    pool = PoolSettings(warm_per_key=max(levels) * 2)
+    # Warm containers: one agent and one verifier container per trial in flight at the
+    # highest level (they have pool keys of their own).
+    pool = PoolSettings(warm_per_key=max(levels))
     backend = DockerBackend(BackendSettings(pool=pool), adapter=adapter, resolver=resolver)
     floor = FloorContainers(adapter)
     labels = {"rollouts.rollout_id": f"bench-{run}", BENCH_LABEL: run}
     images = {t.id: await resolver.resolve(t) for t in tasks}
     args_for = {t.id: container_args(t, labels, images[t.id]) for t in tasks}
     runs = SandboxRuns()
+    meter = CpuMeter()
+    meter.setup()
+    runs.cpu_unavailable = meter.unavailable
+    profiler = SelfProfile()
+    if not profile:
+        profiler.unavailable = "not profiled in this mode"
     try:
         for t in tasks:  # one floor container per slot and image, started once
             await floor.ensure(args_for[t.id], images[t.id], max(levels))
@@ -323,14 +347,34 @@ async def run_sandbox_section(
         for rep in range(repeats):
             for c in levels:
                 for system in ("ours", "cold", "floor"):
+                    before = meter.sample()
                     if system == "ours":
                         r = await ours_round(backend, adapter, tasks, c, run)
                     elif system == "cold":
                         r = await cold_round(args_for, images, tasks, c)
                     else:
                         r = await floor_round(floor, images, tasks, c)
+                    r.cpu = meter.sample().minus(before)
                     runs.add(system, c, r)
                     log(f"  sandbox rep {rep + 1} c={c} {system}: {r.per_min:.1f} trials/min")
+        if profile:
+            # An extra round, not measured: py-spy's sampling costs CPU and would be charged to
+            # the rounds it watched.
+            profiler.start()
+            await ours_round(backend, adapter, tasks, max(levels), run)
+            profiler.stop()
+        if harbor_levels:
+            from benchmarks.harbor_baseline import harbor_available, harbor_round
+
+            runs.harbor_unavailable = harbor_available(build=build_harbor)
+            if runs.harbor_unavailable:
+                log(f"  harbor: skipped: {runs.harbor_unavailable}")
+        for c in harbor_levels if not runs.harbor_unavailable else ():
+            before = meter.sample()
+            r = await harbor_round(tasks, c, images, log=log)
+            r.cpu = meter.sample().minus(before)
+            runs.add("harbor", c, r)
+            log(f"  sandbox c={c} harbor: {r.per_min:.1f} trials/min")
         # What each engine operation costs here, alone (after the rounds: same warm state).
         runs.engine_ops = await engine_op_seconds(
             adapter, args_for[tasks[0].id], images[tasks[0].id], repeats=5
@@ -338,4 +382,5 @@ async def run_sandbox_section(
     finally:
         await floor.aclose()
         await backend.aclose()
+    runs.profile = profiler.summary()
     return runs

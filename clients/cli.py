@@ -15,6 +15,7 @@ from clients.commands import (
     serve,
     tasks,
     verify,
+    view,
 )
 
 app = typer.Typer(
@@ -32,7 +33,7 @@ for _group, _name in (
 ):
     app.add_typer(_group.app, name=_name)
 
-for _module in (verify, collect, serve, pull, export, policy_stub):
+for _module in (verify, collect, serve, pull, export, view, policy_stub):
     _module.register(app)
 
 if __name__ == "__main__":

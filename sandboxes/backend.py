@@ -69,13 +69,24 @@ class VerifyResult:
     files: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Upload:
+    """Files an exec writes under `dest_dir` (absolute) before its command starts."""
+
+    dest_dir: str
+    files: dict[str, bytes]
+
+
 class Sandbox(Protocol):
     """One agent container for one sample. The agent never sees tests/."""
 
     id: str
 
-    async def exec(self, command: str, timeout_s: float) -> ExecResult:
-        """Run `bash -lc command` in /app; on timeout kill the whole process tree."""
+    async def exec(
+        self, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> ExecResult:
+        """Run `bash -lc command` in /app, after writing `upload` (one round trip for both);
+        on timeout kill the whole process tree."""
         ...
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
@@ -83,8 +94,6 @@ class Sandbox(Protocol):
         the line, `C-c` interrupts), wait up to wait_s (returning early once the shell is idle),
         and return the new terminal output since the previous call, capped with a marker."""
         ...
-
-    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None: ...
 
     async def get_workspace(self) -> bytes:
         """A tar of /app. Symlinks pointing outside /app are refused. Raises WorkspaceTooLarge

@@ -87,10 +87,12 @@ class OutputTooLarge(RuntimeError):
 
 
 class _ExecStream:
-    """One running exec whose multiplexed stdout/stderr is read on a stream thread."""
+    """One exec or attach session whose multiplexed stdout/stderr is read on a stream thread."""
 
-    def __init__(self, sock: Any) -> None:
-        self._sock = sock
+    def __init__(self, raw: Any) -> None:
+        # docker-py hands back a SocketIO wrapper or the socket itself.
+        self._sock = getattr(raw, "_sock", raw)
+        self._sock.settimeout(None)
         self._closed = threading.Event()
 
     def close(self) -> None:
@@ -204,6 +206,7 @@ class DockerAdapter:
         collect_stdout: int | None = None,
         on_timeout: Callable[[], Any] | None = None,
         workdir: str | None = None,
+        exit_code: bool = True,
     ) -> tuple[StreamResult, bool]:
         """Run `cmd`, feed it `stdin` (then EOF), read all output keeping a capped copy.
 
@@ -211,7 +214,8 @@ class DockerAdapter:
         With `collect_stdout=N`, stdout is returned raw instead (for tar streams); more than N
         bytes raises OutputTooLarge. On timeout `on_timeout` (an async callable that kills the
         process tree) runs; the stream then ends as the processes die, and is cut after a grace
-        period otherwise. Returns (result, timed_out).
+        period otherwise. Returns (result, timed_out). `exit_code=False` saves the engine call
+        that asks for the exit code (left None), for callers whose output says how it went.
         """
 
         def _open() -> tuple[str, _ExecStream]:
@@ -225,11 +229,50 @@ class DockerAdapter:
                 workdir=workdir,
             )
             raw = api.exec_start(ex["Id"], socket=True)
-            sock = getattr(raw, "_sock", raw)
-            sock.settimeout(None)
-            return ex["Id"], _ExecStream(sock)
+            return ex["Id"], _ExecStream(raw)
 
         exec_id, stream = await self.call(_open)
+        result, timed_out = await self._pump(
+            stream, stdin, max_output, collect_stdout, timeout_s, on_timeout
+        )
+        if exit_code and not timed_out:
+            info = await self.call(self.client.api.exec_inspect, exec_id)
+            result.exit_code = info.get("ExitCode")
+        return result, timed_out
+
+    async def attach_stream(
+        self,
+        container_id: str,
+        *,
+        stdin: bytes,
+        timeout_s: float,
+        max_output: int = 1 << 20,
+        collect_stdout: int | None = None,
+    ) -> tuple[StreamResult, bool]:
+        """Talk to the main process of a started container created with `stdin_open`: send
+        `stdin`, then EOF, and read its output until it exits. Nothing is started in the
+        container, so this costs the engine far less than an exec (no runc process, no exec
+        create/inspect calls). The exit code is left None: the process reports its own result
+        on stdout. On timeout the stream is cut; the caller removes the container."""
+
+        def _open() -> _ExecStream:
+            params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            return _ExecStream(self.client.api.attach_socket(container_id, params=params))
+
+        stream = await self.call(_open)
+        return await self._pump(stream, stdin, max_output, collect_stdout, timeout_s, None)
+
+    async def _pump(
+        self,
+        stream: _ExecStream,
+        stdin: bytes | None,
+        max_output: int,
+        collect_stdout: int | None,
+        timeout_s: float,
+        on_timeout: Callable[[], Any] | None,
+    ) -> tuple[StreamResult, bool]:
+        """Feed `stdin` (then EOF) and drain the framed output on a stream thread, keeping a
+        capped copy (or stdout raw, up to `collect_stdout` bytes)."""
         buf = CappedBuffer(max_output)
         out = io.BytesIO() if collect_stdout is not None else None
 
@@ -265,21 +308,26 @@ class DockerAdapter:
                 pump.add_done_callback(lambda f: f.cancelled() or f.exception())
             elif not timed_out:
                 pump.result()  # re-raise a reader error (OutputTooLarge, socket errors)
-        exit_code: int | None = None
-        if not timed_out:
-            info = await self.call(self.client.api.exec_inspect, exec_id)
-            exit_code = info.get("ExitCode")
         raw_out = out.getvalue() if out is not None else None
-        return StreamResult(exit_code=exit_code, output=buf, stdout_raw=raw_out), timed_out
+        return StreamResult(exit_code=None, output=buf, stdout_raw=raw_out), timed_out
 
     async def exec_quick(
-        self, container_id: str, cmd: list[str], *, timeout_s: float = QUICK_TIMEOUT_S
+        self,
+        container_id: str,
+        cmd: list[str],
+        *,
+        timeout_s: float = QUICK_TIMEOUT_S,
+        exit_code: bool = True,
     ) -> tuple[int | None, bytes]:
         """A short command whose whole output is wanted (tmux control, kill, probes): stdout,
         then stderr. Exit code None when it outlived `timeout_s` (its stream is then cut, so
         a process the agent stopped cannot hold one of our threads for longer)."""
         result, timed_out = await self.exec_stream(
-            container_id, cmd, collect_stdout=QUICK_OUTPUT_CAP, timeout_s=timeout_s
+            container_id,
+            cmd,
+            collect_stdout=QUICK_OUTPUT_CAP,
+            timeout_s=timeout_s,
+            exit_code=exit_code,
         )
         out = (result.stdout_raw or b"") + bytes(result.output.head) + bytes(result.output.tail)
         return (None if timed_out else result.exit_code), out

@@ -16,6 +16,7 @@ from sandboxes.backend import (
     ExecResult,
     SandboxExited,
     SandboxUnusable,
+    Upload,
     Verdict,
     VerifyResult,
     WorkspaceTooLarge,
@@ -43,6 +44,15 @@ from sandboxes.workspace_tar import (
 log = logging.getLogger(__name__)
 
 DEFAULT_EXEC_OUTPUT_CAP = 64 << 10
+# Prelude of an exec with an upload: unpack stdin into $3 before the command runs.
+_UNPACK_FAILED = 92
+_UNPACK_MARKER = "[rollouts] upload failed"
+_UNPACK = f"""
+if ! err=$({{ mkdir -p -- "$3" && tar -x --no-same-owner -C "$3" -f -; }} 2>&1); then
+  echo "{_UNPACK_MARKER}: $err"
+  exit {_UNPACK_FAILED}
+fi
+"""
 
 
 class SandboxExecError(RuntimeError):
@@ -77,26 +87,41 @@ class DockerSandbox:
         self._settings = settings
         self._terminal = TerminalSession(adapter, container_id)
 
-    async def exec(self, command: str, timeout_s: float) -> ExecResult:
+    async def exec(
+        self, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> ExecResult:
         try:
-            return await self._exec(command, timeout_s)
+            return await self._exec(command, timeout_s, upload)
         except Exception as e:
             raise await self._classify(e) from e
 
-    async def _exec(self, command: str, timeout_s: float) -> ExecResult:
+    async def _exec(self, command: str, timeout_s: float, upload: Upload | None) -> ExecResult:
         token = uuid.uuid4().hex[:12]
 
         async def kill() -> None:
             await self._adapter.exec_quick(self.id, ["bash", "-c", kill_tree_command(token)])
 
+        script, args, stdin = wrap_command(), [], None
+        if upload is not None:
+            if not upload.dest_dir.startswith("/"):
+                raise ValueError(f"dest_dir must be absolute, got {upload.dest_dir!r}")
+            # Streamed through the exec: the engine's archive API cannot write into tmpfs
+            # mounts on a read-only root filesystem.
+            script, args = wrap_command(_UNPACK), [upload.dest_dir]
+            stdin = build_tar(upload.files)
         result, timed_out = await self._adapter.exec_stream(
             self.id,
-            ["bash", "-c", wrap_command(), "rollouts-exec", token, command],
+            ["bash", "-c", script, "rollouts-exec", token, command, *args],
+            stdin=stdin,
             max_output=self._settings.exec_output_cap,
             timeout_s=timeout_s,
             on_timeout=kill,
             workdir="/app",
         )
+        if upload is not None and not timed_out and result.exit_code == _UNPACK_FAILED:
+            text = result.output.text()
+            if text.startswith(_UNPACK_MARKER):
+                raise SandboxExecError(f"writing files to {upload.dest_dir} failed: {text}")
         return ExecResult(
             exit_code=None if timed_out else result.exit_code,
             output=result.output.text(),
@@ -133,26 +158,6 @@ class DockerSandbox:
             f"the agent container {how} (exit code {state.get('ExitCode')}) after: {error}"
         )
 
-    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
-        if not dest_dir.startswith("/"):
-            raise ValueError(f"dest_dir must be absolute, got {dest_dir!r}")
-        # Streamed through an exec: the engine's archive API cannot write into tmpfs mounts
-        # on a read-only root filesystem.
-        result, _ = await self._adapter.exec_stream(
-            self.id,
-            [
-                "bash",
-                "-c",
-                'mkdir -p -- "$1" && tar -x --no-same-owner -C "$1" -f -',
-                "put",
-                dest_dir,
-            ],
-            stdin=build_tar(files),
-            timeout_s=120,
-        )
-        if result.exit_code != 0:
-            raise SandboxExecError(f"put_files to {dest_dir} failed: {result.output.text()}")
-
     async def get_workspace(self) -> bytes:
         try:
             return await self._get_workspace()
@@ -176,7 +181,9 @@ class DockerSandbox:
             raise ServiceExecKilled(f"archiving /app was killed: {result.output.text()}")
         if result.exit_code != 0 or result.stdout_raw is None:
             raise SandboxExecError(f"archiving /app failed: {result.output.text()}")
-        data, notes = sanitize_workspace(result.stdout_raw, limit)
+        # Parsing and re-packing a tar is CPU work: off the event loop, which other samples'
+        # requests to the policy server are waiting on.
+        data, notes = await asyncio.to_thread(sanitize_workspace, result.stdout_raw, limit)
         for note in notes:
             log.info("sandbox %s workspace: %s", self.id[:12], note)
         self.workspace_notes = notes

@@ -111,5 +111,8 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
             "tmpfs": tmpfs,
             "init": False,  # PID1_COMMAND is the init: tini exits when its child is killed
             "binds": [],  # nothing from the host, the Docker socket least of all
+            # The service talks to sandboxes over exec and attach streams, never reads their
+            # logs: an engine-side log file per container would only cost the engine.
+            "log_config": {"type": "none"},
         },
     }

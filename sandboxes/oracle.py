@@ -13,6 +13,7 @@ from sandboxes.backend import (
     AgentCausedSandboxFault,
     ExecResult,
     SandboxBackend,
+    Upload,
     Verdict,
     VerifyResult,
 )
@@ -56,9 +57,10 @@ async def run_oracle(
     agent: ExecResult | None = None
     try:
         t0 = time.monotonic()
-        await sandbox.put_files(SOLUTION_DIR, files)
         agent = await sandbox.exec(
-            f"bash {SOLUTION_DIR}/solve.sh", timeout_s=task.config.agent_timeout_sec
+            f"bash {SOLUTION_DIR}/solve.sh",
+            timeout_s=task.config.agent_timeout_sec,
+            upload=Upload(SOLUTION_DIR, files),
         )
         durations["agent_s"] = time.monotonic() - t0
         t0 = time.monotonic()

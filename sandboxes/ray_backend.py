@@ -8,7 +8,7 @@ pinned to the node, driving the node's own Docker Engine. This backend:
 - **places** each sample on a node with a free slot, preferring a node that already has the
   task's image, then the least loaded; when every slot is taken it waits (up to
   `placement_timeout_s`) for one to free or for a node to join;
-- hands the episode a `RaySandbox` that forwards exec / send_keys / put_files to the executor;
+- hands the episode a `RaySandbox` that forwards exec and send_keys to the executor;
   `get_workspace` leaves the tar on the node and returns a `RemoteWorkspace` (its digest), and
   `verify` grades it on that node, so only outcomes, digests and verifier evidence cross the
   wire;
@@ -39,6 +39,7 @@ from sandboxes.backend import (
     ExecResult,
     SandboxExited,
     SandboxUnusable,
+    Upload,
     Verdict,
     VerifyResult,
     WorkspaceTooLarge,
@@ -92,7 +93,7 @@ class RaySettings:
     poll_s: float = 2.0  # how often the node table is read (joins and deaths)
     ping_timeout_s: float = 10.0
     call_margin_s: float = 30.0  # on top of a call's own timeout (exec, send_keys, verify)
-    control_timeout_s: float = 120.0  # put_files, archive, destroy, reap, close
+    control_timeout_s: float = 120.0  # archive, destroy, reap, close
     start_timeout_s: float = 900.0  # executor start: reaping, building the base image
     create_timeout_s: float = 900.0  # one create: may build the task's image
     placement_timeout_s: float = 1800.0  # waiting for a free slot
@@ -193,16 +194,15 @@ class RaySandbox:
         )
         return self._backend._unwrap(self._node, outcome)
 
-    async def exec(self, command: str, timeout_s: float) -> ExecResult:
+    async def exec(
+        self, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> ExecResult:
         margin = self._backend.settings.call_margin_s
-        return await self._call("exec", timeout_s + margin, command, timeout_s)
+        return await self._call("exec", timeout_s + margin, command, timeout_s, upload)
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
         margin = self._backend.settings.call_margin_s
         return await self._call("send_keys", wait_s + margin, keystrokes, wait_s)
-
-    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
-        await self._call("put_files", self._backend.settings.control_timeout_s, dest_dir, files)
 
     async def get_workspace(self) -> bytes:
         s = self._backend.settings

@@ -42,6 +42,7 @@ from sandboxes.backend import (
     AgentCausedSandboxFault,
     Sandbox,
     SandboxBackend,
+    Upload,
     Verdict,
     VerifyResult,
 )
@@ -236,14 +237,13 @@ class SandboxExecutor:
         except Exception as e:
             return _error(e)
 
-    async def exec(self, sandbox_id: str, command: str, timeout_s: float) -> Outcome:
-        return await self._on(sandbox_id, lambda s: s.exec(command, timeout_s))
+    async def exec(
+        self, sandbox_id: str, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> Outcome:
+        return await self._on(sandbox_id, lambda s: s.exec(command, timeout_s, upload))
 
     async def send_keys(self, sandbox_id: str, keystrokes: str, wait_s: float) -> Outcome:
         return await self._on(sandbox_id, lambda s: s.send_keys(keystrokes, wait_s))
-
-    async def put_files(self, sandbox_id: str, dest_dir: str, files: dict[str, bytes]) -> Outcome:
-        return await self._on(sandbox_id, lambda s: s.put_files(dest_dir, files))
 
     async def archive(self, sandbox_id: str) -> Outcome:
         """Tar /app and keep it here: returns (key, sha256, size, notes), not the tar."""

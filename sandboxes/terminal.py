@@ -4,9 +4,10 @@ tmux keeps the shell (cwd, environment, running programs) across turns. The pane
 is appended to a log file by `pipe-pane`; each `send_keys` returns the log from the previous
 offset, so long outputs are never lost to the scrollback limit and are capped head+tail.
 
-One `send_keys` is a single exec: (re)start the session if needed, type the keys, poll whether
-the shell is idle again every 50 ms (returning early matters for speed: most commands finish
-long before their `duration`), then print the new output. No per-poll round trip to the engine.
+One `send_keys` is a single exec: (re)start the session if needed, type the keys, wait until
+the shell is back at its prompt (returning early matters for speed: most commands finish long
+before their `duration`; see _SEND for how that is seen within milliseconds), then print the
+new output. No per-poll round trip to the engine.
 
 The session heals itself, because anything the agent breaks here would otherwise end the sample
 as a masked infrastructure error (a reward-hacking route): the log and the tmux socket live in
@@ -18,6 +19,7 @@ that turn shows the visible screen instead. Each of these puts a marker in the o
 from __future__ import annotations
 
 import re
+import shlex
 
 from sandboxes.docker_adapter import DockerAdapter
 from sandboxes.isolation import SERVICE_STATE_DIR
@@ -25,6 +27,17 @@ from sandboxes.isolation import SERVICE_STATE_DIR
 SESSION = "main"
 STATE_DIR = SERVICE_STATE_DIR
 LOG_PATH = f"{STATE_DIR}/term.log"
+PROMPT_FILE = f"{STATE_DIR}/prompts"
+# Run by the pane's shell before each prompt (see _SEND). Errors go nowhere: an agent that breaks
+# the state directory must not see hook errors at every prompt (it just loses the fast path).
+PROMPT_HOOK = (
+    "__rollouts_prompts=$((${__rollouts_prompts:-0}+1)); "
+    f'echo "$__rollouts_prompts" 2>/dev/null > {PROMPT_FILE}'
+)
+# How often the prompt counter is read (a builtin, no process), and the log's size while it
+# settles (one `stat` each).
+TICK_S = 0.003
+SETTLE_TICK_S = 0.002
 MAX_WAIT_S = 60.0
 # A terminal exec that has not answered this long after its wait is wedged (the agent stopped
 # the tmux server with `kill -STOP -1`): it is cut, and a second such failure ends the sample.
@@ -64,62 +77,127 @@ def is_key_name(keystrokes: str) -> bool:
 
 # $1 mode (key|text|none)  $2 keys  $3 enter (0|1)  $4 wait in microseconds  $5 offset  $6 cap
 # $7 whether a session was started before (0|1).
-# Output: a header line "<log size> [restarted] [screen]", then the new output.
+# Output: a header line "<log size> [restarted] [screen] [fresh]", then the new output (from
+# the log's start when "fresh", else from the offset; past <log size> it is cut by the caller).
+#
+# When the command is done: the shell in the pane runs PROMPT_COMMAND before each prompt, which
+# writes a counter to PROMPT_FILE; a changed counter means the shell is back at its prompt.
+# Checking that is a builtin `read` every TICK_S, no process started, so a short command
+# returns a few milliseconds after it ends. A shell without the hook (the agent replaced it, or
+# runs `sh`) falls back to asking tmux about every 50 ms whether the pane runs a shell, twice in
+# a row.
 _SEND = rf"""
 exec 2>/dev/null
 # The tmux socket lives beside the log: deleting /tmp/tmux-* must not orphan the server.
 export TMUX_TMPDIR={STATE_DIR}
 log={LOG_PATH}
+prompts={PROMPT_FILE}
 off=$5
 flags=
+fresh=  # " fresh" once the output starts at the log's beginning (a new or replaced log)
+exec {{tick}}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a process
 open_log() {{
   tmux pipe-pane -t {SESSION}
   : > "$log"
   tmux pipe-pane -t {SESSION} "cat >> $log"
 }}
-log_ok() {{
-  [ -f "$log" ] && [ "$(tmux display-message -p -t {SESSION} '#{{pane_pipe}}')" = 1 ]
-}}
 start_session() {{
   mkdir -p {STATE_DIR}
+  rm -f "$prompts"
   # Bracketed paste would wrap every prompt in escape codes; the agent gains nothing from them.
   printf 'set enable-bracketed-paste off\n' > {STATE_DIR}/inputrc
-  if ! INPUTRC={STATE_DIR}/inputrc tmux new-session -d -s {SESSION} -x 200 -y 50 -c /app; then
+  if ! INPUTRC={STATE_DIR}/inputrc PROMPT_COMMAND={shlex.quote(PROMPT_HOOK)} \
+      tmux new-session -d -s {SESSION} -x 200 -y 50 -c /app; then
     echo "tmux new-session failed"
     exit 3
   fi
   tmux set-option -t {SESSION} history-limit 10000 >/dev/null
   open_log
   off=0
+  fresh=" fresh"
+  # Keys typed before the first prompt would still be read, but the prompt would look like
+  # the end of the command: wait for it (a shell whose rc files replace the hook waits 1 s),
+  # then start the log after it, as the agent's first observation never showed it.
+  for _ in {{1..330}}; do [ -s "$prompts" ] && break; read -t {TICK_S} -u $tick; done
+  wait_log_settled
+  : > "$log"
 }}
-if ! tmux has-session -t {SESSION}; then
-  start_session
-  [ "$7" = 1 ] && flags="$flags restarted"
-elif ! log_ok; then
-  # What was written while the log was broken is lost; from here on the new log has it.
+wait_log_settled() {{
+  last=-1
+  for _ in {{1..40}}; do
+    size=$(stat -c %s "$log") || break
+    [ "$size" = "$last" ] && break
+    last=$size
+    read -t {SETTLE_TICK_S} -u $tick
+  done
+}}
+# One tmux call types the text and presses Enter; it fails when there is no session, which
+# saves asking first (a process per turn).
+send() {{
+  case "$1$3" in
+    key*) tmux send-keys -t {SESSION} "$2" ;;
+    text1) tmux send-keys -t {SESSION} -l -- "$2" \; send-keys -t {SESSION} Enter ;;
+    text0) tmux send-keys -t {SESSION} -l -- "$2" ;;
+    none1) tmux send-keys -t {SESSION} Enter ;;
+    *) tmux has-session -t {SESSION} ;;
+  esac
+}}
+if [ "$7" = 0 ] && ! tmux has-session -t {SESSION}; then
+  start_session  # the first turn of a fresh container
+elif [ ! -f "$log" ]; then
+  # What was written while the log was gone is lost; from here on the new log has it. (A
+  # log whose pipe broke is seen after the command, which then shows the screen.)
   open_log
   off=0
+  fresh=" fresh"
 fi
-if [ "$1" = key ]; then tmux send-keys -t {SESSION} "$2"
-elif [ "$1" = text ]; then tmux send-keys -t {SESSION} -l -- "$2"; fi
-if [ "$3" = 1 ]; then tmux send-keys -t {SESSION} Enter; fi
-now() {{ local t=${{EPOCHREALTIME/./}}; echo $((10#$t)); }}
-end=$(( $(now) + $4 ))
+read -r before < "$prompts" || before=
+if ! send "$@"; then
+  # The session is gone (its processes were killed, or the agent ended it): start a new one
+  # and type again.
+  start_session
+  flags="$flags restarted"
+  read -r before < "$prompts" || before=
+  send "$@"
+fi
+now=${{EPOCHREALTIME/./}}
+end=$(( 10#$now + $4 ))
 idle=0
-sleep 0.05
-while [ "$(now)" -lt "$end" ]; do
+n=0
+size=
+prompted=0
+wait_s=0.001  # a short command is often done after a millisecond
+while now=${{EPOCHREALTIME/./}}; [ $(( 10#$now )) -lt "$end" ]; do
+  read -t $wait_s -u $tick
+  wait_s={TICK_S}
+  read -r current < "$prompts" || current=
+  if [ -n "$before" ] && [ "$current" != "$before" ]; then
+    prompted=1
+    break
+  fi
+  n=$((n+1))
+  [ $((n % 16)) -eq 0 ] || continue
   cmd=$(tmux display-message -p -t {SESSION} '#{{pane_current_command}}')
   case " {" ".join(SHELLS)} " in *" $cmd "*) idle=$((idle+1)) ;; *) idle=0 ;; esac
   # Twice idle in a row: the line was read and the command (if any) has finished.
   [ "$idle" -ge 2 ] && break
-  sleep 0.05
 done
-if ! tmux has-session -t {SESSION}; then
+# The prompt is printed just after the hook ran, and tmux then pipes it to the log: the log
+# must stop growing, so the command's whole output and the prompt are in it. The tmux call
+# between two sizes is the first wait.
+[ "$prompted" = 1 ] && last=$(stat -c %s "$log")
+pipe=$(tmux display-message -p -t {SESSION} '#{{pane_pipe}}')
+if [ $? -ne 0 ]; then
   # This command ended the session (`tmux kill-server`, `exit`): have a new one ready.
   start_session
   flags="$flags restarted"
+  pipe=1
+  size=
+elif [ "$prompted" = 1 ]; then
+  size=$(stat -c %s "$log")
+  [ "$size" = "$last" ] || wait_log_settled
 fi
-if ! log_ok; then
+if [ ! -f "$log" ] || [ "$pipe" != 1 ]; then
   # Held in a variable, not a file: the state directory may be the full one.
   screen=$(tmux capture-pane -p -J -t {SESSION})
   open_log
@@ -127,12 +205,13 @@ if ! log_ok; then
   printf '%s\n' "$screen" | head -c "$6"
   exit 0
 fi
-size=$(stat -c %s "$log")
-echo "$size $flags"
+[ -n "$size" ] || size=$(stat -c %s "$log")
+if [ "$size" -lt "$off" ]; then off=0; fresh=" fresh"; fi  # the log was truncated under us
+echo "$size $flags$fresh"
 new=$(( size - off ))
 half=$(( $6 / 2 ))
 if [ "$new" -le "$6" ]; then
-  tail -c +$(( off + 1 )) "$log" | head -c "$new"
+  tail -c +$(( off + 1 )) "$log"  # what was appended since `size` is cut off by the caller
 else
   tail -c +$(( off + 1 )) "$log" | head -c "$half"
   tail -c +$(( size - half + 1 )) "$log" | head -c "$half"
@@ -162,21 +241,22 @@ class TerminalSession:
                 text, enter = text[:-1], True
             mode = "text" if text else "none"
         wait_us = int(max(0.0, min(float(wait_s), MAX_WAIT_S)) * 1e6)
-        code, out = await self._run(mode, text, enter, wait_us)
+        # The header says how the script went; its exit code is asked for only on the retry.
+        _, out = await self._run(mode, text, enter, wait_us, exit_code=False)
         lost = ""
         if not _has_header(out):
             # Our own exec was killed with everything else (`kill -9 -1` typed by the agent):
             # look again, which restarts the session if it is gone. A second failure is not
             # the agent's doing (the container is gone, the engine is down): raise.
             lost = LOST_MARKER
-            code, out = await self._run("none", "", False, 0)
+            code, out = await self._run("none", "", False, 0, exit_code=True)
             if not _has_header(out):
                 kind = ServiceExecKilled if code == 137 else TerminalError
                 raise kind(f"terminal read failed ({code}): {out[:200]!r}")
         return lost + self._decode(out)
 
     async def _run(
-        self, mode: str, text: str, enter: bool, wait_us: int
+        self, mode: str, text: str, enter: bool, wait_us: int, exit_code: bool
     ) -> tuple[int | None, bytes]:
         args = [
             mode,
@@ -191,6 +271,7 @@ class TerminalSession:
             self._cid,
             ["bash", "-c", _SEND, "rollouts-send-keys", *args],
             timeout_s=wait_us / 1e6 + ANSWER_GRACE_S,
+            exit_code=exit_code,
         )
         # Even when this exec was killed before it answered, it may have started the session.
         self._started = True
@@ -204,10 +285,12 @@ class TerminalSession:
         if "screen" in flags:
             self._offset = size
             return prefix + SCREEN_MARKER + _crlf(body.decode("utf-8", errors="replace"))
-        # After a restart or a replaced log the offset restarts at 0 (the script knows).
-        start = 0 if "restarted" in flags or size < self._offset else self._offset
+        # After a restart or a replaced log the output starts at the log's beginning.
+        start = 0 if "fresh" in flags else self._offset
         new = size - start
         self._offset = size
+        if new <= self._cap:
+            body = body[:new]  # the log may have grown after the script read its size
         if new > self._cap:
             half = self._cap // 2
             text_out = (

@@ -196,8 +196,10 @@ async def _retention_loop(store: Store, metrics: Metrics, retention_s: float) ->
 def create_app(
     settings: Settings, components_factory: ComponentsFactory = build_components
 ) -> FastAPI:
-    from service.api import batches, health, policy, rollouts
+    from service.api import batches, events, health, policy, rollouts
     from service.api.responses import GUARDED, errors
+    from service.ui import routes as ui
+    from service.ui.sources import StoreSource
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -277,6 +279,10 @@ def create_app(
     app.include_router(rollouts.router, dependencies=auth, responses=guarded)
     app.include_router(batches.router, dependencies=auth, responses=guarded)
     app.include_router(policy.router, dependencies=auth, responses=guarded)
+    app.include_router(events.router, dependencies=auth, responses=guarded)
+    app.state.ui_source = StoreSource(settings.service.data_dir, "service")  # the web view's
+    app.include_router(ui.pages)  # /ui: a page without data; it calls the guarded routes
+    app.include_router(ui.api, dependencies=auth, responses=guarded)
     app.add_middleware(BodySizeLimit, max_bytes=settings.service.max_body_bytes)
     app.add_middleware(
         BodyReadTimeout,

@@ -1,4 +1,5 @@
-"""In-process publish/subscribe of rollout progress, for GET /v1/rollouts/{id}/events.
+"""In-process publish/subscribe of rollout progress, for GET /v1/rollouts/{id}/events (one
+rollout) and GET /v1/events (every rollout: the web view's live overview).
 
 Events are a live view, not a log: a subscriber sees what happens after it subscribes (the
 durable record is the store). A slow subscriber loses events rather than slowing the service.
@@ -16,20 +17,23 @@ SUBSCRIBER_QUEUE = 1024
 
 @dataclass(frozen=True)
 class Event:
-    kind: str  # trajectory / group / rollout
+    kind: str  # submitted / trajectory / group / rollout
     data: dict[str, Any]
+    rollout_id: str = ""
 
 
 class EventHub:
     def __init__(self) -> None:
-        self._subs: dict[str, set[asyncio.Queue[Event]]] = defaultdict(set)
+        # Key None: subscribers to every rollout's events.
+        self._subs: dict[str | None, set[asyncio.Queue[Event]]] = defaultdict(set)
 
-    def subscribe(self, rollout_id: str) -> asyncio.Queue[Event]:
+    def subscribe(self, rollout_id: str | None) -> asyncio.Queue[Event]:
+        """A queue of one rollout's events, or of every rollout's (None)."""
         q: asyncio.Queue[Event] = asyncio.Queue(SUBSCRIBER_QUEUE)
         self._subs[rollout_id].add(q)
         return q
 
-    def unsubscribe(self, rollout_id: str, q: asyncio.Queue[Event]) -> None:
+    def unsubscribe(self, rollout_id: str | None, q: asyncio.Queue[Event]) -> None:
         subs = self._subs.get(rollout_id)
         if subs is not None:
             subs.discard(q)
@@ -37,8 +41,8 @@ class EventHub:
                 del self._subs[rollout_id]
 
     def publish(self, rollout_id: str, kind: str, data: dict[str, Any]) -> None:
-        event = Event(kind, data)
-        for q in list(self._subs.get(rollout_id, ())):
+        event = Event(kind, data, rollout_id)
+        for q in [*self._subs.get(rollout_id, ()), *self._subs.get(None, ())]:
             try:
                 q.put_nowait(event)
             except asyncio.QueueFull:

@@ -195,6 +195,7 @@ class Scheduler:
         )
         if created != rollout_id:  # the same request, already submitted under this key
             return created
+        self.events.publish(rollout_id, "submitted", {"id": rollout_id})
         ctx = _Rollout(rollout_id, request, {t.id: t for t in tasks})
         self._rollouts[rollout_id] = ctx
         for plan in plans:
@@ -370,6 +371,10 @@ class Scheduler:
                 "sample_index": t.sample_index,
                 "status": t.status.value,
                 "reward": t.reward,
+                # For the web view's throughput, latency and reward-by-version plots.
+                "generated_tokens": sum(t.loss_mask),
+                "total_s": t.timings.total_s,
+                "policy_version": t.policy_version_start,
             },
         )
         if result.group_state is not None:

@@ -122,7 +122,9 @@ class SandboxSettings(_Group):
 
     image: str | None = Field(default=None, description="override every task's image")
     warm_per_key: int = Field(
-        default=PoolSettings.warm_per_key, ge=0, description="idle containers per image; 0: off"
+        default=PoolSettings.warm_per_key,
+        ge=0,
+        description="idle containers per image, for agents and for verifiers each; 0: off",
     )
     create_rate: float = Field(default=PoolSettings.create_rate, gt=0, description="per second")
     create_burst: float = Field(default=PoolSettings.create_burst, ge=1)

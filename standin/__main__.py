@@ -22,6 +22,11 @@ def policy_stub(
     p_malformed: float = typer.Option(0.02, "--p-malformed", help="Chance a reply is bad JSON."),
     seed: int = typer.Option(0, "--seed"),
     tokens_per_s: float | None = typer.Option(None, "--tokens-per-s", help="Decode speed."),
+    shared_decode: bool = typer.Option(
+        False,
+        "--shared-decode",
+        help="--tokens-per-s is the engine's total, shared by all requests (as on a GPU).",
+    ),
     ttft_ms: float = typer.Option(0.0, "--ttft-ms", help="Time to first token."),
     record: str | None = typer.Option(None, "--record", help="Append served choices (JSONL)."),
     attack: str | None = typer.Option(
@@ -44,6 +49,7 @@ def policy_stub(
             p_malformed=p_malformed,
             seed=seed,
             tokens_per_s=tokens_per_s,
+            shared_decode=shared_decode,
             ttft_ms=ttft_ms,
             record=record,
             attack=attack,

@@ -70,6 +70,10 @@ class StubSettings(BaseModel):
     p_malformed: float = Field(default=0.02, ge=0, le=1)
     seed: int = 0
     tokens_per_s: float | None = Field(default=None, gt=0)  # None: infinitely fast
+    # False: every request decodes at tokens_per_s on its own. True: tokens_per_s is the
+    # engine's whole decode throughput, shared by all requests in arrival order, as a GPU
+    # serving a batch is: then generation is a resource the sandboxes' time can overlap with.
+    shared_decode: bool = False
     ttft_ms: float = Field(default=0.0, ge=0)
     record: str | None = None  # JSONL file, one line per served choice
     attack: str | None = None
@@ -161,6 +165,7 @@ class StubEngine:
         self.unpaused = asyncio.Event()
         self.unpaused.set()
         self._record_lock = threading.Lock()
+        self._decode_free_at = 0.0  # shared_decode: when the engine finishes what it was given
 
     # ------------------------------------------------------------ checks shared by endpoints
 
@@ -308,6 +313,18 @@ class StubEngine:
                 "max_tokens",
             )
 
+    def _decode_s(self, longest: int, total: int) -> float:
+        """How long this request's decoding takes: its longest choice at the per-request speed,
+        or, with a shared engine, until the engine has decoded everything queued before it and
+        all of its tokens."""
+        rate = self.settings.tokens_per_s
+        assert rate is not None
+        if not self.settings.shared_decode:
+            return longest / rate
+        now = time.monotonic()
+        self._decode_free_at = max(now, self._decode_free_at) + total / rate
+        return self._decode_free_at - now
+
     async def complete(self, req: CompletionRequest) -> CompletionResponse:
         self.validate_completion(req)
         c = self.counters
@@ -323,12 +340,13 @@ class StubEngine:
         try:
             gens = [self.generate_choice(req, i) for i in range(req.n)]
             longest = max(len(g.token_ids) for g in gens)
+            completion_tokens = sum(len(g.token_ids) for g in gens)
             held = len(req.prompt) * req.n + sum(len(g.token_ids) for g in gens)
             c.running_tokens += held
             try:
                 delay = self.settings.ttft_ms / 1000.0
                 if self.settings.tokens_per_s:
-                    delay += longest / self.settings.tokens_per_s
+                    delay += self._decode_s(longest, completion_tokens)
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await self.unpaused.wait()  # pause(mode=keep) holds finished work too
@@ -336,7 +354,6 @@ class StubEngine:
                 c.running_tokens -= held
         finally:
             c.running -= 1
-        completion_tokens = sum(len(g.token_ids) for g in gens)
         c.generation_tokens += completion_tokens
         for g in gens:
             c.success[g.finish_reason] = c.success.get(g.finish_reason, 0) + 1

@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sandboxes.backend import ExecResult, SandboxExited, Verdict, VerifyResult
+from sandboxes.backend import ExecResult, SandboxExited, Upload, Verdict, VerifyResult
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar
 
@@ -52,8 +52,14 @@ class FakeSandbox:
         if self.id in self.backend.destroyed:
             raise RuntimeError(f"container {self.id} was removed")
 
-    async def exec(self, command: str, timeout_s: float) -> ExecResult:
+    async def exec(
+        self, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> ExecResult:
         self._check_running()
+        if upload is not None:
+            prefix = upload.dest_dir.removeprefix("/app").strip("/")
+            for name, data in upload.files.items():
+                self.files[f"{prefix}/{name}" if prefix else name] = data
         return ExecResult(exit_code=0, output="")
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
@@ -65,11 +71,6 @@ class FakeSandbox:
         except SandboxExited:
             self.exited = True
             raise
-
-    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
-        self._check_running()
-        prefix = dest_dir.removeprefix("/app").strip("/")
-        self.files.update({f"{prefix}/{k}" if prefix else k: v for k, v in files.items()})
 
     async def get_workspace(self) -> bytes:
         self._check_running()

@@ -21,13 +21,9 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get(
-    "/readyz",
-    dependencies=[Depends(require_api_key)],
-    response_model=ReadyReport,
-    responses={503: {"model": ReadyReport, "description": "A check failed."}, **errors(401)},
-)
-async def readyz(state: ServiceState = Depends(service_state)) -> JSONResponse:
+async def readiness(state: ServiceState) -> dict[str, bool]:
+    """Each readiness check (policy server, Docker or Ray) run at once; a failing or slow
+    check is False. Also what the web view shows as health."""
     checks = state.components.readiness
 
     async def run(check) -> bool:  # type: ignore[no-untyped-def]
@@ -37,8 +33,18 @@ async def readyz(state: ServiceState = Depends(service_state)) -> JSONResponse:
             return False
 
     results = await asyncio.gather(*(run(c) for c in checks.values()))
-    report = dict(zip(checks, results, strict=True))
-    ok = all(results)
+    return dict(zip(checks, results, strict=True))
+
+
+@router.get(
+    "/readyz",
+    dependencies=[Depends(require_api_key)],
+    response_model=ReadyReport,
+    responses={503: {"model": ReadyReport, "description": "A check failed."}, **errors(401)},
+)
+async def readyz(state: ServiceState = Depends(service_state)) -> JSONResponse:
+    report = await readiness(state)
+    ok = all(report.values())
     return JSONResponse(
         {"status": "ready" if ok else "not ready", "checks": report}, status_code=200 if ok else 503
     )

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
-
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import StreamingResponse
 
+from service.api.events import sse, stream
 from service.api.responses import errors
 from service.app import ServiceState, service_state
 from service.wire import ErrorResponse, RolloutCreated, RolloutRequest, RolloutStatus
@@ -66,10 +63,6 @@ async def cancel(rollout_id: str, state: ServiceState = Depends(service_state)) 
     return await _summary(state, rollout_id)
 
 
-def _sse(kind: str, data: object) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 @router.get(
     "/{rollout_id}/events",
     response_class=StreamingResponse,
@@ -91,23 +84,21 @@ async def events(
         state.events.unsubscribe(rollout_id, queue)
         raise
 
-    async def stream() -> AsyncIterator[bytes]:
-        try:
-            yield _sse("status", first.model_dump())
-            if first.status != "running":
-                return
-            while True:
-                try:
-                    event = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
-                except TimeoutError:
-                    if await request.is_disconnected():
-                        return
-                    yield b": keep-alive\n\n"
-                    continue
-                yield _sse(event.kind, event.data)
-                if event.kind == "rollout":
-                    return
-        finally:
-            state.events.unsubscribe(rollout_id, queue)
+    head = sse("status", first.model_dump())
+    if first.status != "running":  # finished: nothing more will come
+        state.events.unsubscribe(rollout_id, queue)
+        return StreamingResponse(iter([head]), media_type="text/event-stream")
 
-    return StreamingResponse(stream(), media_type="text/event-stream")
+    async def keep_alive() -> bytes:
+        return b": keep-alive\n\n"
+
+    body = stream(
+        request,
+        queue,
+        lambda: state.events.unsubscribe(rollout_id, queue),
+        [head],
+        tick_s=HEARTBEAT_S,
+        tick=keep_alive,
+        last_kind="rollout",
+    )
+    return StreamingResponse(body, media_type="text/event-stream")

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from sandboxes.backend import Upload
 from sandboxes.isolation import PID1_COMMAND, IsolationError, container_args
 from sandboxes.task import EnvironmentConfig, TaskConfig
 
@@ -107,13 +108,13 @@ async def test_terminal_session(backend, example_task, run_labels):
     await backend.destroy(sb)
 
 
-async def test_put_files_and_workspace_refuses_outside_links(backend, example_task, run_labels):
+async def test_upload_and_workspace_refuses_outside_links(backend, example_task, run_labels):
     sb = await backend.create(example_task, run_labels)
-    await sb.put_files("/app", {"pkg/mod.py": b"X = 1\n"})
     r = await sb.exec(
         "ln -s /etc/shadow /app/shadow; ln -s ../../etc/passwd /app/pkg/up; "
         "ln -s pkg/mod.py /app/inside; cat /app/pkg/mod.py",
         10,
+        upload=Upload("/app", {"pkg/mod.py": b"X = 1\n"}),
     )
     assert r.output == "X = 1\n"
     data = await sb.get_workspace()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandboxes.backend import ExecResult, SandboxBackend, Verdict, VerifyResult
+from sandboxes.backend import ExecResult, SandboxBackend, Upload, Verdict, VerifyResult
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar
 from service.sample import SampleSpec
@@ -87,16 +87,15 @@ class SleepSandbox:
         self.id = f"sleep-{uuid.uuid4().hex[:12]}"
         self.latency = latency
 
-    async def exec(self, command: str, timeout_s: float) -> ExecResult:
+    async def exec(
+        self, command: str, timeout_s: float, upload: Upload | None = None
+    ) -> ExecResult:
         await asyncio.sleep(self.latency.send_keys_s)
         return ExecResult(exit_code=0, output="")
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
         await asyncio.sleep(self.latency.send_keys_s)
         return f"root@sandbox:/app# {keystrokes}"
-
-    async def put_files(self, dest_dir: str, files: dict[str, bytes]) -> None:
-        return None
 
     async def get_workspace(self) -> bytes:
         await asyncio.sleep(self.latency.archive_s)

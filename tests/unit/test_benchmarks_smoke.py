@@ -20,6 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 HEADLINE = (
     "sandbox_vs_floor",
     "sandbox_vs_cold",
+    "sandbox_vs_cold_min",
+    "command_rtt_p50_ms",
+    "exec_rtt_p50_ms",
     "overlap",
     "overlap_balance",
     "datapath_traj_per_s",
@@ -74,7 +77,27 @@ def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
     sandbox, overlap = result["details"]["sandbox"], result["details"]["overlap"]
     assert set(sandbox["engine_ops_s"]) == {"create_start", "exec_true", "remove",
                                              "docker_run_true"}  # fmt: skip
-    assert sandbox["ours_engine_calls_per_trial"]["create"] >= 2  # agent + fresh verifier
+    calls = sandbox["ours_engine_calls_per_trial"]
+    assert calls["create"] >= 2  # agent + fresh verifier
+    assert calls["attach"] == 1 and calls["exec"] >= 2  # verifier attached; solve, workspace
+    # CPU per trial by owner, or the reason it could not be split on this machine.
+    cpu = sandbox["cpu_s_per_trial"]
+    if "unavailable" in cpu:
+        assert cpu["unavailable"], cpu
+    else:
+        assert {"ours", "cold", "floor"} <= set(result["cpu_s_per_trial"])
+        best = str(sandbox["best_concurrency"])
+        for system in ("ours", "cold", "floor"):
+            cell = cpu[system][best]
+            assert cell["containers"]["median"] > 0  # the tests ran inside containers
+            parts = sum(cell[k]["median"] for k in ("engine", "containers", "harness"))
+            assert cell["total"]["median"] == pytest.approx(parts, abs=0.01)
+    assert result["details"]["command"]["ms"]["cli_exec"]["p50"] > 0
+    # Harbor ran (every trial scored 1.0, or the run fails), or the reason it did not is kept.
+    if "harbor" in sandbox["trials_per_min"]:
+        assert sandbox["trials_per_min"]["harbor"]["2"]["median"] > 0
+    else:
+        assert sandbox["harbor"]["unavailable"]
     assert overlap["calibration"]["sandbox_only_s"] > 0 and overlap["tokens_per_s"] > 0
     assert len(overlap["calibration"]["steps"]) == 2
     # The document renders from this run with every figure it needs: none "not in this run".
@@ -103,6 +126,7 @@ def test_cold_baseline_uses_the_same_isolation_as_our_containers() -> None:
         "--label rollouts.managed=true",
         "--label rollouts.bench_id=x",
         "--tmpfs /app:",
+        "--log-driver none",
     ):
         assert expected in joined, expected
 

@@ -258,3 +258,17 @@ def test_asked_function_keeps_the_whole_signature() -> None:
     solve = "def fn(\n    a: tuple[int, int] = (1, 2),\n    b=max(3, 4),\n) -> int:\n    pass\n"
     name, args = _asked_function(solve, "Write `fn`.")
     assert name == "fn" and args == "\n    a: tuple[int, int] = (1, 2),\n    b=max(3, 4),\n"
+
+
+def test_shared_decode_queues_requests_behind_each_other() -> None:
+    """With --shared-decode the speed is the engine's total (a GPU serving a batch): a request
+    waits for what was queued before it. Without, each request decodes on its own."""
+    from standin.server import StubEngine
+
+    shared = StubEngine(StubSettings(tokens_per_s=100.0, shared_decode=True), tasks=[])
+    first = shared._decode_s(longest=50, total=100)  # n=2 choices of 50 tokens
+    second = shared._decode_s(longest=50, total=100)
+    assert first == pytest.approx(1.0, abs=0.05)
+    assert second == pytest.approx(2.0, abs=0.05)  # behind the first one's 100 tokens
+    alone = StubEngine(StubSettings(tokens_per_s=100.0), tasks=[])
+    assert alone._decode_s(longest=50, total=100) == alone._decode_s(longest=50, total=100) == 0.5

@@ -1,0 +1,168 @@
+// One sample: the conversation turn by turn (harness messages, the commands typed, terminal
+// output), the verifier's stdout and files, reward flags, timings; or, toggled, its tokens:
+// generated ones (loss mask 1) highlighted against prompt and observation tokens, with each
+// token's sampler logprob on hover.
+
+import { getJSON } from "./api.js";
+import { el, link, num, statusChip } from "./dom.js";
+
+const SHOWN = 800; // tokens drawn per segment before "show all"
+
+// The commands of a JSON-protocol reply (default and terminus-2 JSON harnesses); null when
+// the reply is not one.
+function commandsOf(text) {
+  const start = text.indexOf("{");
+  const end = text.lastIndexOf("}");
+  if (start < 0 || end <= start) return null;
+  try {
+    const reply = JSON.parse(text.slice(start, end + 1));
+    return Array.isArray(reply.commands) ? reply : null;
+  } catch {
+    return null;
+  }
+}
+
+function message(m, turn) {
+  if (m.role === "assistant") {
+    const reply = commandsOf(m.content);
+    return el(
+      "div",
+      { class: "msg assistant" },
+      el("div", { class: "role" }, `policy · turn ${turn}`),
+      reply
+        ? el(
+            "div",
+            { class: "commands" },
+            reply.commands.map((c) => el("pre", { class: "command" }, String(c.keystrokes ?? JSON.stringify(c)))),
+            reply.task_complete ? el("span", { class: "chip ok" }, "task_complete") : null,
+          )
+        : null,
+      el("details", { open: !reply }, el("summary", {}, "reply"), el("pre", {}, m.content)),
+    );
+  }
+  const label = m.role === "system" ? "harness · system prompt" : "harness · user (instruction or terminal output)";
+  const body = el("pre", { class: m.role === "user" ? "terminal" : "" }, m.content);
+  return el("div", { class: `msg ${m.role}` }, el("div", { class: "role" }, label), m.role === "system" ? el("details", {}, el("summary", {}, `${m.content.length} characters`), body) : body);
+}
+
+function conversation(t) {
+  let turn = 0;
+  return el(
+    "section",
+    { id: "conversation" },
+    el("h3", {}, `Conversation (${t.num_turns} turns, harness ${t.harness})`),
+    t.messages.length ? t.messages.map((m) => message(m, m.role === "assistant" ? ++turn : turn)) : el("p", { class: "muted" }, "no messages"),
+  );
+}
+
+function verifier(t) {
+  return el(
+    "section",
+    { id: "verifier" },
+    el("h3", {}, "Verifier"),
+    el("div", { id: "reward-flags" }, "flags: ", t.reward_flags.length ? t.reward_flags.map((f) => el("span", { class: "chip graded" }, f)) : el("span", { class: "muted" }, "none")),
+    el("h4", {}, "stdout"),
+    el("pre", { id: "verifier-output", class: "terminal" }, t.verifier_output || "(empty)"),
+    t.verifier_files.map((f) => el("details", { class: "verifier-file" }, el("summary", {}, f.path), el("pre", {}, f.content))),
+  );
+}
+
+function facts(t) {
+  const rows = [
+    ["status", statusChip(t.status)],
+    ["reward", num(t.reward)],
+    ["advantage", num(t.advantage)],
+    ["stop reason", t.stop_reason ?? "—"],
+    ["policy versions", `${t.policy_version_start} → ${t.policy_version_end}`],
+    ["tokens", `${t.prompt_token_ids.length} prompt + ${t.response_token_ids.length} response (${t.loss_mask.filter((m) => m === 1).length} generated)`],
+    ["timings (s)", Object.entries(t.timings).map(([k, v]) => `${k.replace(/_s$/, "")} ${num(v, 2)}`).join(" · ")],
+    ["sampling", t.sampling ? JSON.stringify(t.sampling) : "—"],
+    // A JSON object, sent as a string (as in Parquet and Arrow).
+    ["chat template kwargs", t.chat_template_kwargs],
+    ["harness", `${t.harness} ${t.harness_profile_hash.slice(0, 12)}`],
+  ];
+  return el("table", { class: "facts", id: "facts" }, el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))));
+}
+
+// The response cut into runs of equal loss mask: generated turns and observation deltas.
+function segments(t) {
+  const out = [{ kind: "prompt", ids: t.prompt_token_ids, start: 0 }];
+  let cur = null;
+  t.response_token_ids.forEach((id, i) => {
+    const kind = t.loss_mask[i] === 1 ? "generated" : "observation";
+    if (!cur || cur.kind !== kind) out.push((cur = { kind, ids: [], logprobs: [], start: i }));
+    cur.ids.push(id);
+    cur.logprobs.push(t.rollout_logprobs[i]);
+  });
+  return out;
+}
+
+function tokenChips(seg, limit) {
+  const chips = [];
+  const n = Math.min(seg.ids.length, limit);
+  for (let i = 0; i < n; i++) {
+    const where = seg.kind === "prompt" ? `prompt ${i}` : `response ${seg.start + i}`;
+    const lp = seg.kind === "generated" ? ` · logprob ${seg.logprobs[i].toFixed(4)}` : "";
+    chips.push(el("span", { class: `tok ${seg.kind}`, title: `${where} · id ${seg.ids[i]}${lp}` }, seg.ids[i]));
+  }
+  return chips;
+}
+
+function tokenView(t) {
+  const replies = t.messages.filter((m) => m.role === "assistant").map((m) => m.content);
+  let turn = 0;
+  const blocks = segments(t).map((seg) => {
+    const chips = el("div", { class: "chips" }, tokenChips(seg, SHOWN));
+    let title = `${seg.kind} · ${seg.ids.length} tokens`;
+    let caption = null;
+    if (seg.kind === "generated") {
+      const mean = seg.logprobs.reduce((a, b) => a + b, 0) / seg.logprobs.length;
+      title = `generated · turn ${++turn} · ${seg.ids.length} tokens · mean logprob ${mean.toFixed(3)}`;
+      if (replies[turn - 1] !== undefined) caption = el("details", {}, el("summary", {}, "text of this turn"), el("pre", {}, replies[turn - 1]));
+    }
+    const more =
+      seg.ids.length > SHOWN
+        ? el("button", { class: "more", onclick: (e) => { chips.replaceChildren(...tokenChips(seg, Infinity)); e.target.remove(); } }, `show all ${seg.ids.length}`)
+        : null;
+    return el("div", { class: `segment ${seg.kind}` }, el("div", { class: "role" }, title), caption, chips, more);
+  });
+  return el(
+    "section",
+    { id: "tokens" },
+    el("h3", {}, "Tokens"),
+    el(
+      "p",
+      { class: "legend-row" },
+      el("span", { class: "tok generated" }, "generated (loss mask 1)"),
+      el("span", { class: "tok observation" }, "observation (mask 0)"),
+      el("span", { class: "tok prompt" }, "prompt"),
+      el("span", { class: "muted" }, " token ids; hover a token for its position and logprob"),
+    ),
+    blocks,
+  );
+}
+
+export async function showSample(container, trajectoryId) {
+  const t = await getJSON(`/ui/api/trajectories/${encodeURIComponent(trajectoryId)}`);
+  const body = el("div", { id: "sample-body" }, conversation(t), verifier(t));
+  let tokens = false;
+  const toggle = el("button", { id: "toggle-tokens" }, "Show tokens");
+  toggle.addEventListener("click", () => {
+    tokens = !tokens;
+    toggle.textContent = tokens ? "Show conversation" : "Show tokens";
+    body.replaceChildren(...(tokens ? [tokenView(t)] : [conversation(t), verifier(t)]));
+  });
+  container.replaceChildren(
+    el("h2", {}, `Sample ${t.trajectory_id}`),
+    el(
+      "p",
+      {},
+      "task ", el("b", {}, t.task_id), " · ",
+      link(`#/group/${encodeURIComponent(t.group_id)}`, `its group (${t.group_id})`, { id: "sample-group" }),
+      " · rollout ", link(`#/samples?rollout_id=${encodeURIComponent(t.rollout_id)}`, t.rollout_id),
+    ),
+    facts(t),
+    toggle,
+    body,
+  );
+}
