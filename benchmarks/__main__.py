@@ -49,7 +49,7 @@ class Sizes:
 
 
 # The full run stays under 10 minutes on 2 cores.
-FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 4, 8, 16, 2048, 10_000, 1280)
+FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 2, 8, 16, 2048, 10_000, 1280)
 QUICK = Sizes(1, 2, (1, 2), (2,), 5, 1, 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease
 
 
