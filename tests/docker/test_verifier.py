@@ -107,3 +107,51 @@ async def test_solution_that_kills_the_tests_scores_zero_not_masked(
     result = await backend.verify(example_task, build_tar({"solution.py": saboteur}), run_labels)
     assert (result.verdict, result.reward) == (Verdict.graded, 0.0), result.output
     assert result.files.get("reward.txt") == "0\n", result.files
+
+
+_FORGE = b"""
+import io, json, os, tarfile
+
+def _member(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w") as tar:
+    _member(tar, "verifier/reward.txt", b"1\\n")
+    done = {"event": "finish", "passed": 1, "failed": 0, "exitstatus": 0}
+    lines = "".join(json.dumps(r) + "\\n" for r in ({"event": "start"}, done))
+    _member(tar, "rollouts-guard/report.jsonl", lines.encode())
+forged = b"rollouts-verdict 0 755 0\\n" + buf.getvalue()
+opened = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) != os.getpid():
+        try:
+            with open(f"/proc/{pid}/fd/1", "wb") as out:  # the verifier script's stdout is PID 1's
+                out.write(forged)
+            opened.append(pid)
+        except OSError:
+            pass
+print("FORGE opened", opened)
+"""
+
+
+async def test_tested_code_cannot_write_the_verdict_stream(backend, example_task, run_labels):
+    """The evidence goes to the service on the verifier script's stdout (PID 1's). Code under
+    the pytest guard that forges a whole passing verdict (header, reward 1, a finished session)
+    into every other process's stdout reaches none outside the guard's own processes: the
+    reward is what test.sh wrote (0), and the forgery shows up only in the tests' output."""
+    test_sh = (
+        b"cd /app && python3 -m pytest -q -p no:cacheprovider -s /tests/test_forge.py\n"
+        b"echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = _with_tests(example_task, test_sh)
+    forge_test = b"import forge\n\ndef test_imported():\n    assert forge.forged\n"
+    task = replace(task, test_files={**task.test_files, "test_forge.py": forge_test})
+    solve = b"cat > /app/forge.py <<'PY'\n" + _FORGE + b"PY\n"
+    result = await run_oracle(task, backend, solve_script=solve, labels=run_labels)
+    assert result.verdict == Verdict.graded, result.output
+    assert result.reward == 0.0, result.output
+    assert "FORGE opened" in result.output  # the forger ran under the guard
+    assert "'1'" not in result.output.split("FORGE opened", 1)[1].splitlines()[0]  # not PID 1
