@@ -103,6 +103,8 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
     results.add_figure("sandbox_vs_cold", vs_cold[best], target="≥ 1.5", higher_is_better=True)
     results.add_figure("sandbox_vs_cold_min", vs_cold[worst], target="≥ 1", higher_is_better=True)
     cpu = _cpu_per_trial(runs)
+    ours = [r for rounds in runs.rounds["ours"].values() for r in rounds]
+    trials = sum(r.trials for r in ours)
     if cpu:
         results.summary["cpu_s_per_trial"] = {
             system: by_c[str(best)]["total"]["median"]
@@ -120,11 +122,7 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
         "ours_stage_seconds": stages,
         # Engine calls per trial of ours (pool refills included), over every measured round.
         "ours_engine_calls_per_trial": {
-            k: round(
-                sum(r.engine_calls.get(k, 0) for by_c in runs.rounds["ours"].values() for r in by_c)
-                / sum(r.trials for by_c in runs.rounds["ours"].values() for r in by_c),
-                2,
-            )
+            k: round(sum(r.engine_calls.get(k, 0) for r in ours) / trials, 2)
             for k in ("create", "exec", "attach")
         },
         "engine_ops_s": {op: figure(v).as_dict() for op, v in runs.engine_ops.items()},

@@ -23,7 +23,7 @@ from pathlib import Path
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 ENGINE_GROUP = "rollouts-bench-engine"
-ENGINE_COMMS = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "runc")
+ENGINE_COMMS = ("dockerd", "containerd", "runc")
 # fuse-overlayfs processes are named after the binary; the kernel truncates comm to 15 chars.
 ENGINE_COMM_PREFIXES = ("containerd-shim", "fuse-overlayfs", "docker-proxy")
 

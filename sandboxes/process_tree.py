@@ -18,12 +18,12 @@ def pid_file(token: str) -> str:
     return f"{STATE_DIR}/exec-{token}.pgid"
 
 
-def wrap_command(prelude: str = "", epilogue: str = "") -> str:
+def wrap_command(prelude: str = "") -> str:
     """Script for `bash -c SCRIPT rollouts-exec TOKEN COMMAND`.
 
     `prelude` runs first in the foreground with the exec's stdin (e.g. untar an upload); the
     command then runs with stdin from /dev/null and stderr merged into stdout. The script's
-    exit status is the command's (137 when killed). `epilogue` runs after the command ends.
+    exit status is the command's (137 when killed).
     """
     pf = pid_file("$1")
     return f"""
@@ -38,7 +38,6 @@ echo "$job" > "{pf}"
 wait "$job"
 rc=$?
 rm -f "{pf}"
-{epilogue}
 exit "$rc"
 """
 

@@ -13,15 +13,19 @@ from service.payload_codec import payload_dict
 from service.store.schema import DB_NAME, connect
 
 
+def _readonly(data_dir: Path) -> sqlite3.Connection:
+    path = Path(data_dir) / DB_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"no rollouts database at {path}")
+    return connect(path, readonly=True)
+
+
 def iter_trajectory_rows(
     data_dir: Path, rollout_id: str | None = None, chunk: int = 256
 ) -> Iterator[list[dict[str, Any]]]:
     """Committed trajectories as ARROW_SCHEMA rows, `chunk` at a time, from a read-only
     connection (safe while the service runs: WAL readers do not block the writer)."""
-    path = Path(data_dir) / DB_NAME
-    if not path.exists():
-        raise FileNotFoundError(f"no rollouts database at {path}")
-    conn = connect(path, readonly=True)
+    conn = _readonly(data_dir)
     try:
         sql = (
             "SELECT s.advantage, p.codec, p.data FROM samples s"
@@ -66,13 +70,6 @@ class SampleFilter:
     status: str | None = None
     reward_min: float | None = None
     reward_max: float | None = None
-
-
-def _readonly(data_dir: Path) -> sqlite3.Connection:
-    path = Path(data_dir) / DB_NAME
-    if not path.exists():
-        raise FileNotFoundError(f"no rollouts database at {path}")
-    return connect(path, readonly=True)
 
 
 def rollout_rows(data_dir: Path) -> list[dict[str, Any]]:
