@@ -197,7 +197,10 @@ elif [ "$prompted" = 1 ]; then
   size=$(stat -c %s "$log")
   [ "$size" = "$last" ] || wait_log_settled
 fi
-if [ ! -f "$log" ] || [ "$pipe" != 1 ]; then
+# A full state directory means the log's writer has failed or is about to, and tmux may not
+# have noticed yet (it clears pane_pipe only when it next writes to the dead pipe): the screen
+# is the dependable answer then.
+if [ ! -f "$log" ] || [ "$pipe" != 1 ] || [ "$(stat -f -c %a "$log")" = 0 ]; then
   # Held in a variable, not a file: the state directory may be the full one.
   screen=$(tmux capture-pane -p -J -t {SESSION})
   open_log
