@@ -245,6 +245,10 @@ def overlap_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
         "end_to_end_s": figure([r.end_to_end_s for r in rounds]).as_dict(),
         "gen_only_s": figure([r.gen_only_s for r in rounds]).as_dict(),
         "sandbox_only_s": figure([r.sandbox_only_s for r in rounds]).as_dict(),
+        # The end-to-end runs' timeline: seconds with generation, sandbox work, both in flight.
+        "end_to_end_busy_s": {
+            k: figure([r.busy[k] for r in rounds]).as_dict() for k in rounds[0].busy
+        },
     }
 
 

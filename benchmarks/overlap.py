@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.noop_backend import NoopBackend
+from benchmarks.timeline import TimedBackend, TimedPolicy, Timeline
 from clients.commands.policy_stub import stand_in_policy
 from sandboxes.backend import SandboxBackend
 from sandboxes.docker_backend import BackendSettings, DockerBackend
@@ -48,6 +49,7 @@ class OverlapRound:
     end_to_end_s: float
     gen_only_s: float
     sandbox_only_s: float
+    busy: dict[str, float]  # end to end: seconds generation, sandbox work, both were in flight
 
     @property
     def ratio(self) -> float:
@@ -70,8 +72,13 @@ async def _timed_collect(
     n: int,
     concurrency: int,
     out: Path,
+    timeline: Timeline | None = None,
 ) -> float:
-    policy = PolicyClient([url], None)
+    if timeline is None:
+        policy = PolicyClient([url], None)
+    else:
+        policy = TimedPolicy(timeline, [url], None)
+        backend = TimedBackend(backend, timeline)  # type: ignore[assignment]
     await policy.start()
     run = out / uuid.uuid4().hex[:8]
     request = RolloutRequest(
@@ -181,8 +188,9 @@ async def run_overlap_section(
 
             for rep in range(repeats):
                 await _settle(backend)
+                timeline = Timeline()
                 e2e = await _timed_collect(
-                    slow.url, backend, tasks_path, tasks, n_samples, concurrency, out
+                    slow.url, backend, tasks_path, tasks, n_samples, concurrency, out, timeline
                 )
                 await _settle(backend)
                 gen = await _timed_collect(
@@ -191,11 +199,13 @@ async def run_overlap_section(
                 sbx = await _timed_collect(
                     instant.url, backend, tasks_path, tasks, n_samples, concurrency, out
                 )
-                r = OverlapRound(e2e, gen, sbx)
+                r = OverlapRound(e2e, gen, sbx, timeline.busy())
                 rounds.append(r)
                 log(
                     f"  overlap rep {rep + 1}: end-to-end {e2e:.1f} s, generation alone "
-                    f"{gen:.1f} s, sandboxes alone {sbx:.1f} s -> {r.ratio:.2f}"
+                    f"{gen:.1f} s, sandboxes alone {sbx:.1f} s -> {r.ratio:.2f}; in flight "
+                    f"end to end: generation {r.busy['generation_s']:.1f} s, sandboxes "
+                    f"{r.busy['sandbox_s']:.1f} s, both {r.busy['both_s']:.1f} s"
                 )
         finally:
             await backend.aclose()

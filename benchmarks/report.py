@@ -600,7 +600,8 @@ def render_doc(r: dict[str, Any]) -> str:
     call_text = (
         f"Measured: {calls.get('create', 0):.2f} creates, {calls.get('exec', 0):.2f} execs and "
         f"{calls.get('attach', 0):.2f} attaches per trial (pool refills included), where "
-        "there were 2 creates and 5 execs."
+        "there were 2 creates and 5 execs before this work, and 2 creates, 2 execs and one "
+        "attach before the control channel below."
         if calls
         else f"The engine calls per trial are {NOT_RUN}."
     )
@@ -612,6 +613,14 @@ def render_doc(r: dict[str, Any]) -> str:
         if cmd_ms
         else f"The round-trip figures are {NOT_RUN}."
     )
+    control_text = (
+        f"Measured: a terminal turn's round trip is {cmd_ms['command']['p50']:.0f} ms p50, "
+        f"{cmd_ms['exec']['p50'] - cmd_ms['command']['p50']:.0f} ms less than a bare exec of "
+        "the same `echo` alone (the previous committed run, with one exec per turn: 79 ms "
+        "against 60)."
+        if cmd_ms
+        else f"The round-trip figures are {NOT_RUN}."
+    )
     add("\n".join([
         _item("**The verifier talks through its PID 1** (`sandboxes/verifier.py`). The",
               "verifier script is the container's main process, started by the warm pool and",
@@ -620,13 +629,20 @@ def render_doc(r: dict[str, Any]) -> str:
               "the script exits. That replaces two execs (tests, then the evidence read) and",
               "their create/inspect calls with one attach, which starts no process in the",
               "container; the engine also keeps no log of it (log driver `none`). The oracle's",
-              "upload rides on the exec that runs `solve.sh`.", call_text),
+              "upload rides on the request that runs `solve.sh`.", call_text),
+        _item("**The agent container's commands go to its PID 1** (`sandboxes/control.py`).",
+              "PID 1 of an agent container is a bash loop that reads requests from its stdin,",
+              "which the service holds open over one attach session per sandbox; each terminal",
+              "turn, exec and workspace tar runs as its child, in a process group of its own",
+              "(killed at its limit), and answers on PID 1's stdout in base64 between",
+              "nonce-tagged lines. No `docker exec` is left on a trial's path: no runc process,",
+              "no exec create/start/inspect calls, a few forks in the container instead.",
+              control_text),
         _item("**The terminal sees the prompt come back** (`sandboxes/terminal.py`). The",
-              "shell's `PROMPT_COMMAND` writes a counter before every prompt; the one exec of a",
-              "turn types the keys with one tmux call and reads the counter with a shell",
+              "shell's `PROMPT_COMMAND` writes a counter before every prompt; the one request of",
+              "a turn types the keys with one tmux call and reads the counter with a shell",
               "builtin every few milliseconds (no process per poll), then waits for the log to",
-              "stop growing; the exit code of that exec is not asked for (its header says how",
-              "it went).", cmd_text),
+              "stop growing.", cmd_text),
         _item("**Stored payload codec** (`service/payload_codec.py`, codec `cols1`). The four",
               "token arrays are stored as raw little-endian arrays (int32 ids, int8 mask,",
               "float64 logprobs, so any Python float round-trips exactly) after a small JSON",
@@ -677,6 +693,7 @@ def render_doc(r: dict[str, Any]) -> str:
             names = {
                 "create_start": "create + start (SDK)",
                 "exec_true": "`docker exec` of `true`",
+                "control_request_true": "`true` as a request to the agent container's PID 1",
                 "remove": "remove",
                 "docker_run_true": "`docker run --rm` of `true` (CLI, the whole lifecycle)",
             }
@@ -717,11 +734,13 @@ def render_doc(r: dict[str, Any]) -> str:
             ))  # fmt: skip
         add("What would move it:")
         add("\n".join([
-            _item("**The agent container's last exec.** The workspace tar could come from the",
-                  "agent container's PID 1 over an attached stream, as the verifier's evidence",
-                  "does: one exec less per trial (about a tenth of a CPU-second on this",
-                  "engine), and for episodes the same for every turn if the terminal's",
-                  "commands went over that stream too (no runc process per turn).", mark="1."),
+            _item("**Container lifecycles, the rest of the engine share.** No exec is left on a",
+                  "trial's path (the agent container's commands go to its PID 1, the verifier",
+                  "talks through its own); what the engine still spends is two creates, starts",
+                  "and removals per trial, each starting runc (a Go binary) and mounting a root",
+                  "file system. A lighter OCI runtime (crun) would cut the runc part; that is the",
+                  "engine's configuration (`--add-runtime`), which this project does not set.",
+                  mark="1."),
             _item("**A cheaper storage driver.** Each container's root file system is mounted by",
                   f"the engine's storage driver{where}; native overlay2 is cheaper than a FUSE",
                   "one, and its FUSE process also serves every file the tests read. That is",
@@ -746,23 +765,34 @@ def render_doc(r: dict[str, Any]) -> str:
             f"End to end took {_fig_text(ov['end_to_end_s'])} s against generation alone",
             f"{_fig_text(ov['gen_only_s'])} s and sandboxes alone",
             f"{_fig_text(ov['sandbox_only_s'])} s: a ratio of {_text(r, 'overlap')}, where full",
-            "serialisation of the two halves would be about 2. Not yet explained; what is",
-            "known: every sample of a task in this batch types the same oracle solution, so a",
-            "group's samples take the same turns, tokens and commands, and its shared first",
-            "turn starts them together. Such samples move in step, and with",
-            f"{ov['concurrency']} samples in flight ({ov['concurrency'] // ov['n_samples']}",
-            "groups) generation and sandbox phases can alternate batch-wide instead of",
-            "interleaving. That is a hypothesis, not a measurement.",
+            "serialisation of the two halves would be about 2.",
         ))  # fmt: skip
-        add("What would tell, and move it:")
+        busy = ov.get("end_to_end_busy_s")
+        if busy:
+            gen, sbx, both = (busy[k]["median"] for k in ("generation_s", "sandbox_s", "both_s"))
+            e2e = ov["end_to_end_s"]["median"]
+            alone = e2e - gen  # sandbox work with no request in flight (and idle time)
+            add(_para(
+                "The end-to-end runs' timeline (every policy request and every sandbox call of",
+                f"any sample as a span): generation was in flight {gen:.1f} s of the {e2e:.1f}",
+                f"s, about as long as alone, and sandbox work {sbx:.1f} s, of which only",
+                f"{both:.1f} s beside a request. For {alone:.1f} s no request was in flight at",
+                "all: every sample in flight was in its sandbox at once, and that time adds to",
+                "generation's instead of hiding behind it. This batch is one wave",
+                f"({ov['tasks']} tasks × {ov['n_samples']} samples, {ov['concurrency']} in",
+                "flight), so every sample's last command and its verification come after its",
+                "last request with nothing left to generate, and a group's samples, which type",
+                "the same oracle solution, reach each turn together. It measures a batch's",
+                "fill and drain more than the pipeline's steady state.",
+            ))  # fmt: skip
+        add("What would move it:")
         add("\n".join([
-            _item("A timeline of the end-to-end run (engine busy, sandboxes busy, over time), to",
-                  "see whether the two alternate.", mark="1."),
-            _item("Batches whose samples differ, as an RL batch's do (p_correct below 1, tasks",
-                  "mixed), and more groups in flight than one wave.", mark="2."),
-            _item("A profile of the service during the end-to-end run: the workspace and upload",
-                  "tars now run on threads, off the event loop, but the engine's streams and the",
-                  "loop still share one interpreter lock.", mark="3."),
+            _item("Batches larger than one wave, as an RL step's are (64 prompts × 8 samples",
+                  "with fewer in flight): the drain at the end is then paid once per step, not",
+                  "per wave. Measuring that here takes minutes more than the runner's budget.",
+                  mark="1."),
+            _item("Samples that differ, as an RL batch's do (p_correct below 1, different",
+                  "lengths), so a group's samples stop moving in step.", mark="2."),
         ]))  # fmt: skip
     if "datapath_traj_per_s" in missed:
         cpu, rate = _median(r, "service_cpu_ms_per_traj"), _median(r, "datapath_traj_per_s")

@@ -19,6 +19,7 @@ from typing import Any
 
 from benchmarks.cpu_cost import CpuCost, CpuMeter
 from benchmarks.self_profile import SelfProfile
+from sandboxes.control import ControlChannel
 from sandboxes.docker_adapter import DockerAdapter
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ImageResolver
@@ -61,6 +62,10 @@ class TimedAdapter(DockerAdapter):
     async def attach_stream(self, *args: Any, **kwargs: Any) -> Any:
         self.calls["attach"] += 1
         return await super().attach_stream(*args, **kwargs)
+
+    def attach_socket(self, *args: Any, **kwargs: Any) -> Any:  # the control channel's
+        self.calls["attach"] += 1
+        return super().attach_socket(*args, **kwargs)
 
 
 @dataclass
@@ -256,14 +261,15 @@ async def floor_round(
 # ---------------------------------------------------------------- engine operations
 
 
-ENGINE_OPS = ("create_start", "exec_true", "remove", "docker_run_true")
+ENGINE_OPS = ("create_start", "exec_true", "control_request_true", "remove", "docker_run_true")
 
 
 async def engine_op_seconds(
     adapter: DockerAdapter, args: dict[str, Any], image: str, repeats: int
 ) -> dict[str, list[float]]:
     """Wall time of each engine operation a trial is made of, one at a time: create + start
-    (SDK), `docker exec` of `true`, remove, and the CLI's whole `docker run --rm ... true`."""
+    (SDK), `docker exec` of `true` beside the same `true` through the control channel, remove,
+    and the CLI's whole `docker run --rm ... true`."""
     out: dict[str, list[float]] = {op: [] for op in ENGINE_OPS}
     flags = docker_run_flags(args)
     for _ in range(repeats):
@@ -277,6 +283,16 @@ async def engine_op_seconds(
             out["exec_true"].append(time.monotonic() - t0)
             if result.exit_code != 0:
                 raise TrialFailed(f"exec true exited {result.exit_code}")
+            # The same `true` as a request to the container's PID 1 (what our trials use); the
+            # first request also attaches, which an exec does not need.
+            channel = ControlChannel(adapter, cid)
+            await channel.run(["true"], limit_s=60)
+            t0 = time.monotonic()
+            answer = await channel.run(["true"], limit_s=60)
+            out["control_request_true"].append(time.monotonic() - t0)
+            channel.close()
+            if answer.exit_code != 0:
+                raise TrialFailed(f"control request true exited {answer.exit_code}")
         finally:
             t0 = time.monotonic()
             await adapter.remove(cid)

@@ -2,8 +2,9 @@
 
 Every Docker Engine call of the project goes through `DockerAdapter`, which runs it on a bounded
 thread pool so the event loop never blocks. Two pools: short control calls (create, start,
-remove, list, inspect) and long output streams (exec). Keeping them apart means a flood of
-long-running execs can never starve the `kill` exec that ends one of them on timeout.
+remove, list, inspect) and long output streams (attach sessions, execs). Keeping them apart
+means a flood of long-running streams can never starve the calls that create or remove
+containers.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ T = TypeVar("T")
 
 # Engine API calls block for at most this long (image builds get their own timeout).
 _API_TIMEOUT_S = 120
-QUICK_TIMEOUT_S = 30.0
-QUICK_OUTPUT_CAP = 1 << 20
 
 
 class DockerUnavailable(RuntimeError):
@@ -84,6 +83,10 @@ class StreamResult:
 
 class OutputTooLarge(RuntimeError):
     pass
+
+
+class ContainerNotRunning(RuntimeError):
+    """The container had stopped (or not started) when a stream to it was opened."""
 
 
 class _ExecStream:
@@ -151,7 +154,8 @@ class DockerAdapter:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._control, partial(fn, *args, **kwargs))
 
-    async def _on_stream_pool(self, fn: Callable[..., T], *args: Any) -> T:
+    async def on_stream_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking stream conversation (reads that last as long as a command)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._stream, partial(fn, *args))
 
@@ -262,6 +266,17 @@ class DockerAdapter:
         stream = await self.call(_open)
         return await self._pump(stream, stdin, max_output, collect_stdout, timeout_s, None)
 
+    def attach_socket(self, container_id: str) -> socket.socket:
+        """Blocking (call it on the stream pool): a socket attached to the main process's stdin,
+        stdout and stderr (multiplexed), kept open by the caller for many exchanges."""
+        # Attaching to a container that is not running waits for it to start: ask first.
+        state = self.client.api.inspect_container(container_id).get("State") or {}
+        if not state.get("Running"):
+            raise ContainerNotRunning(f"container {container_id[:12]} is not running")
+        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        raw = self.client.api.attach_socket(container_id, params=params)
+        return getattr(raw, "_sock", raw)
+
     async def _pump(
         self,
         stream: _ExecStream,
@@ -288,7 +303,7 @@ class DockerAdapter:
                 else:
                     buf.add(payload)
 
-        pump = asyncio.ensure_future(self._on_stream_pool(_pump))
+        pump = asyncio.ensure_future(self.on_stream_pool(_pump))
         timed_out = False
         try:
             try:
@@ -310,27 +325,6 @@ class DockerAdapter:
                 pump.result()  # re-raise a reader error (OutputTooLarge, socket errors)
         raw_out = out.getvalue() if out is not None else None
         return StreamResult(exit_code=None, output=buf, stdout_raw=raw_out), timed_out
-
-    async def exec_quick(
-        self,
-        container_id: str,
-        cmd: list[str],
-        *,
-        timeout_s: float = QUICK_TIMEOUT_S,
-        exit_code: bool = True,
-    ) -> tuple[int | None, bytes]:
-        """A short command whose whole output is wanted (tmux control, kill, probes): stdout,
-        then stderr. Exit code None when it outlived `timeout_s` (its stream is then cut, so
-        a process the agent stopped cannot hold one of our threads for longer)."""
-        result, timed_out = await self.exec_stream(
-            container_id,
-            cmd,
-            collect_stdout=QUICK_OUTPUT_CAP,
-            timeout_s=timeout_s,
-            exit_code=exit_code,
-        )
-        out = (result.stdout_raw or b"") + bytes(result.output.head) + bytes(result.output.tail)
-        return (None if timed_out else result.exit_code), out
 
     # ---- images -----------------------------------------------------------------------------
 
@@ -429,7 +423,7 @@ class DockerAdapter:
                 response.close()
 
         try:
-            starting = asyncio.ensure_future(self._on_stream_pool(_start))
+            starting = asyncio.ensure_future(self.on_stream_pool(_start))
             try:
                 response = await asyncio.wait_for(asyncio.shield(starting), timeout_s)
             except BaseException:
@@ -438,7 +432,7 @@ class DockerAdapter:
                     lambda f: f.cancelled() or f.exception() or f.result().close()
                 )
                 raise
-            reader = asyncio.ensure_future(self._on_stream_pool(_read))
+            reader = asyncio.ensure_future(self.on_stream_pool(_read))
             try:
                 return await asyncio.wait_for(asyncio.shield(reader), deadline - loop.time())
             except BaseException:
@@ -479,7 +473,7 @@ class DockerAdapter:
                     raise BuildFailed(chunk["error"].strip(), log)
             return log
 
-        return await self._on_stream_pool(_build)
+        return await self.on_stream_pool(_build)
 
     async def import_image(
         self, tarball: str, repository: str, tag: str, changes: list[str]
@@ -492,7 +486,7 @@ class DockerAdapter:
             if isinstance(out, str) and '"error"' in out:
                 raise RuntimeError(f"docker import failed: {out}")
 
-        await self._on_stream_pool(_import)
+        await self.on_stream_pool(_import)
 
     def close(self) -> None:
         self._control.shutdown(wait=False, cancel_futures=True)

@@ -21,6 +21,7 @@ from sandboxes.backend import (
     VerifyResult,
     WorkspaceTooLarge,
 )
+from sandboxes.control import ControlChannel
 from sandboxes.docker_adapter import (
     DockerAdapter,
     DockerUnavailable,
@@ -30,7 +31,6 @@ from sandboxes.docker_adapter import (
 from sandboxes.images import ImageResolver
 from sandboxes.isolation import LABEL_BACKEND, container_args
 from sandboxes.pool import ContainerPool, PoolSettings
-from sandboxes.process_tree import kill_tree_command, wrap_command
 from sandboxes.reaper import reap_orphans
 from sandboxes.task import Task
 from sandboxes.terminal import ServiceExecKilled, TerminalSession
@@ -44,14 +44,18 @@ from sandboxes.workspace_tar import (
 log = logging.getLogger(__name__)
 
 DEFAULT_EXEC_OUTPUT_CAP = 64 << 10
-# Prelude of an exec with an upload: unpack stdin into $3 before the command runs.
+# `bash -c _EXEC rollouts-exec COMMAND DEST`: unpack the upload on stdin into DEST (if any),
+# then run COMMAND in /app with stdin from /dev/null and stderr merged into stdout.
 _UNPACK_FAILED = 92
 _UNPACK_MARKER = "[rollouts] upload failed"
-_UNPACK = f"""
-if ! err=$({{ mkdir -p -- "$3" && tar -x --no-same-owner -C "$3" -f -; }} 2>&1); then
+_EXEC = f"""
+if [ -n "$2" ] && ! err=$({{ mkdir -p -- "$2" && tar -x --no-same-owner -C "$2" -f -; }} 2>&1)
+then
   echo "{_UNPACK_MARKER}: $err"
   exit {_UNPACK_FAILED}
 fi
+cd /app 2>/dev/null
+exec bash -lc "$1" </dev/null 2>&1
 """
 
 
@@ -85,7 +89,12 @@ class DockerSandbox:
         self.workspace_notes: list[str] = []
         self._adapter = adapter
         self._settings = settings
-        self._terminal = TerminalSession(adapter, container_id)
+        self._control = ControlChannel(adapter, container_id)
+        self._terminal = TerminalSession(self._control)
+
+    def close(self) -> None:
+        """Drop the control channel's attach session (the container is removed separately)."""
+        self._control.close()
 
     async def exec(
         self, command: str, timeout_s: float, upload: Upload | None = None
@@ -96,37 +105,31 @@ class DockerSandbox:
             raise await self._classify(e) from e
 
     async def _exec(self, command: str, timeout_s: float, upload: Upload | None) -> ExecResult:
-        token = uuid.uuid4().hex[:12]
-
-        async def kill() -> None:
-            await self._adapter.exec_quick(self.id, ["bash", "-c", kill_tree_command(token)])
-
-        script, args, stdin = wrap_command(), [], None
+        dest, stdin = "", b""
         if upload is not None:
             if not upload.dest_dir.startswith("/"):
                 raise ValueError(f"dest_dir must be absolute, got {upload.dest_dir!r}")
-            # Streamed through the exec: the engine's archive API cannot write into tmpfs
+            # Streamed in with the command: the engine's archive API cannot write into tmpfs
             # mounts on a read-only root filesystem.
-            script, args = wrap_command(_UNPACK), [upload.dest_dir]
-            stdin = build_tar(upload.files)
-        result, timed_out = await self._adapter.exec_stream(
-            self.id,
-            ["bash", "-c", script, "rollouts-exec", token, command, *args],
+            dest, stdin = upload.dest_dir, build_tar(upload.files)
+        # At the limit PID 1 kills the command's process group, its background children too.
+        result = await self._control.run(
+            ["bash", "-c", _EXEC, "rollouts-exec", command, dest],
+            limit_s=timeout_s,
             stdin=stdin,
             max_output=self._settings.exec_output_cap,
-            timeout_s=timeout_s,
-            on_timeout=kill,
-            workdir="/app",
         )
-        if upload is not None and not timed_out and result.exit_code == _UNPACK_FAILED:
-            text = result.output.text()
+        output = result.output
+        assert output is not None
+        if upload is not None and result.exit_code == _UNPACK_FAILED:
+            text = output.text()
             if text.startswith(_UNPACK_MARKER):
                 raise SandboxExecError(f"writing files to {upload.dest_dir} failed: {text}")
         return ExecResult(
-            exit_code=None if timed_out else result.exit_code,
-            output=result.output.text(),
-            timed_out=timed_out,
-            dropped_bytes=result.output.dropped,
+            exit_code=result.exit_code,
+            output=output.text(),
+            timed_out=result.timed_out,
+            dropped_bytes=output.dropped,
         )
 
     async def send_keys(self, keystrokes: str, wait_s: float) -> str:
@@ -167,20 +170,19 @@ class DockerSandbox:
     async def _get_workspace(self) -> bytes:
         limit = self._settings.max_workspace_bytes
         try:
-            result, _ = await self._adapter.exec_stream(
-                self.id,
+            result = await self._control.run(
                 # Files the agent made unreadable are left out, not a reason to stop grading.
                 ["tar", "-c", "--ignore-failed-read", "-C", "/app", "."],
+                limit_s=300,
                 collect_stdout=limit + (1 << 20),  # tar headers on top of the content cap
-                timeout_s=300,
             )
         except OutputTooLarge as e:
             # The agent filled /app: its doing, graded 0 (WorkspaceTooLarge), never masked.
             raise WorkspaceTooLarge(f"workspace exceeds {limit} bytes") from e
         if result.exit_code == 137:
-            raise ServiceExecKilled(f"archiving /app was killed: {result.output.text()}")
+            raise ServiceExecKilled("archiving /app was killed")
         if result.exit_code != 0 or result.stdout_raw is None:
-            raise SandboxExecError(f"archiving /app failed: {result.output.text()}")
+            raise SandboxExecError(f"archiving /app failed (tar exit code {result.exit_code})")
         # Parsing and re-packing a tar is CPU work: off the event loop, which other samples'
         # requests to the policy server are waiting on.
         data, notes = await asyncio.to_thread(sanitize_workspace, result.stdout_raw, limit)
@@ -236,6 +238,7 @@ class DockerBackend:
         return DockerSandbox(self.adapter, cid, dict(labels), create_s, self.settings)
 
     async def destroy(self, sandbox: DockerSandbox) -> None:  # type: ignore[override]
+        sandbox.close()
         self.pool.remove_in_background(sandbox.id)
 
     async def verify(

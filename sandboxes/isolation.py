@@ -12,6 +12,7 @@ import os
 import socket
 from typing import Any
 
+from sandboxes.control import PID1_COMMAND
 from sandboxes.task import Task
 
 LABEL_MANAGED = "rollouts.managed"
@@ -31,13 +32,6 @@ _SMALL_TMPFS_MB = {"/logs": 64, "/tests": 64, "/root": 64}
 # of its own so an agent that fills /tmp (or deletes it) cannot break the terminal.
 SERVICE_STATE_DIR = "/run/rollouts"
 SERVICE_STATE_MB = 64
-
-# PID 1. The kernel never delivers kill(-1) to PID 1 and ignores signals it has no handler for,
-# so `kill -9 -1` inside the sandbox kills the agent's processes but not the container (with
-# Docker's tini as PID 1 the container exited when its only child died, and a masked
-# sandbox_error rewarded wrecking the sandbox). `wait` reaps reparented orphans too (the shell
-# waits for any child). The engine's SIGKILL (`docker rm -f`) still ends it at once.
-PID1_COMMAND = ["sh", "-c", 'trap "" TERM INT HUP; while :; do sleep 3600 & wait; done']
 
 
 class IsolationError(ValueError):
@@ -93,7 +87,13 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
     all_labels = {**labels, LABEL_MANAGED: "true", LABEL_OWNER: owner_label()}
     return {
         "image": image,
+        # PID 1 runs the service's commands (control.py). The kernel never delivers kill(-1) to
+        # PID 1 and ignores signals it has no handler for, so `kill -9 -1` inside the sandbox
+        # kills the agent's processes but not the container (with Docker's tini as PID 1 the
+        # container exited when its only child died, and a masked sandbox_error rewarded
+        # wrecking the sandbox). The engine's SIGKILL (`docker rm -f`) still ends it at once.
         "command": PID1_COMMAND,
+        "stdin_open": True,  # the control channel's requests come in on PID 1's stdin
         "working_dir": "/app",
         # A fixed hostname makes the shell prompt match the initial state the agent is shown.
         "hostname": "sandbox",

@@ -4,10 +4,10 @@ tmux keeps the shell (cwd, environment, running programs) across turns. The pane
 is appended to a log file by `pipe-pane`; each `send_keys` returns the log from the previous
 offset, so long outputs are never lost to the scrollback limit and are capped head+tail.
 
-One `send_keys` is a single exec: (re)start the session if needed, type the keys, wait until
-the shell is back at its prompt (returning early matters for speed: most commands finish long
-before their `duration`; see _SEND for how that is seen within milliseconds), then print the
-new output. No per-poll round trip to the engine.
+One `send_keys` is a single request to the container's PID 1 (control.py): (re)start the
+session if needed, type the keys, wait until the shell is back at its prompt (returning early
+matters for speed: most commands finish long before their `duration`; see _SEND for how that
+is seen within milliseconds), then print the new output. No engine call at all.
 
 The session heals itself, because anything the agent breaks here would otherwise end the sample
 as a masked infrastructure error (a reward-hacking route): the log and the tmux socket live in
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from sandboxes.docker_adapter import DockerAdapter
+from sandboxes.control import ControlChannel
 from sandboxes.isolation import SERVICE_STATE_DIR
 
 SESSION = "main"
@@ -39,10 +39,12 @@ PROMPT_HOOK = (
 TICK_S = 0.003
 SETTLE_TICK_S = 0.002
 MAX_WAIT_S = 60.0
-# A terminal exec that has not answered this long after its wait is wedged (the agent stopped
-# the tmux server with `kill -STOP -1`): it is cut, and a second such failure ends the sample.
+# A terminal request that has not answered this long after its wait is wedged (the agent
+# stopped the tmux server with `kill -STOP -1`): it is cut, and a second such failure ends the
+# sample.
 ANSWER_GRACE_S = 20.0
 DEFAULT_OUTPUT_CAP = 32 << 10
+_READ_CAP = 1 << 20  # what one turn's answer may hold (the script caps its output)
 SHELLS = ("bash", "sh", "dash", "zsh")
 
 RESTARTED_MARKER = (
@@ -225,11 +227,8 @@ fi
 class TerminalSession:
     """A tmux session in one container; started (or restarted) by `send_keys` as needed."""
 
-    def __init__(
-        self, adapter: DockerAdapter, container_id: str, output_cap: int = DEFAULT_OUTPUT_CAP
-    ):
-        self._adapter = adapter
-        self._cid = container_id
+    def __init__(self, control: ControlChannel, output_cap: int = DEFAULT_OUTPUT_CAP):
+        self._control = control
         self._cap = output_cap
         self._offset = 0
         self._started = False
@@ -244,22 +243,21 @@ class TerminalSession:
                 text, enter = text[:-1], True
             mode = "text" if text else "none"
         wait_us = int(max(0.0, min(float(wait_s), MAX_WAIT_S)) * 1e6)
-        # The header says how the script went; its exit code is asked for only on the retry.
-        _, out = await self._run(mode, text, enter, wait_us, exit_code=False)
+        _, out = await self._run(mode, text, enter, wait_us)
         lost = ""
         if not _has_header(out):
-            # Our own exec was killed with everything else (`kill -9 -1` typed by the agent):
-            # look again, which restarts the session if it is gone. A second failure is not
-            # the agent's doing (the container is gone, the engine is down): raise.
+            # Our own request was killed with everything else (`kill -9 -1` typed by the agent):
+            # look again, which restarts the session if it is gone. A second failure is raised
+            # (the caller tells the agent's doing from a container gone or an engine down).
             lost = LOST_MARKER
-            code, out = await self._run("none", "", False, 0, exit_code=True)
+            code, out = await self._run("none", "", False, 0)
             if not _has_header(out):
                 kind = ServiceExecKilled if code == 137 else TerminalError
                 raise kind(f"terminal read failed ({code}): {out[:200]!r}")
         return lost + self._decode(out)
 
     async def _run(
-        self, mode: str, text: str, enter: bool, wait_us: int, exit_code: bool
+        self, mode: str, text: str, enter: bool, wait_us: int
     ) -> tuple[int | None, bytes]:
         args = [
             mode,
@@ -270,15 +268,14 @@ class TerminalSession:
             str(self._cap),
             "1" if self._started else "0",
         ]
-        code, out = await self._adapter.exec_quick(
-            self._cid,
+        result = await self._control.run(
             ["bash", "-c", _SEND, "rollouts-send-keys", *args],
-            timeout_s=wait_us / 1e6 + ANSWER_GRACE_S,
-            exit_code=exit_code,
+            limit_s=wait_us / 1e6 + ANSWER_GRACE_S,
+            collect_stdout=_READ_CAP,
         )
-        # Even when this exec was killed before it answered, it may have started the session.
+        # Even when this request was killed before it answered, it may have started the session.
         self._started = True
-        return code, out
+        return result.exit_code, result.stdout_raw or b""
 
     def _decode(self, out: bytes) -> str:
         header, _, body = out.partition(b"\n")

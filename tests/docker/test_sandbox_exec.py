@@ -9,7 +9,8 @@ import time
 import pytest
 
 from sandboxes.backend import Upload
-from sandboxes.isolation import PID1_COMMAND, IsolationError, container_args
+from sandboxes.control import PID1_COMMAND
+from sandboxes.isolation import IsolationError, container_args
 from sandboxes.task import EnvironmentConfig, TaskConfig
 
 pytestmark = pytest.mark.docker

@@ -51,9 +51,13 @@ def test_empty_solution_scores_zero_on_every_bundled_task(tmp_path: Path) -> Non
 
 def _owned_by(pid: int) -> list:
     prefix = f"{socket.gethostname()}:{pid}:"
-    client = default_adapter().client
-    found = client.containers.list(all=True, filters={"label": "rollouts.managed=true"})
-    return [c for c in found if c.labels.get("rollouts.owner", "").startswith(prefix)]
+    # The low-level list: the high-level one inspects each container it lists, which fails
+    # for one removed in between (the pool's refills and removals go on meanwhile).
+    api = default_adapter().client.api
+    found = api.containers(all=True, filters={"label": "rollouts.managed=true"})
+    return [
+        c for c in found if (c.get("Labels") or {}).get("rollouts.owner", "").startswith(prefix)
+    ]
 
 
 def test_sigkill_mid_run_then_gc_leaves_nothing(tmp_path: Path) -> None:

@@ -75,11 +75,13 @@ def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = _check(tmp_path, HEADLINE)
     sandbox, overlap = result["details"]["sandbox"], result["details"]["overlap"]
-    assert set(sandbox["engine_ops_s"]) == {"create_start", "exec_true", "remove",
-                                             "docker_run_true"}  # fmt: skip
+    assert set(sandbox["engine_ops_s"]) == {"create_start", "exec_true", "control_request_true",
+                                             "remove", "docker_run_true"}  # fmt: skip
     calls = sandbox["ours_engine_calls_per_trial"]
     assert calls["create"] >= 2  # agent + fresh verifier
-    assert calls["attach"] == 1 and calls["exec"] >= 2  # verifier attached; solve, workspace
+    # Two attach sessions (the agent container's control channel, the verifier's script) and
+    # no exec: solve and workspace go through the agent container's PID 1.
+    assert calls["attach"] == 2 and calls["exec"] == 0
     # CPU per trial by owner, or the reason it could not be split on this machine.
     cpu = sandbox["cpu_s_per_trial"]
     if "unavailable" in cpu:
@@ -100,6 +102,9 @@ def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
         assert sandbox["harbor"]["unavailable"]
     assert overlap["calibration"]["sandbox_only_s"] > 0 and overlap["tokens_per_s"] > 0
     assert len(overlap["calibration"]["steps"]) == 2
+    busy = overlap["end_to_end_busy_s"]  # the end-to-end runs' timeline
+    assert busy["generation_s"]["median"] > 0 and busy["sandbox_s"]["median"] > 0
+    assert busy["both_s"]["median"] <= min(busy[k]["median"] for k in ("generation_s", "sandbox_s"))
     # The document renders from this run with every figure it needs: none "not in this run".
     from benchmarks.report import NOT_RUN, render_doc
 
