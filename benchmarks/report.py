@@ -785,6 +785,14 @@ def render_doc(r: dict[str, Any]) -> str:
                 "the same oracle solution, reach each turn together. It measures a batch's",
                 "fill and drain more than the pipeline's steady state.",
             ))  # fmt: skip
+            if "drain_s" in busy:
+                drain = busy["drain_s"]["median"]
+                add(_para(
+                    f"Of those {alone:.1f} s, {drain:.1f} s came after the last request had",
+                    "ended (the drain: the last commands and every verification); sandbox work",
+                    f"before it overlapped generation for {both:.1f} of",
+                    f"{sbx - drain:.1f} s.",
+                ))  # fmt: skip
         add("What would move it:")
         add("\n".join([
             _item("Batches larger than one wave, as an RL step's are (64 prompts × 8 samples",

@@ -3,7 +3,8 @@
 The overlap figure says how much longer end to end took than the longer half alone; a timeline
 says why. Every policy request (`PolicyClient.complete`) and every sandbox call (create, the
 terminal, execs, the workspace tar, the verifier) of any sample is a span; `busy()` returns the
-seconds with at least one span of each kind open, and with both open at once. Full overlap
+seconds with at least one span of each kind open, with both open at once, and the drain: sandbox
+work after the last request ended. Full overlap
 puts both near the shorter half's busy time; halves that alternate batch-wide (every sample
 generating, then every sample in its sandbox) put it near 0.
 """
@@ -36,10 +37,13 @@ class Timeline:
     def busy(self) -> dict[str, float]:
         """Seconds with generation in flight, sandbox work in flight, and both."""
         gen, sbx = (_union(self.spans[k]) for k in KINDS)
+        # The drain: sandbox work after the last request ended (last commands, verification).
+        drain = _intersection(sbx, [(gen[-1][1], sbx[-1][1])]) if gen and sbx else []
         return {
             "generation_s": round(_length(gen), 3),
             "sandbox_s": round(_length(sbx), 3),
             "both_s": round(_length(_intersection(gen, sbx)), 3),
+            "drain_s": round(_length(drain), 3),
         }
 
 

@@ -105,6 +105,7 @@ def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
     busy = overlap["end_to_end_busy_s"]  # the end-to-end runs' timeline
     assert busy["generation_s"]["median"] > 0 and busy["sandbox_s"]["median"] > 0
     assert busy["both_s"]["median"] <= min(busy[k]["median"] for k in ("generation_s", "sandbox_s"))
+    assert 0 <= busy["drain_s"]["median"] <= busy["sandbox_s"]["median"]
     # The document renders from this run with every figure it needs: none "not in this run".
     from benchmarks.report import NOT_RUN, render_doc
 
