@@ -36,13 +36,12 @@ import binascii
 import re
 import shlex
 import socket
-import struct
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 
-from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
+from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge, take_frames
 
 # Time for PID 1 to kill a request at its limit and answer, before the reader gives up.
 ANSWER_MARGIN_S = 10.0
@@ -317,15 +316,10 @@ class _Conn:
             raise late from None
         if not chunk:
             raise ConnectionResetError("the sandbox's attach stream ended (container gone?)")
-        frames = self._frames
-        frames += chunk
-        while len(frames) >= 8:
-            stream_id, size = struct.unpack(">BxxxL", bytes(frames[:8]))
-            if len(frames) < 8 + size:
-                break
+        self._frames += chunk
+        for stream_id, payload in take_frames(self._frames):
             if stream_id == 1:
-                self._stdout += frames[8 : 8 + size]
-            del frames[: 8 + size]
+                self._stdout += payload
 
 
 class _Deadline:

@@ -122,12 +122,20 @@ class _ExecStream:
             if not chunk:
                 return
             buf += chunk
-            while len(buf) >= 8:
-                stream_id, size = struct.unpack(">BxxxL", bytes(buf[:8]))
-                if len(buf) < 8 + size:
-                    break
-                yield stream_id, bytes(buf[8 : 8 + size])
-                del buf[: 8 + size]
+            yield from take_frames(buf)
+
+
+def take_frames(buf: bytearray) -> list[tuple[int, bytes]]:
+    """Remove the whole frames of Docker's multiplexed stream (an 8-byte header: stream id,
+    size) from the front of `buf`: (stream id, payload) each; a partial frame stays."""
+    frames = []
+    while len(buf) >= 8:
+        stream_id, size = struct.unpack(">BxxxL", bytes(buf[:8]))
+        if len(buf) < 8 + size:
+            break
+        frames.append((stream_id, bytes(buf[8 : 8 + size])))
+        del buf[: 8 + size]
+    return frames
 
 
 class DockerAdapter:
