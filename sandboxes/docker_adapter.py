@@ -216,18 +216,14 @@ class DockerAdapter:
         stdin: bytes | None = None,
         max_output: int = 1 << 20,
         collect_stdout: int | None = None,
-        on_timeout: Callable[[], Any] | None = None,
-        workdir: str | None = None,
-        exit_code: bool = True,
     ) -> tuple[StreamResult, bool]:
         """Run `cmd`, feed it `stdin` (then EOF), read all output keeping a capped copy.
 
         The output is always drained to the end so the process never blocks on a full pipe.
         With `collect_stdout=N`, stdout is returned raw instead (for tar streams); more than N
-        bytes raises OutputTooLarge. On timeout `on_timeout` (an async callable that kills the
-        process tree) runs; the stream then ends as the processes die, and is cut after a grace
-        period otherwise. Returns (result, timed_out). `exit_code=False` saves the engine call
-        that asks for the exit code (left None), for callers whose output says how it went.
+        bytes raises OutputTooLarge. On timeout the stream is cut (the process is left to the
+        container's removal). Returns (result, timed_out). The service itself runs its commands
+        through `control.py`; execs remain for the benchmarks' baselines.
         """
 
         def _open() -> tuple[str, _ExecStream]:
@@ -238,16 +234,13 @@ class DockerAdapter:
                 stdin=stdin is not None,
                 stdout=True,
                 stderr=True,
-                workdir=workdir,
             )
             raw = api.exec_start(ex["Id"], socket=True)
             return ex["Id"], _ExecStream(raw)
 
         exec_id, stream = await self.call(_open)
-        result, timed_out = await self._pump(
-            stream, stdin, max_output, collect_stdout, timeout_s, on_timeout
-        )
-        if exit_code and not timed_out:
+        result, timed_out = await self._pump(stream, stdin, max_output, collect_stdout, timeout_s)
+        if not timed_out:
             info = await self.call(self.client.api.exec_inspect, exec_id)
             result.exit_code = info.get("ExitCode")
         return result, timed_out
@@ -272,7 +265,7 @@ class DockerAdapter:
             return _ExecStream(self.client.api.attach_socket(container_id, params=params))
 
         stream = await self.call(_open)
-        return await self._pump(stream, stdin, max_output, collect_stdout, timeout_s, None)
+        return await self._pump(stream, stdin, max_output, collect_stdout, timeout_s)
 
     def attach_socket(self, container_id: str) -> socket.socket:
         """Blocking (call it on the stream pool): a socket attached to the main process's stdin,
@@ -292,7 +285,6 @@ class DockerAdapter:
         max_output: int,
         collect_stdout: int | None,
         timeout_s: float,
-        on_timeout: Callable[[], Any] | None,
     ) -> tuple[StreamResult, bool]:
         """Feed `stdin` (then EOF) and drain the framed output on a stream thread, keeping a
         capped copy (or stdout raw, up to `collect_stdout` bytes)."""
@@ -314,16 +306,9 @@ class DockerAdapter:
         pump = asyncio.ensure_future(self.on_stream_pool(_pump))
         timed_out = False
         try:
-            try:
-                await asyncio.wait_for(asyncio.shield(pump), timeout_s)
-            except TimeoutError:
-                timed_out = True
-                if on_timeout is not None:
-                    await on_timeout()
-                    try:
-                        await asyncio.wait_for(asyncio.shield(pump), 10.0)
-                    except TimeoutError:
-                        pass  # something escaped the kill and still holds the pipe: cut it
+            await asyncio.wait_for(asyncio.shield(pump), timeout_s)
+        except TimeoutError:
+            timed_out = True
         finally:
             stream.close()
             if not pump.done():
