@@ -29,6 +29,7 @@ METHODS = {
     "token_arrays": "the same trajectories leased as Arrow, then as JSON, from the API",
     "overlap": "decode speed calibrated to balance the halves; generation alone graded",
     "cpu_split": "CPU time by owner from cgroup accounting (engine, containers, harness)",
+    "datapath_warmup": "one unmeasured rollout through the service before its timed pipeline",
 }
 
 
@@ -48,8 +49,9 @@ class Sizes:
     sqlite_blobs: int
 
 
-# The full run stays under 10 minutes on 2 cores.
-FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 2, 8, 16, 2048, 10_000, 1280)
+# The full run stays under 10 minutes on 2 cores. The overlap batch (2 tasks x 8 through 4
+# slots) is four waves, as an RL step's batch is several times the samples in flight.
+FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 2, 8, 4, 2048, 10_000, 1280)
 QUICK = Sizes(1, 2, (1, 2), (2,), 5, 1, 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease
 
 

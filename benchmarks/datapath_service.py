@@ -18,9 +18,8 @@ from benchmarks.synthetic import make_trajectory, synthetic_tasks
 from sandboxes.task import Task
 from service.app import Components, create_app
 from service.sample import SampleSpec
-from service.scheduler import OnTrajectory
 from service.settings import PolicySettings, ServiceSettings, Settings
-from service.trajectory import Trajectory
+from service.trajectory import OnEpisodeEnd, OnTrajectory, Trajectory
 
 # Distinct payloads: one lease (16 groups x 8) never holds the same record twice, so Arrow's
 # zstd buffers cannot shrink a batch by finding repeats. Costs ~75 MiB of the service's RSS.
@@ -37,7 +36,11 @@ class SyntheticRunner:
         ]
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: OnTrajectory,
+        on_episode_end: OnEpisodeEnd | None = None,
     ) -> None:
         def one(spec: SampleSpec) -> Trajectory:
             self.served += 1

@@ -104,6 +104,11 @@ DOC = REPO / "docs" / "performance.md"
 NOT_RUN = "not in this run"
 
 
+def _waves(tasks: int, n: int, concurrency: int) -> int:
+    """How many rounds of `concurrency` samples a batch of tasks × n runs in."""
+    return -(-tasks * n // concurrency)
+
+
 def _fig_text(d: dict[str, Any], fmt: str = "{:.1f}") -> str:
     return Figure(d["median"], d["min"], d["max"], d["runs"]).text(fmt)
 
@@ -301,6 +306,7 @@ def render_doc(r: dict[str, Any]) -> str:
         PIPELINE_LEASE_GROUPS,
         RSS_SAMPLE_S,
         TOKEN_SAMPLE_GROUPS,
+        WARMUP_GROUPS,
     )
     from benchmarks.datapath_service import (
         MAX_CONCURRENT_SAMPLES,
@@ -412,11 +418,14 @@ def render_doc(r: dict[str, Any]) -> str:
         "`docker exec` CLI; p50 and p95 of each. Target: the terminal's p50 within 30 ms of",
         "the bare exec's.",
     ))  # fmt: skip
+    full_waves = _waves(FULL.overlap_tasks, FULL.overlap_n, FULL.overlap_concurrency)
     add(_para(
         "**3. Pipeline overlap** (`benchmarks/overlap.py`). `collect` runs a batch of",
         f"{FULL.overlap_tasks} tasks × n={FULL.overlap_n} with {FULL.overlap_concurrency}",
-        "samples in flight against the stand-in policy (p_correct 1, no malformed replies),",
-        f"three ways, {FULL.overlap_repeats} times:",
+        f"samples in flight ({full_waves} waves, as an RL step's batch is several times what is in",
+        "flight; a sample's slot is freed when its episode ends, so the next wave generates",
+        "while the one before verifies) against the stand-in policy (p_correct 1, no",
+        f"malformed replies), three ways, {FULL.overlap_repeats} times:",
     ))  # fmt: skip
     add("\n".join([
         _item("end to end: the stand-in at a fixed decode throughput that all requests in",
@@ -447,7 +456,9 @@ def render_doc(r: dict[str, Any]) -> str:
         "episode is real: `POST /v1/rollouts`, the scheduler (`max_concurrent_samples`",
         f"{MAX_CONCURRENT_SAMPLES}), the store's commit path (SQLite, group commit,",
         "`synchronous=FULL`, advantages), leases and acks over loopback HTTP; the benchmark",
-        "process is the trainer. Per repeat, on a fresh data dir:",
+        "process is the trainer. Per repeat, on a fresh data dir, after an unmeasured",
+        f"warm-up rollout ({WARMUP_GROUPS * N_SAMPLES} trajectories leased as Arrow and JSON:",
+        "the process's first lease pays one-off imports, not a per-trajectory cost):",
     ))  # fmt: skip
     add("\n".join([
         _item(f"*Pipeline*: {FULL.pipeline_trajectories:,} trajectories are committed while",
@@ -493,6 +504,11 @@ def render_doc(r: dict[str, Any]) -> str:
     notes = []
     if "baseline_warmup" not in methods and sb:
         notes.append("only *ours* had a warm-up round; the cold and floor baselines started cold")
+    if "datapath_warmup" not in methods and dp:
+        notes.append(
+            "the data path's pipeline figure includes the service process's one-off first-lease "
+            "costs (no warm-up rollout)"
+        )
     if "token_arrays" not in methods and dp:
         notes.append(
             "the token-array figure was not taken from the API's responses: the same kind of "
@@ -772,18 +788,19 @@ def render_doc(r: dict[str, Any]) -> str:
             gen, sbx, both = (busy[k]["median"] for k in ("generation_s", "sandbox_s", "both_s"))
             e2e = ov["end_to_end_s"]["median"]
             alone = e2e - gen  # sandbox work with no request in flight (and idle time)
+            waves = _waves(ov["tasks"], ov["n_samples"], ov["concurrency"])
             add(_para(
                 "The end-to-end runs' timeline (every policy request and every sandbox call of",
                 f"any sample as a span): generation was in flight {gen:.1f} s of the {e2e:.1f}",
-                f"s, about as long as alone, and sandbox work {sbx:.1f} s, of which only",
+                f"s, about as long as alone, and sandbox work {sbx:.1f} s, of which",
                 f"{both:.1f} s beside a request. For {alone:.1f} s no request was in flight at",
                 "all: every sample in flight was in its sandbox at once, and that time adds to",
-                "generation's instead of hiding behind it. This batch is one wave",
-                f"({ov['tasks']} tasks × {ov['n_samples']} samples, {ov['concurrency']} in",
-                "flight), so every sample's last command and its verification come after its",
-                "last request with nothing left to generate, and a group's samples, which type",
-                "the same oracle solution, reach each turn together. It measures a batch's",
-                "fill and drain more than the pipeline's steady state.",
+                f"generation's instead of hiding behind it. The batch is {waves} wave",
+                f"{'' if waves == 1 else 's'} ({ov['tasks']} tasks × {ov['n_samples']} samples,",
+                f"{ov['concurrency']} in flight): the last wave's final commands and",
+                "verifications come after the last request with nothing left to generate, and",
+                "a wave's samples, which type the same oracle solution, reach each turn",
+                "together, so while they all run a command nothing generates.",
             ))  # fmt: skip
             if "drain_s" in busy:
                 drain = busy["drain_s"]["median"]
@@ -795,9 +812,9 @@ def render_doc(r: dict[str, Any]) -> str:
                 ))  # fmt: skip
         add("What would move it:")
         add("\n".join([
-            _item("Batches larger than one wave, as an RL step's are (64 prompts × 8 samples",
-                  "with fewer in flight): the drain at the end is then paid once per step, not",
-                  "per wave. Measuring that here takes minutes more than the runner's budget.",
+            _item("More waves per batch, as an RL step has (64 prompts × 8 samples through",
+                  "the service's default 64 slots: 8 waves): the drain at the end is paid once",
+                  "per step. Measuring that here takes minutes more than the runner's budget.",
                   mark="1."),
             _item("Samples that differ, as an RL batch's do (p_correct below 1, different",
                   "lengths), so a group's samples stop moving in step.", mark="2."),

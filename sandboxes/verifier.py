@@ -185,6 +185,19 @@ async def run_verifier(
     except Exception as e:  # a malformed workspace tar is the infrastructure's fault
         return VerifyResult(None, Verdict.infrastructure, f"bad workspace archive: {e}")
 
+    async with pool.verifying():
+        return await _verify_in_container(adapter, pool, args, task, upload, durations, t_start)
+
+
+async def _verify_in_container(
+    adapter: DockerAdapter,
+    pool: ContainerPool,
+    args: dict[str, Any],
+    task: Task,
+    upload: bytes,
+    durations: dict[str, float],
+    t_start: float,
+) -> VerifyResult:
     limit_s = task.config.verifier_timeout_sec
     cid: str | None = None
     try:

@@ -25,6 +25,7 @@ from service.policy.client import ContextLengthError, Generation, PolicyClient, 
 from service.sample import SampleSpec
 from service.trajectory import (
     Message,
+    OnEpisodeEnd,
     OnTrajectory,
     Status,
     Timings,
@@ -122,7 +123,11 @@ class EpisodeRunner:
         return dict(self.chat_template_kwargs)
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: OnTrajectory,
+        on_episode_end: OnEpisodeEnd | None = None,
     ) -> None:
         if not samples:
             return
@@ -145,7 +150,16 @@ class EpisodeRunner:
         results = await asyncio.gather(
             *(
                 self._run_sample(
-                    task, spec, i, harness, messages, first, sandbox_task, on_trajectory, started
+                    task,
+                    spec,
+                    i,
+                    harness,
+                    messages,
+                    first,
+                    sandbox_task,
+                    on_trajectory,
+                    on_episode_end,
+                    started,
                 )
                 for i, (spec, sandbox_task) in enumerate(zip(samples, sandbox_tasks, strict=True))
             ),
@@ -218,6 +232,7 @@ class EpisodeRunner:
         first: _FirstTurn,
         sandbox_task: asyncio.Task,
         on_trajectory: OnTrajectory,
+        on_episode_end: OnEpisodeEnd | None,
         started: float,
     ) -> None:
         ep = _Episode(
@@ -243,6 +258,8 @@ class EpisodeRunner:
             elif ep.status is Status.ok and sandbox is not None:
                 await self._agent_loop(task, ep, sandbox, first.generations[position])
             if sandbox is not None and ep.status in _VERIFIED_STATUSES:
+                if on_episode_end is not None:  # the next sample may generate meanwhile
+                    await on_episode_end(spec.trajectory_id)
                 verify = await self._verify(task, ep, sandbox)
                 sandbox = None
         except asyncio.CancelledError:

@@ -93,11 +93,12 @@ class Metrics:
         self.disk_reserve.set(disk.reserve_bytes)
         self.store_bytes.set_function(lambda: float(disk.store.disk_bytes()))
 
-    def observe_trajectory(self, t: Trajectory) -> None:
+    def observe_trajectory(self, t: Trajectory, generated_tokens: int) -> None:
+        """`generated_tokens` is sum(t.loss_mask), which the caller has counted already."""
         self.samples.labels(t.status.value).inc()
         self.tokens.labels("prompt").inc(len(t.prompt_token_ids))
         self.tokens.labels("response").inc(len(t.response_token_ids))
-        self.tokens.labels("generated").inc(sum(t.loss_mask))
+        self.tokens.labels("generated").inc(generated_tokens)
         tm = t.timings
         for stage in ("create_s", "generate_s", "agent_s", "verify_s", "teardown_s", "total_s"):
             value = getattr(tm, stage)

@@ -1,7 +1,10 @@
 """Rollout requests -> groups of samples -> a group runner, under bounded concurrency.
 
 Higher `priority` runs first, then first come first served. A group whose n samples exceed the
-free sample slots is run in chunks, so `max_concurrent_samples` holds for any n. Every sample
+free sample slots is run in chunks, so `max_concurrent_samples` holds for any n. A sample holds
+its slot for its episode only: when the runner says the episode is over, the sample moves to
+one of as many slots for verifying and committing, and the next sample starts generating while
+it verifies (the policy server need not wait for the tests). Every sample
 ends as one committed trajectory: from the runner, or `cancelled` when its rollout is
 cancelled, or a masked `sandbox_error` if the runner broke its contract (raised, or returned
 without reporting a sample).
@@ -30,7 +33,13 @@ from service.store import (
     group_id_for,
     sample_trajectory_id,
 )
-from service.trajectory import OnTrajectory, Status, Trajectory, empty_trajectory
+from service.trajectory import (
+    OnEpisodeEnd,
+    OnTrajectory,
+    Status,
+    Trajectory,
+    empty_trajectory,
+)
 from service.wire import RolloutRequest
 
 log = logging.getLogger(__name__)
@@ -41,8 +50,17 @@ TaskLoader = Callable[[str, list[str] | None, int | None], Iterable[Task]]
 
 class GroupRunner(Protocol):
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
-    ) -> None: ...
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: OnTrajectory,
+        on_episode_end: OnEpisodeEnd | None = None,
+    ) -> None:
+        """Runs the samples, reporting each one's trajectory through `on_trajectory`. A runner
+        whose samples verify after their episode calls `on_episode_end(trajectory_id)` between
+        the two (at most once per sample); one that never calls it keeps each sample's slot
+        until its report."""
+        ...
 
 
 class QueueFull(Busy):
@@ -118,7 +136,8 @@ class Scheduler:
         self._rollouts: dict[str, _Rollout] = {}
         self._queue: asyncio.PriorityQueue[tuple[int, int, _Work]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
-        self._slots = _Slots(max_concurrent_samples)
+        self._slots = _Slots(max_concurrent_samples)  # samples in their episode
+        self._finishing = _Slots(max_concurrent_samples)  # samples verifying or committing
         self._dispatcher: asyncio.Task[None] | None = None
 
     # -- lifecycle
@@ -317,23 +336,39 @@ class Scheduler:
 
     async def _run_chunk(self, ctx: _Rollout, task_id: str, chunk: list[SampleSpec]) -> None:
         unreported = {s.trajectory_id: s for s in chunk}
+        finishing: set[str] = set()  # samples whose episode ended: they hold a finishing slot
+
+        async def release(trajectory_id: str) -> None:
+            if trajectory_id in finishing:
+                finishing.discard(trajectory_id)
+                await self._finishing.release(1)
+            else:
+                await self._slots.release(1)
+
+        async def on_episode_end(trajectory_id: str) -> None:
+            if trajectory_id not in unreported or trajectory_id in finishing:
+                return
+            # The finishing slot first: samples between episode and commit stay bounded.
+            await self._finishing.acquire(1)
+            finishing.add(trajectory_id)
+            await self._slots.release(1)
 
         async def on_trajectory(t: Trajectory) -> None:
             if unreported.pop(t.trajectory_id, None) is None:
                 log.warning("runner reported unknown or repeated trajectory %s", t.trajectory_id)
                 return
             self.running_samples -= 1
-            # The slot is held until the commit returns: a runner faster than the store must
+            # A slot is held until the commit returns: a runner faster than the store must
             # wait, or encoded payloads (~140 KB each) pile up unbounded (1.2 GiB RSS at 2k
             # pending in the data-path benchmark, docs/performance.md).
             try:
                 await self._record(t)
             finally:
-                await self._slots.release(1)
+                await release(t.trajectory_id)
 
         error: BaseException | None = None
         try:
-            await self.runner.run_group(ctx.tasks[task_id], chunk, on_trajectory)
+            await self.runner.run_group(ctx.tasks[task_id], chunk, on_trajectory, on_episode_end)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a runner bug must not lose the samples
@@ -344,7 +379,8 @@ class Scheduler:
             unreported.clear()
             if left:
                 self.running_samples -= len(left)
-                await self._slots.release(len(left))
+                for spec in left:
+                    await release(spec.trajectory_id)
                 self._update_gauges()
         if left and not ctx.cancelled:
             why = f"runner error: {error!r}" if error else "runner returned without this sample"
@@ -356,9 +392,10 @@ class Scheduler:
         self._update_gauges()
         if result.duplicate:
             return
+        generated = sum(t.loss_mask)  # 8k-token episodes: counted once per trajectory
         if self.metrics is not None:
             try:
-                self.metrics.observe_trajectory(t)
+                self.metrics.observe_trajectory(t, generated)
             except Exception:  # noqa: BLE001 - committed is committed; a metric must not undo it
                 log.exception("metrics failed on trajectory %s", t.trajectory_id)
         self.events.publish(
@@ -372,7 +409,7 @@ class Scheduler:
                 "status": t.status.value,
                 "reward": t.reward,
                 # For the web view's throughput, latency and reward-by-version plots.
-                "generated_tokens": sum(t.loss_mask),
+                "generated_tokens": generated,
                 "total_s": t.timings.total_s,
                 "policy_version": t.policy_version_start,
             },

@@ -136,6 +136,9 @@ class Trajectory(BaseModel):
 
 # How a group runner hands each finished trajectory back (the scheduler commits it).
 OnTrajectory = Callable[[Trajectory], Awaitable[None]]
+# How a group runner says a sample's episode is over (by trajectory id): only its verification
+# and its report remain, so the scheduler can start the next sample's episode meanwhile.
+OnEpisodeEnd = Callable[[str], Awaitable[None]]
 
 
 def empty_trajectory(

@@ -75,3 +75,79 @@ async def test_warm_pool_hands_out_prestarted_containers(pooled_backend, example
     r = await second.exec("echo warm", 10)
     assert r.output == "warm\n"
     await pooled_backend.destroy(second)
+
+
+def _slow_tests(task, seconds: float):
+    """`task` with tests that take `seconds`, then pass."""
+    from dataclasses import replace
+
+    test_sh = f"sleep {seconds}; echo 1 > /logs/verifier/reward.txt\n".encode()
+    return replace(task, test_files={**task.test_files, "test.sh": test_sh})
+
+
+async def _containers(backend) -> set[str]:
+    from sandboxes.isolation import LABEL_BACKEND
+
+    return {
+        c["Id"] for c in await backend.adapter.list_containers({LABEL_BACKEND: backend.backend_id})
+    }
+
+
+async def _verify_while_creating(backend, task, labels, watch_s: float):
+    """Starts a verification, then an agent sandbox (whose create starts refills), and returns
+    the containers seen each 0.2 s for `watch_s` beside the verification's result."""
+    import asyncio
+
+    from sandboxes.workspace_tar import build_tar
+
+    verification = asyncio.ensure_future(backend.verify(task, build_tar({}), labels))
+    for _ in range(200):  # until the verifier holds its container
+        if backend.pool._verifying or verification.done():
+            break
+        await asyncio.sleep(0.05)
+    assert not verification.done(), verification.result()
+    sandbox = await backend.create(task, labels)
+    seen = []
+    for _ in range(int(watch_s / 0.2)):
+        seen.append(await _containers(backend))
+        await asyncio.sleep(0.2)
+    result = await verification
+    return sandbox, seen, result
+
+
+async def test_refills_wait_for_running_verifications(example_task, run_labels):
+    """A refill is engine work for later; a verification is what a sample's reward waits for:
+    while one runs, no refill starts (the agent sandbox is created on demand), and when it
+    ends the pool fills up again."""
+    import asyncio
+
+    from sandboxes.docker_backend import BackendSettings, DockerBackend
+    from sandboxes.pool import PoolSettings
+
+    task = _slow_tests(example_task, 4)
+    pool = PoolSettings(warm_per_key=1, refill_defer_s=60)
+    async with DockerBackend(BackendSettings(pool=pool, reap_at_start=False)) as backend:
+        sandbox, seen, result = await _verify_while_creating(backend, task, run_labels, 2.5)
+        assert result.reward == 1.0, result.output
+        # The verifier's container and the agent's, nothing else while the tests ran.
+        assert all(ids == seen[0] and len(ids) == 2 for ids in seen), seen
+        for _ in range(100):  # the verification is over: both keys are refilled
+            if sum(map(len, backend.pool._idle.values())) == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert sum(map(len, backend.pool._idle.values())) == 2
+        await backend.destroy(sandbox)
+
+
+async def test_a_refill_waits_for_verifications_only_so_long(example_task, run_labels):
+    from sandboxes.docker_backend import BackendSettings, DockerBackend
+    from sandboxes.pool import PoolSettings
+
+    task = _slow_tests(example_task, 8)
+    pool = PoolSettings(warm_per_key=1, refill_defer_s=1)
+    async with DockerBackend(BackendSettings(pool=pool, reap_at_start=False)) as backend:
+        sandbox, seen, result = await _verify_while_creating(backend, task, run_labels, 5)
+        assert result.reward == 1.0, result.output
+        # Refills (one per key) started after refill_defer_s, with the tests still running.
+        assert len(seen[-1]) == 4, seen
+        await backend.destroy(sandbox)

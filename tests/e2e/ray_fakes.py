@@ -17,7 +17,7 @@ from sandboxes.backend import ExecResult, SandboxBackend, Upload, Verdict, Verif
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar
 from service.sample import SampleSpec
-from service.trajectory import OnTrajectory, Status, empty_trajectory
+from service.trajectory import OnEpisodeEnd, OnTrajectory, Status, empty_trajectory
 
 _EMPTY_TAR = build_tar({})
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +147,11 @@ class LifecycleRunner:
         self.last_end: float | None = None
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: OnTrajectory
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: OnTrajectory,
+        on_episode_end: OnEpisodeEnd | None = None,
     ) -> None:
         await asyncio.gather(*(self._one(task, s, on_trajectory) for s in samples))
 

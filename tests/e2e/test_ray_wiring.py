@@ -66,7 +66,7 @@ def test_the_ray_address_flag_defaults_to_the_setting(name: str) -> None:
 
 class OneSampleRunner:
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable
+        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable, on_episode_end=None
     ) -> None:
         for s in samples:
             await on_trajectory(

@@ -67,7 +67,11 @@ class Runner:
         self.started = 0
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable[..., Any]
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: Callable[..., Any],
+        on_episode_end: Any = None,
     ) -> None:
         self.tasks_run.append(task.id)
         self.started += len(samples)

@@ -37,7 +37,7 @@ class GatedRunner:
         self.started = 0
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable
+        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable, on_episode_end=None
     ) -> None:
         self.started += len(samples)
         for s in samples:

@@ -643,8 +643,8 @@ def test_metrics_take_any_finite_reward() -> None:
         prompt_token_ids=[1], response_token_ids=[], loss_mask=[], rollout_logprobs=[],
         reward=-3.0, status=Status.ok, reward_flags=["pytest_tampered"],
     )  # fmt: skip
-    m.observe_trajectory(t)
-    m.observe_trajectory(t.model_copy(update={"reward": 1.0}))
+    m.observe_trajectory(t, sum(t.loss_mask))
+    m.observe_trajectory(t.model_copy(update={"reward": 1.0}), sum(t.loss_mask))
     assert m.registry.get_sample_value("rollouts_reward_sum", {"policy_version": "0"}) == -2.0
     flags = m.registry.get_sample_value("rollouts_reward_flags_total", {"flag": "pytest_tampered"})
     assert flags == 2.0

@@ -286,9 +286,9 @@ def test_a_request_names_its_harness(tmp_path: Path) -> None:
     seen: list[str | None] = []
     original = runner.run_group
 
-    async def run_group(task, samples, on_trajectory):  # type: ignore[no-untyped-def]
+    async def run_group(task, samples, on_trajectory, on_episode_end=None):  # type: ignore[no-untyped-def]
         seen.extend(s.agent.harness for s in samples)
-        await original(task, samples, on_trajectory)
+        await original(task, samples, on_trajectory, on_episode_end)
 
     runner.run_group = run_group  # type: ignore[method-assign]
     with Server(make_settings(tmp_path), runner) as server, client(server) as c:

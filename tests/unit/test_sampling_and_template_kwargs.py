@@ -95,9 +95,11 @@ class RecordingRunner(GatedRunner):
         super().__init__()
         self.specs: list[SampleSpec] = []
 
-    async def run_group(self, task: Task, samples: list[SampleSpec], on_trajectory: Callable):
+    async def run_group(
+        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable, on_episode_end=None
+    ):
         self.specs += samples
-        await super().run_group(task, samples, on_trajectory)
+        await super().run_group(task, samples, on_trajectory, on_episode_end)
 
 
 def test_api_top_level_field_reaches_the_samples(tmp_path: Path) -> None:
