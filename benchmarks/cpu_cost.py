@@ -2,9 +2,11 @@
 
 - engine: the Docker Engine's processes (dockerd, containerd, the per-container shims, runc, the
   storage driver's helpers such as fuse-overlayfs). Read from cgroup accounting: the engine's
-  processes are moved into a cpuacct group of their own (cgroup v1) once, and every process
-  they start later (a shim, runc, a FUSE mount) is born in it, so short-lived helpers are
-  counted too, which sampling /proc would miss.
+  processes are moved into cpuacct groups of their own (cgroup v1) once, and every process
+  they start later (a shim, runc, a FUSE mount) is born in its parent's, so short-lived
+  helpers are counted too, which sampling /proc would miss. Two groups, to tell the parts
+  apart: dockerd with what it starts (the storage driver's mounts), and containerd with what
+  it starts (a shim per container, which runs runc).
 - containers: what ran inside the containers (solve.sh, the tests, tmux): the engine's parent
   cgroup of all containers, which keeps the usage of containers already removed.
 - harness: this process and the children it waited for (the `docker` CLI of the cold harness).
@@ -22,26 +24,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
-ENGINE_GROUP = "rollouts-bench-engine"
-ENGINE_COMMS = ("dockerd", "containerd", "runc")
-# fuse-overlayfs processes are named after the binary; the kernel truncates comm to 15 chars.
-ENGINE_COMM_PREFIXES = ("containerd-shim", "fuse-overlayfs", "docker-proxy")
+# Engine part -> its cpuacct group and the processes that go there at setup (by comm; the
+# kernel truncates comm to 15 characters, so prefixes for the long names).
+ENGINE_PARTS = {
+    "dockerd": ("rollouts-bench-dockerd", ("dockerd",), ("fuse-overlayfs", "docker-proxy")),
+    "containerd": ("rollouts-bench-containerd", ("containerd", "runc"), ("containerd-shim",)),
+}
 
 
 @dataclass(frozen=True)
 class CpuSample:
-    engine_s: float | None
+    engine_parts: dict[str, float] | None  # ENGINE_PARTS key -> seconds
     containers_s: float | None
     harness_s: float
     at: float  # monotonic seconds, for the wall time between two samples
 
     def minus(self, before: CpuSample) -> CpuCost:
-        def diff(a: float | None, b: float | None) -> float | None:
-            return None if a is None or b is None else a - b
-
+        parts = None
+        if self.engine_parts is not None and before.engine_parts is not None:
+            parts = {k: v - before.engine_parts[k] for k, v in self.engine_parts.items()}
+        containers = None
+        if self.containers_s is not None and before.containers_s is not None:
+            containers = self.containers_s - before.containers_s
         return CpuCost(
-            engine_s=diff(self.engine_s, before.engine_s),
-            containers_s=diff(self.containers_s, before.containers_s),
+            engine_parts=parts,
+            containers_s=containers,
             harness_s=self.harness_s - before.harness_s,
             wall_s=self.at - before.at,
         )
@@ -49,10 +56,14 @@ class CpuSample:
 
 @dataclass(frozen=True)
 class CpuCost:
-    engine_s: float | None
+    engine_parts: dict[str, float] | None
     containers_s: float | None
     harness_s: float
     wall_s: float
+
+    @property
+    def engine_s(self) -> float | None:
+        return None if self.engine_parts is None else sum(self.engine_parts.values())
 
     @property
     def total_s(self) -> float | None:
@@ -83,15 +94,18 @@ def _cpuacct_path(pid: str) -> str | None:
     return None
 
 
-def _is_engine(comm: str) -> bool:
-    return comm in ENGINE_COMMS or comm.startswith(ENGINE_COMM_PREFIXES)
+def _engine_part(comm: str) -> str | None:
+    for part, (_, comms, prefixes) in ENGINE_PARTS.items():
+        if comm in comms or comm.startswith(prefixes):
+            return part
+    return None
 
 
 class CpuMeter:
     """Samples the three shares; `setup()` once before the first sample."""
 
     def __init__(self) -> None:
-        self.engine_group: Path | None = None
+        self.engine_groups: dict[str, Path] | None = None
         self.containers_group: Path | None = None
         self.unavailable: str | None = None
 
@@ -100,26 +114,27 @@ class CpuMeter:
             self.unavailable = f"no cgroup v1 cpuacct hierarchy at {CPUACCT}"
             return
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
-        engine = [p for p in pids if _is_engine(_comm(p))]
-        if not any(_comm(p) == "dockerd" for p in engine):
+        engine = [(p, part) for p in pids if (part := _engine_part(_comm(p)))]
+        if not any(_comm(p) == "dockerd" for p, _ in engine):
             self.unavailable = "no dockerd process on this machine (a remote engine?)"
             return
-        group = CPUACCT / ENGINE_GROUP
+        groups = {part: CPUACCT / name for part, (name, _, _) in ENGINE_PARTS.items()}
         try:
-            group.mkdir(exist_ok=True)
-            for pid in engine:
+            for group in groups.values():
+                group.mkdir(exist_ok=True)
+            for pid, part in engine:
                 # Only processes outside a container's group: a container's own processes
                 # are the work, not the engine.
                 where = _cpuacct_path(pid) or "/"
                 if not where.startswith("/docker/"):
                     try:
-                        (group / "cgroup.procs").write_text(pid)
+                        (groups[part] / "cgroup.procs").write_text(pid)
                     except ProcessLookupError:
                         pass  # a short-lived helper (runc) that ended since it was listed
         except OSError as e:
             self.unavailable = f"cannot group the engine's processes for accounting: {e}"
             return
-        self.engine_group = group
+        self.engine_groups = groups
         containers = CPUACCT / "docker"
         if (containers / "cpuacct.usage").exists():
             self.containers_group = containers
@@ -128,8 +143,9 @@ class CpuMeter:
         me = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
         harness = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+        engine = self.engine_groups
         return CpuSample(
-            engine_s=_usage_s(self.engine_group) if self.engine_group else None,
+            engine_parts={k: _usage_s(g) for k, g in engine.items()} if engine else None,
             containers_s=_usage_s(self.containers_group) if self.containers_group else None,
             harness_s=harness,
             at=time.monotonic(),

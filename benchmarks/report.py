@@ -379,7 +379,9 @@ def render_doc(r: dict[str, Any]) -> str:
         _item("*cold*: what a simple harness does: two `docker run --rm -i` CLI calls per",
               "trial, one for the solve (files in and the workspace out as tar on",
               "stdin/stdout), one for the tests; no pool. The flags are derived from",
-              "`isolation.container_args`."),
+              "`isolation.container_args`; `--network none` stands for its `network_disabled`,",
+              "which the CLI cannot ask for (the same isolation, but the engine still sets up a",
+              "libnetwork sandbox per container, and ours skips that)."),
         _item("*floor*: the same solve and tests as one `docker exec` in an already running",
               "container; no container is created or removed. The cost of the work itself."),
         _item("*Harbor 0.25* (where it can be installed, `benchmarks/harbor_baseline.py`):",
@@ -389,8 +391,9 @@ def render_doc(r: dict[str, Any]) -> str:
     add(_para(
         "Around every round the section reads the CPU time spent, by owner",
         "(`benchmarks/cpu_cost.py`): the engine (dockerd, containerd, the shims, runc and the",
-        "storage driver's helpers, moved once into a cgroup v1 `cpuacct` group of their own, so",
-        "short-lived helpers they start are counted too), everything inside the containers",
+        "storage driver's helpers, moved once into cgroup v1 `cpuacct` groups of their own, so",
+        "short-lived helpers they start are counted too; dockerd with what it starts, and",
+        "containerd with the shims and runc, apart), everything inside the containers",
         "(the engine's parent group of all containers, which keeps the usage of removed ones),",
         "and the harness process with the children it waited for (the `docker` CLI of the cold",
         "harness). In one more round of ours at the highest concurrency, not measured (the",
@@ -742,6 +745,18 @@ def render_doc(r: dict[str, Any]) -> str:
                 "where cores are idle (low concurrency), by taking creation and removal off a",
                 "trial's critical path.",
             ))  # fmt: skip
+            if "engine_dockerd" in o:
+                d, k = o["engine_dockerd"]["median"], o["engine_containerd"]["median"]
+                fd, fk = f["engine_dockerd"]["median"], f["engine_containerd"]["median"]
+                add(_para(
+                    f"Ours' engine share by part: {d:.2f} CPU-seconds in dockerd and what it",
+                    f"starts (the storage driver's mounts: {sb['engine']['storage_driver']} on",
+                    f"this engine), {k:.2f} in containerd, the shim it starts per container and",
+                    f"runc (the floor's: {fd:.2f} and {fk:.2f}). So each of a trial's two",
+                    f"container lifecycles costs about {(d - fd) / 2:.2f} CPU-seconds in dockerd",
+                    f"and the storage driver and {(k - fk) / 2:.2f} in containerd, its shim and",
+                    "runc.",
+                ))  # fmt: skip
         profile = sb.get("ours_profile", {})
         if profile.get("shares"):
             top = ", ".join(f"{g} {100 * v:.0f}%" for g, v in list(profile["shares"].items())[:4])

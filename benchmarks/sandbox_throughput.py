@@ -134,7 +134,9 @@ async def ours_round(
 
 
 def docker_run_flags(args: dict[str, Any]) -> list[str]:
-    """The same isolation as `isolation.container_args`, spelled as `docker run` flags."""
+    """The same isolation as `isolation.container_args`, spelled as `docker run` flags. The
+    CLI cannot say `network_disabled` (no network set up at all); `--network none` gives the
+    same isolation, through a libnetwork sandbox."""
     hc = args["host_config"]
     flags = [
         "--network", hc["network_mode"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 import time
 
@@ -23,7 +24,7 @@ def test_container_args_lock_down(example_task):
     assert args["labels"]["rollouts.managed"] == "true"
     assert args["labels"]["rollouts.owner"].split(":")[1] == str(__import__("os").getpid())
     assert args["labels"]["rollouts.sample_id"] == "3"
-    assert host["network_mode"] == "none"
+    assert host["network_mode"] == "none" and args["network_disabled"] is True
     assert host["cap_drop"] == ["ALL"] and host["security_opt"] == ["no-new-privileges"]
     assert host["read_only"] is True and host["pids_limit"] == 256
     # PID 1 is our signal-proof reaper loop, not Docker's tini (which exits with its child).
@@ -40,9 +41,11 @@ def test_container_args_follow_task_and_refuse_host_network(example_task):
 
     env = EnvironmentConfig(cpus=0.5, memory_mb=256, storage_mb=64, network_mode="bridge")
     task = replace(example_task, config=TaskConfig(environment=env))
-    host = container_args(task, {}, "img")["host_config"]
+    args = container_args(task, {}, "img")
+    host = args["host_config"]
     assert host["nano_cpus"] == 500_000_000 and host["mem_limit"] == "256m"
     assert host["network_mode"] == "bridge" and "size=64m" in host["tmpfs"]["/app"]
+    assert args["network_disabled"] is False
     bad = replace(task, config=TaskConfig(environment=EnvironmentConfig(network_mode="host")))
     with pytest.raises(IsolationError, match="network_mode"):
         container_args(bad, {}, "img")
@@ -52,9 +55,13 @@ async def test_container_is_isolated(backend, example_task, run_labels):
     sb = await backend.create(example_task, run_labels)
     r = await sb.exec(
         "touch /etc/x 2>&1; echo w > /app/f && cat /app/f; "
-        "grep CapEff /proc/self/status; ls /var/run/docker.sock 2>&1; ls /sys/class/net",
+        "grep CapEff /proc/self/status; ls /var/run/docker.sock 2>&1; "
+        "(exec 3<>/dev/tcp/10.0.0.1/80) 2>&1; readlink /proc/self/ns/net; ls /sys/class/net",
         30,
     )
+    # Networking disabled: a network namespace of its own, not the host's, with no route out.
+    assert "Network is unreachable" in r.output
+    assert os.readlink("/proc/self/ns/net") not in r.output
     assert "Read-only file system" in r.output
     assert "w\n" in r.output
     assert "CapEff:\t0000000000000000" in r.output

@@ -28,10 +28,13 @@ def test_samples_go_to_the_innermost_known_frame() -> None:
 
 
 def test_cpu_cost_is_the_difference_of_two_samples() -> None:
-    before = CpuSample(engine_s=10.0, containers_s=5.0, harness_s=1.0, at=100.0)
-    after = CpuSample(engine_s=12.5, containers_s=6.0, harness_s=1.25, at=104.0)
+    parts = {"dockerd": 4.0, "containerd": 6.0}
+    before = CpuSample(engine_parts=parts, containers_s=5.0, harness_s=1.0, at=100.0)
+    parts = {"dockerd": 5.0, "containerd": 7.5}
+    after = CpuSample(engine_parts=parts, containers_s=6.0, harness_s=1.25, at=104.0)
     cost = after.minus(before)
     assert (cost.engine_s, cost.containers_s, cost.harness_s, cost.wall_s) == (2.5, 1.0, 0.25, 4.0)
+    assert cost.engine_parts == {"dockerd": 1.0, "containerd": 1.5}
     assert cost.total_s == pytest.approx(3.75)
     unmeasured = CpuSample(None, None, 2.0, 104.0).minus(CpuSample(None, None, 1.0, 100.0))
     assert unmeasured.total_s is None and unmeasured.harness_s == 1.0
@@ -43,4 +46,4 @@ def test_meter_says_why_it_cannot_split(tmp_path, monkeypatch) -> None:
     meter.setup()
     assert meter.unavailable and "cpuacct" in meter.unavailable
     sample = meter.sample()
-    assert sample.engine_s is None and sample.containers_s is None and sample.harness_s > 0
+    assert sample.engine_parts is None and sample.containers_s is None and sample.harness_s > 0
