@@ -27,7 +27,8 @@ SECTIONS = ("sandbox", "command", "overlap", "datapath")
 METHODS = {
     "baseline_warmup": "one unmeasured round for every system",
     "token_arrays": "the same trajectories leased as Arrow, then as JSON, from the API",
-    "overlap": "decode speed calibrated to balance the halves; generation alone graded",
+    "overlap": "decode speed calibrated to balance the halves; generation alone graded; "
+    "samples differ in length (stand-in --length-jitter); several waves",
     "cpu_split": "CPU time by owner from cgroup accounting (engine, containers, harness)",
     "datapath_warmup": "one unmeasured rollout through the service before its timed pipeline",
 }

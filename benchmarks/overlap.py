@@ -61,7 +61,10 @@ class OverlapRound:
 # generation is then one resource, kept busy by some samples while others are in their
 # sandboxes, which is the overlap measured. (At a fixed speed per request, nothing is shared,
 # and a sample's own turns, which alternate, would be all there is to see.)
-STAND_IN = {"p_correct": 1.0, "extra_args": ["--p-malformed", "0", "--shared-decode"]}
+STAND_IN = {
+    "p_correct": 1.0,
+    "extra_args": ["--p-malformed", "0", "--shared-decode", "--length-jitter", "40"],
+}
 
 
 async def _timed_collect(

@@ -428,7 +428,9 @@ def render_doc(r: dict[str, Any]) -> str:
         f"samples in flight ({full_waves} waves, as an RL step's batch is several times what is in",
         "flight; a sample's slot is freed when its episode ends, so the next wave generates",
         "while the one before verifies) against the stand-in policy (p_correct 1, no",
-        f"malformed replies), three ways, {FULL.overlap_repeats} times:",
+        "malformed replies, and `--length-jitter 40`: each reply's analysis gets 0 to 40",
+        "extra words drawn per sample and turn, so a group's samples differ in length and",
+        f"stop moving in step, as a model's do), three ways, {FULL.overlap_repeats} times:",
     ))  # fmt: skip
     add("\n".join([
         _item("end to end: the stand-in at a fixed decode throughput that all requests in",
@@ -814,8 +816,9 @@ def render_doc(r: dict[str, Any]) -> str:
                 f"{'' if waves == 1 else 's'} ({ov['tasks']} tasks × {ov['n_samples']} samples,",
                 f"{ov['concurrency']} in flight): the last wave's final commands and",
                 "verifications come after the last request with nothing left to generate, and",
-                "a wave's samples, which type the same oracle solution, reach each turn",
-                "together, so while they all run a command nothing generates.",
+                "a wave's first turn is one n-sample request whose replies all arrive",
+                "together, so the wave's first commands (writing the solution) run at once",
+                "while nothing generates.",
             ))  # fmt: skip
             if "drain_s" in busy:
                 drain = busy["drain_s"]["median"]
@@ -831,8 +834,9 @@ def render_doc(r: dict[str, Any]) -> str:
                   "the service's default 64 slots: 8 waves): the drain at the end is paid once",
                   "per step. Measuring that here takes minutes more than the runner's budget.",
                   mark="1."),
-            _item("Samples that differ, as an RL batch's do (p_correct below 1, different",
-                  "lengths), so a group's samples stop moving in step.", mark="2."),
+            _item("Cheaper first commands: a wave's first replies arrive together (one",
+                  "n-sample request shares the prompt's prefix), so their commands, each a",
+                  "terminal turn of ~50 ms alone, queue for the same cores.", mark="2."),
         ]))  # fmt: skip
     if "datapath_traj_per_s" in missed:
         cpu, rate = _median(r, "service_cpu_ms_per_traj"), _median(r, "datapath_traj_per_s")

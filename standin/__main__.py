@@ -32,6 +32,9 @@ def policy_stub(
     attack: str | None = typer.Option(
         None, "--attack", help=f"Adversarial first command: {', '.join(ATTACKS)}."
     ),
+    length_jitter: int = typer.Option(
+        0, "--length-jitter", help="Up to N extra analysis words per reply (samples differ)."
+    ),
 ) -> None:
     """Serve a stand-in for vLLM's OpenAI-compatible API, scripted from a task set."""
     import uvicorn
@@ -53,6 +56,7 @@ def policy_stub(
             ttft_ms=ttft_ms,
             record=record,
             attack=attack,
+            length_jitter=length_jitter,
         )
         app = build_app(settings)
     except ValidationError as e:

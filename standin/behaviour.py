@@ -199,11 +199,16 @@ class BehaviourSettings:
     p_malformed: float = 0.02
     seed: int = 0
     attack: str | None = None
+    # Up to this many extra words of analysis per reply, drawn per sample and turn: the samples
+    # of a group then differ in length and stop moving in step, as a real model's do.
+    length_jitter: int = 0
 
     def __post_init__(self) -> None:
         for name in ("p_correct", "p_malformed"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.length_jitter < 0:
+            raise ValueError(f"length_jitter must be >= 0, got {self.length_jitter}")
         if self.attack is not None and self.attack not in ATTACKS:
             raise ValueError(f"attack: unknown {self.attack!r}; known: {', '.join(ATTACKS)}")
 
@@ -527,13 +532,32 @@ class ScriptedAgent:
         ]
         budget = None if max_tokens is None else max(1, int(max_tokens * REPLY_SHARE))
         correct = self.is_correct(task, seed, index, rng)
-        text = render_reply(self._next(task, correct, history, budget), fmt)
+        raw = self._next(task, correct, history, budget)
+        words = self._jitter_words(task, seed, index, len(history), rng)
+        if words:
+            obj = json.loads(raw)
+            obj["analysis"] += " Thinking." * words
+            padded = json.dumps(obj)
+            if budget is None or self._tokens(padded) <= budget:
+                raw = padded
+        text = render_reply(raw, fmt)
         # Cut strictly inside the reply (for tool calls: inside the first call, or a cut answer
         # would read as the final one): the harness cannot use it, and the step is redone.
         start = 1 if fmt != "tools" else text.find("<tool_call>") + 1
         if start > 0 and len(text) - 1 > start and rng.random() < self.settings.p_malformed:
             text = text[: rng.randrange(start, len(text) - 1)]
         return text
+
+    def _jitter_words(
+        self, task: Task, seed: int | None, index: int, turn: int, rng: random.Random
+    ) -> int:
+        n = self.settings.length_jitter
+        if n == 0:
+            return 0
+        if seed is None:
+            return rng.randint(0, n)
+        key = f"jitter:{self.settings.seed}:{seed}:{index}:{task.id}:{turn}".encode()
+        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % (n + 1)
 
     def _tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text)) + 1  # and the EOS

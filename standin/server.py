@@ -77,6 +77,7 @@ class StubSettings(BaseModel):
     ttft_ms: float = Field(default=0.0, ge=0)
     record: str | None = None  # JSONL file, one line per served choice
     attack: str | None = None
+    length_jitter: int = Field(default=0, ge=0)  # extra analysis words per reply, at most
     # Strong enough that an unscripted token is ~1e-8 per position: p_correct=1 means every
     # sample passes, while logprobs stay real samples of this distribution.
     script_logit: float = Field(default=24.0, gt=0)
@@ -156,6 +157,7 @@ class StubEngine:
                 p_malformed=settings.p_malformed,
                 seed=settings.seed,
                 attack=settings.attack,
+                length_jitter=settings.length_jitter,
             ),
             self.tokenizer,
         )

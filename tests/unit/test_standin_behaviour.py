@@ -174,6 +174,32 @@ def test_short_solution_is_still_one_reply() -> None:
     assert keystrokes(json.loads(text)).startswith("bash <<'")
 
 
+def test_length_jitter_makes_samples_differ_in_length_not_in_what_they_type() -> None:
+    task = Task(
+        id="short",
+        path="mem://short",
+        instruction="Create /app/solution.py defining `double(x)`.",
+        config=TaskConfig(),
+        environment_files={},
+        test_files={"test.sh": b"#!/bin/bash\n"},
+        solution_files={"solve.sh": b"cat > /app/solution.py <<'EOF'\ndef double(x):\n"},
+    )
+    prompt = render([{"role": "user", "content": task.instruction}], add_generation_prompt=True)
+
+    def replies(jitter: int) -> list[dict]:
+        agent = ScriptedAgent([task], BehaviourSettings(p_malformed=0.0, length_jitter=jitter))
+        return [
+            json.loads(agent.reply(prompt, seed=1, index=i, rng=random.Random(i), max_tokens=4096))
+            for i in range(8)
+        ]
+
+    plain, jittered = replies(0), replies(200)
+    assert len({json.dumps(r) for r in plain}) == 1  # without jitter the samples are alike
+    assert len({len(r["analysis"]) for r in jittered}) > 4  # with it their lengths differ
+    assert {keystrokes(r) for r in jittered} == {keystrokes(plain[0])}  # and they type the same
+    assert jittered == replies(200)  # drawn from the seed: the same again
+
+
 HELPER_FIRST = b"""#!/bin/bash
 cat > /app/solution.py <<'EOF'
 import re
