@@ -642,6 +642,29 @@ def render_doc(r: dict[str, Any]) -> str:
         if cmd_ms
         else f"The round-trip figures are {NOT_RUN}."
     )
+    cpu_c = sb.get("cpu_s_per_trial", {})
+    best_c = str(sb.get("best_concurrency", ""))
+    net_text = (
+        f"Measured: the engine's CPU per trial at concurrency {best_c} is "
+        f"{cpu_c['ours'][best_c]['engine']['median']:.2f} s for ours against "
+        f"{cpu_c['cold'][best_c]['engine']['median']:.2f} s for the cold harness, whose "
+        "`docker run --network none` gets a libnetwork sandbox per container."
+        if {"ours", "cold"} <= set(cpu_c) and best_c in cpu_c["ours"]
+        else f"The engine's CPU per trial is {NOT_RUN}."
+    )
+    busy_ov = (ov or {}).get("end_to_end_busy_s") or {}
+    drain_text = (
+        f"Measured: the overlap batch's drain (sandbox work after its last request) is "
+        f"{busy_ov['drain_s']['median']:.1f} s."
+        if "drain_s" in busy_ov
+        else f"The overlap batch's drain is {NOT_RUN}."
+    )
+    both_text = (
+        f"Measured: in the overlap batch's end-to-end runs sandbox work ran beside a request "
+        f"for {busy_ov['both_s']['median']:.1f} of {busy_ov['sandbox_s']['median']:.1f} s."
+        if "both_s" in busy_ov
+        else f"The overlap timeline is {NOT_RUN}."
+    )
     add("\n".join([
         _item("**The verifier talks through its PID 1** (`sandboxes/verifier.py`). The",
               "verifier script is the container's main process, started by the warm pool and",
@@ -664,6 +687,20 @@ def render_doc(r: dict[str, Any]) -> str:
               "a turn types the keys with one tmux call and reads the counter with a shell",
               "builtin every few milliseconds (no process per poll), then waits for the log to",
               "stop growing.", cmd_text),
+        _item("**No network set up where there is none** (`sandboxes/isolation.py`). A",
+              "sandbox whose task has `network_mode = \"none\"` is created with networking",
+              "disabled: it still gets a network namespace of its own (loopback only), but the",
+              "engine builds no libnetwork sandbox for it, whose prestart hook re-executes",
+              "dockerd at every container start.", net_text),
+        _item("**Refills yield to verifications** (`sandboxes/pool.py`). Refilling the warm",
+              "pool (create and start) waits while a verification runs, for at most",
+              "`refill_defer_s`, so the end of a batch, when every sample verifies and the",
+              "trainer waits for the last one, does not also pay for the next batch's",
+              "containers.", drain_text),
+        _item("**A sample's slot covers its episode** (`service/scheduler.py`). When the agent",
+              "loop ends the sample moves to one of as many verifying slots, and the next",
+              "sample starts generating while it verifies: the policy server does not wait for",
+              "tests.", both_text),
         _item("**Stored payload codec** (`service/payload_codec.py`, codec `cols1`). The four",
               "token arrays are stored as raw little-endian arrays (int32 ids, int8 mask,",
               "float64 logprobs, so any Python float round-trips exactly) after a small JSON",
@@ -680,8 +717,8 @@ def render_doc(r: dict[str, Any]) -> str:
               "the fill",
               f"stored: {_text(r, 'rss_mib_10k', '{:.0f}')} MiB."),
         _item("**Backpressure from the store to the scheduler** (`service/scheduler.py`): a",
-              "sample's slot is held until its commit returns, so a runner faster than the",
-              "store cannot pile up encoded payloads. RSS peak during the fill:",
+              "sample's verifying slot is held until its commit returns, so a runner faster",
+              "than the store cannot pile up encoded payloads. RSS peak during the fill:",
               f"{_text(r, 'rss_mib_filling', '{:.0f}')} MiB."),
         _item("**zstd Arrow IPC** (`service/api/batches.py`, `ARROW_IPC_OPTIONS`): token",
               f"arrays JSON / Arrow {_text(r, 'arrow_vs_json_size')}, whole lease bodies",
@@ -741,9 +778,10 @@ def render_doc(r: dict[str, Any]) -> str:
                 f"process's {o['harness']['median']:.2f}. Once the cores are saturated,",
                 "throughput is CPU per trial: two container lifecycles are the floor of any",
                 "design that keeps a fresh agent container and a fresh verifier container per",
-                "trial, which is why ours stays close to cold there",
-                f"({o['total']['median'] / c['total']['median']:.2f}× its CPU per trial) and",
-                "cannot reach half the floor, which creates no container at all. The pool wins",
+                "trial: ours' lead over cold there is only what it saves per lifecycle",
+                f"({o['total']['median'] / c['total']['median']:.2f}× cold's CPU per trial),",
+                "and half the floor, which creates no container at all, is out of reach while",
+                "two lifecycles cost more than the work itself. The pool wins",
                 "where cores are idle (low concurrency), by taking creation and removal off a",
                 "trial's critical path.",
             ))  # fmt: skip
@@ -812,8 +850,9 @@ def render_doc(r: dict[str, Any]) -> str:
                 f"s, about as long as alone, and sandbox work {sbx:.1f} s, of which",
                 f"{both:.1f} s beside a request. For {alone:.1f} s no request was in flight at",
                 "all: every sample in flight was in its sandbox at once, and that time adds to",
-                f"generation's instead of hiding behind it. The batch is {waves} wave",
-                f"{'' if waves == 1 else 's'} ({ov['tasks']} tasks × {ov['n_samples']} samples,",
+                "generation's instead of hiding behind it. The batch is",
+                f"{waves} {'wave' if waves == 1 else 'waves'} ({ov['tasks']} tasks ×",
+                f"{ov['n_samples']} samples,",
                 f"{ov['concurrency']} in flight): the last wave's final commands and",
                 "verifications come after the last request with nothing left to generate, and",
                 "a wave's first turn is one n-sample request whose replies all arrive",
