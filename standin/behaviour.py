@@ -476,6 +476,12 @@ class _Costs:
         return lo
 
 
+def _seeded(*parts: object) -> int:
+    """A 64-bit number fixed by `parts`: a seeded sample draws the same every time."""
+    key = ":".join(map(str, parts)).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+
+
 class ScriptedAgent:
     def __init__(
         self,
@@ -503,8 +509,7 @@ class ScriptedAgent:
     def is_correct(self, task: Task, seed: int | None, index: int, rng: random.Random) -> bool:
         if seed is None:  # no sample seed: nothing to stay consistent with, draw afresh
             return rng.random() < self.settings.p_correct
-        h = hashlib.sha256(f"{self.settings.seed}:{seed}:{index}:{task.id}".encode()).digest()
-        return int.from_bytes(h[:8], "big") / 2**64 < self.settings.p_correct
+        return _seeded(self.settings.seed, seed, index, task.id) / 2**64 < self.settings.p_correct
 
     def reply(
         self,
@@ -556,8 +561,7 @@ class ScriptedAgent:
             return 0
         if seed is None:
             return rng.randint(0, n)
-        key = f"jitter:{self.settings.seed}:{seed}:{index}:{task.id}:{turn}".encode()
-        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % (n + 1)
+        return _seeded("jitter", self.settings.seed, seed, index, task.id, turn) % (n + 1)
 
     def _tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text)) + 1  # and the EOS

@@ -158,16 +158,19 @@ def test_a_malformed_part_is_written_again() -> None:
     assert again == second
 
 
+SHORT_TASK = Task(
+    id="short",
+    path="mem://short",
+    instruction="Create /app/solution.py defining `double(x)`.",
+    config=TaskConfig(),
+    environment_files={},
+    test_files={"test.sh": b"#!/bin/bash\n"},
+    solution_files={"solve.sh": b"cat > /app/solution.py <<'EOF'\ndef double(x):\n"},
+)
+
+
 def test_short_solution_is_still_one_reply() -> None:
-    task = Task(
-        id="short",
-        path="mem://short",
-        instruction="Create /app/solution.py defining `double(x)`.",
-        config=TaskConfig(),
-        environment_files={},
-        test_files={"test.sh": b"#!/bin/bash\n"},
-        solution_files={"solve.sh": b"cat > /app/solution.py <<'EOF'\ndef double(x):\n"},
-    )
+    task = SHORT_TASK
     agent = ScriptedAgent([task], BehaviourSettings(p_malformed=0.0))
     prompt = render([{"role": "user", "content": task.instruction}], add_generation_prompt=True)
     text = agent.reply(prompt, seed=1, index=0, rng=random.Random(0), max_tokens=4096)
@@ -175,15 +178,7 @@ def test_short_solution_is_still_one_reply() -> None:
 
 
 def test_length_jitter_makes_samples_differ_in_length_not_in_what_they_type() -> None:
-    task = Task(
-        id="short",
-        path="mem://short",
-        instruction="Create /app/solution.py defining `double(x)`.",
-        config=TaskConfig(),
-        environment_files={},
-        test_files={"test.sh": b"#!/bin/bash\n"},
-        solution_files={"solve.sh": b"cat > /app/solution.py <<'EOF'\ndef double(x):\n"},
-    )
+    task = SHORT_TASK
     prompt = render([{"role": "user", "content": task.instruction}], add_generation_prompt=True)
 
     def replies(jitter: int) -> list[dict]:
