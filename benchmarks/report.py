@@ -786,15 +786,15 @@ def render_doc(r: dict[str, Any]) -> str:
                 "trial's critical path.",
             ))  # fmt: skip
             if "engine_dockerd" in o:
-                d, k = o["engine_dockerd"]["median"], o["engine_containerd"]["median"]
+                od, ok = o["engine_dockerd"]["median"], o["engine_containerd"]["median"]
                 fd, fk = f["engine_dockerd"]["median"], f["engine_containerd"]["median"]
                 add(_para(
-                    f"Ours' engine share by part: {d:.2f} CPU-seconds in dockerd and what it",
+                    f"Ours' engine share by part: {od:.2f} CPU-seconds in dockerd and what it",
                     f"starts (the storage driver's mounts: {sb['engine']['storage_driver']} on",
-                    f"this engine), {k:.2f} in containerd, the shim it starts per container and",
+                    f"this engine), {ok:.2f} in containerd, the shim it starts per container and",
                     f"runc (the floor's: {fd:.2f} and {fk:.2f}). So each of a trial's two",
-                    f"container lifecycles costs about {(d - fd) / 2:.2f} CPU-seconds in dockerd",
-                    f"and the storage driver and {(k - fk) / 2:.2f} in containerd, its shim and",
+                    f"container lifecycles costs about {(od - fd) / 2:.2f} CPU-seconds in dockerd",
+                    f"and the storage driver and {(ok - fk) / 2:.2f} in containerd, its shim and",
                     "runc.",
                 ))  # fmt: skip
         profile = sb.get("ours_profile", {})

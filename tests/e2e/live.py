@@ -47,6 +47,14 @@ def wait_until(what: str, predicate: Callable[[], Any], timeout_s: float, poll_s
         time.sleep(poll_s)
 
 
+def read_metric(text: str, name: str, whose: str) -> float:
+    """The first sample of `name` in a Prometheus text page (with or without labels)."""
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} in the {whose}'s /metrics")
+
+
 # ---------------------------------------------------------------- the stand-in
 
 
@@ -79,11 +87,7 @@ class StandIn:
         assert httpx.post(self.url + "/resume", timeout=10).is_success
 
     def metric(self, name: str) -> float:
-        text = httpx.get(self.url + "/metrics", timeout=10).text
-        for line in text.splitlines():
-            if line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        raise AssertionError(f"no {name} in the stand-in's /metrics")
+        return read_metric(httpx.get(self.url + "/metrics", timeout=10).text, name, "stand-in")
 
     def detokenize(self, ids: list[int]) -> str:
         r = httpx.post(self.url + "/detokenize", json={"tokens": ids}, timeout=10)
@@ -153,6 +157,9 @@ class Service:
             timeout_s,
             poll_s=0.3,
         )
+
+    def metric(self, name: str) -> float:
+        return read_metric(self.call("GET", "/metrics").text, name, "service")
 
     def lease(self, rollout_id: str | None = None, *, wait_s: float = 0, **body: Any):
         body = {"rollout_id": rollout_id, "wait_s": wait_s, **body}
