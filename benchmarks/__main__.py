@@ -129,6 +129,8 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
             for k in ("create", "exec", "attach")
         },
         "engine_ops_s": {op: figure(v).as_dict() for op, v in runs.engine_ops.items()},
+        # CPU-seconds (engine and containers) of one bare container lifecycle, measured alone.
+        **({"lifecycle_cpu_s": figure(runs.lifecycle_cpu).as_dict()} if runs.lifecycle_cpu else {}),
         "engine": {
             "storage_driver": engine_info.get("Driver"),
             "cgroup_version": engine_info.get("CgroupVersion"),

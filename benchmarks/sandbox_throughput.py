@@ -305,6 +305,31 @@ async def engine_op_seconds(
     return out
 
 
+LIFECYCLES_PER_SAMPLE = 8  # container lifecycles between two readings of the CPU meter
+
+
+async def lifecycle_cpu_seconds(
+    adapter: DockerAdapter, meter: CpuMeter, args: dict[str, Any], repeats: int
+) -> list[float]:
+    """CPU-seconds (engine and containers) of one bare container lifecycle, alone: create,
+    start and remove of an agent container whose PID 1 waits idle. A trial of ours pays two
+    of these (agent and verifier) besides its work, whatever the design around them."""
+    out: list[float] = []
+    for _ in range(repeats):
+        before = meter.sample()
+        for _ in range(LIFECYCLES_PER_SAMPLE):
+            cid = await adapter.create_container(args)
+            try:
+                await adapter.start(cid)
+            finally:
+                await adapter.remove(cid)
+        cost = meter.sample().minus(before)
+        if cost.engine_s is None or cost.containers_s is None:
+            return []
+        out.append((cost.engine_s + cost.containers_s) / LIFECYCLES_PER_SAMPLE)
+    return out
+
+
 # ---------------------------------------------------------------- the section
 
 
@@ -314,6 +339,7 @@ class SandboxRuns:
 
     rounds: dict[str, dict[int, list[RoundResult]]] = field(default_factory=dict)
     engine_ops: dict[str, list[float]] = field(default_factory=dict)
+    lifecycle_cpu: list[float] = field(default_factory=list)  # CPU-s of one bare lifecycle
     cpu_unavailable: str | None = None  # why CPU time could not be split by owner
     profile: dict[str, Any] = field(default_factory=dict)  # our process in an extra round
     harbor_unavailable: str | None = None  # why Harbor did not run (None: it ran)
@@ -397,6 +423,10 @@ async def run_sandbox_section(
         runs.engine_ops = await engine_op_seconds(
             adapter, args_for[tasks[0].id], images[tasks[0].id], repeats=5
         )
+        if not runs.cpu_unavailable:
+            runs.lifecycle_cpu = await lifecycle_cpu_seconds(
+                adapter, meter, args_for[tasks[0].id], repeats=min(repeats, 3)
+            )
     finally:
         await floor.aclose()
         await backend.aclose()

@@ -274,6 +274,7 @@ async def test_every_system_gets_the_same_warm_up(monkeypatch: pytest.MonkeyPatc
         return {}
 
     monkeypatch.setattr(st, "engine_op_seconds", no_ops)
+    monkeypatch.setattr(st, "lifecycle_cpu_seconds", no_ops)
     tasks = load_tasks(str(REPO / "examples" / "tasks"))[:3]
     await st.run_sandbox_section(tasks, [1, 2], 1, lambda m: None)
     warm = calls[:3]
