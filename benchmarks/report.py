@@ -910,10 +910,14 @@ def render_doc(r: dict[str, Any]) -> str:
                 ))  # fmt: skip
         add("What would move it:")
         add("\n".join([
-            _item("More waves per batch, as an RL step has (64 prompts × 8 samples through",
-                  "the service's default 64 slots: 8 waves): the drain at the end is paid once",
-                  "per step. Measuring that here takes minutes more than the runner's budget.",
-                  mark="1."),
+            _item("Dispatch by the slot, not by the chunk (`service/scheduler.py`): a group's",
+                  "next chunk waits until as many sample slots as it has samples are free, so",
+                  "a wave starts only once the slowest episode of the one before it has ended,",
+                  "and the slots freed earlier idle meanwhile. Taking whatever slots are free",
+                  "(at least one) lets samples start one at a time; a prototype of that",
+                  "measured lower ratios here, not yet below the target. More waves alone do",
+                  "not help: the same batch with twice the tasks (eight waves) measured the",
+                  "same ratio.", mark="1."),
             _item("Cheaper first commands: a wave's first replies arrive together (one",
                   "n-sample request shares the prompt's prefix), so their commands, each a",
                   "terminal turn of ~50 ms alone, queue for the same cores.", mark="2."),
