@@ -204,9 +204,11 @@ def test_doc_follows_the_results_it_is_given() -> None:
     from benchmarks.report import RESULTS, render_doc
 
     results = json.loads(RESULTS.read_text())
+    results["load_before"] = 1.5  # something else was running when the run started
     changed = json.loads(RESULTS.read_text())
     changed["figures"]["datapath_traj_per_s"].update(median=1234.5, min=1200.0, max=1250.0)
-    changed["load_before"] = changed["load_after"] = 0.1
+    # Quiet before; the load after is the run's own and does not count.
+    changed["load_before"], changed["load_after"] = 0.1, 2.5
     a, b = render_doc(results), render_doc(changed)
     assert "1234.50 (1200.00–1250.00)" in b and "1234.50" not in a
     assert "not a quiet machine" in a and "not a quiet machine" not in b
