@@ -86,8 +86,8 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
     }
     best = max(sizes.levels, key=lambda c: per_min["ours"][c].median)
 
-    def ratio(c: int, other: str) -> Figure:
-        pairs = zip(runs.rounds["ours"][c], runs.rounds[other][c], strict=True)
+    def ratio(c: int, other: str, system: str = "ours") -> Figure:
+        pairs = zip(runs.rounds[system][c], runs.rounds[other][c], strict=True)
         return figure([o.per_min / b.per_min for o, b in pairs])
 
     vs_cold = {c: ratio(c, "cold") for c in sizes.levels}
@@ -103,6 +103,9 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
     results.add_figure(
         "sandbox_vs_floor", ratio(best, "floor"), target="≥ 0.5", higher_is_better=True
     )
+    if "ours_runsc" in runs.rounds:
+        # What gVisor's kernel boundary costs: ours under runsc over ours under runc.
+        results.add_figure("sandbox_runsc_vs_runc", ratio(best, "ours", "ours_runsc"))
     results.add_figure("sandbox_vs_cold", vs_cold[best], target="≥ 1.5", higher_is_better=True)
     results.add_figure("sandbox_vs_cold_min", vs_cold[worst], target="≥ 1", higher_is_better=True)
     cpu = _cpu_per_trial(runs)
@@ -138,6 +141,7 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
         # CPU-seconds per trial by system, concurrency and owner; None where not measurable.
         "cpu_s_per_trial": cpu or {"unavailable": runs.cpu_unavailable},
         "ours_profile": runs.profile,
+        "gvisor": {"unavailable": runs.gvisor_unavailable},
         "harbor": {"unavailable": runs.harbor_unavailable}
         if runs.harbor_unavailable
         else {

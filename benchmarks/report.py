@@ -193,6 +193,7 @@ def render_results(r: dict[str, Any], heading: str = "###") -> str:
 
 _SYSTEMS = {
     "ours": "ours",
+    "ours_runsc": "ours under gVisor (`--runtime runsc`)",
     "cold": "cold `docker run`",
     "floor": "floor (`docker exec`)",
     "harbor": "Harbor 0.25 (`harbor run`, oracle)",

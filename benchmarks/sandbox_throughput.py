@@ -26,9 +26,10 @@ from sandboxes.images import ImageResolver
 from sandboxes.isolation import container_args
 from sandboxes.oracle import SOLUTION_DIR, run_oracle
 from sandboxes.pool import PoolSettings
+from sandboxes.runtimes import engine_runtimes
 from sandboxes.task import Task
-from sandboxes.verifier import verifier_upload
-from sandboxes.workspace_tar import build_tar
+from sandboxes.verifier import merge_tars
+from sandboxes.workspace_tar import build_tar, sanitize_workspace
 
 BENCH_LABEL = "rollouts.bench_id"
 
@@ -188,6 +189,13 @@ _COLD_TEST = (
 )
 
 
+def _cold_upload(task: Task, workspace: bytes) -> bytes:
+    """The workspace under app/ and the tests under tests/, as Harbor lays them out (the
+    baseline runs the tests in the workspace's own process, without our verifier runtime)."""
+    app, _notes = sanitize_workspace(workspace, prefix="app")
+    return merge_tars(app, build_tar(task.test_files, prefix="tests"))
+
+
 async def cold_round(
     args_for: dict[str, dict[str, Any]], images: dict[str, str], tasks: list[Task], c: int
 ) -> RoundResult:
@@ -197,7 +205,7 @@ async def cold_round(
             flags, images[task.id], _COLD_SOLVE, build_tar(task.solution_files)
         )
         reward = await _docker_run(
-            flags, images[task.id], _COLD_TEST, verifier_upload(task, workspace)
+            flags, images[task.id], _COLD_TEST, _cold_upload(task, workspace)
         )
         if reward.strip() != b"1":
             raise TrialFailed(f"cold: {task.id}: reward {reward[-100:]!r}")
@@ -343,6 +351,7 @@ class SandboxRuns:
     cpu_unavailable: str | None = None  # why CPU time could not be split by owner
     profile: dict[str, Any] = field(default_factory=dict)  # our process in an extra round
     harbor_unavailable: str | None = None  # why Harbor did not run (None: it ran)
+    gvisor_unavailable: str | None = None  # why ours did not also run under runsc
 
     def add(self, system: str, c: int, r: RoundResult) -> None:
         self.rounds.setdefault(system, {}).setdefault(c, []).append(r)
@@ -367,11 +376,20 @@ async def run_sandbox_section(
     # highest level (they have pool keys of their own).
     pool = PoolSettings(warm_per_key=max(levels))
     backend = DockerBackend(BackendSettings(pool=pool), adapter=adapter, resolver=resolver)
+    # Ours again with every container under gVisor (`--runtime runsc`): the price of the
+    # kernel boundary, measured in the same rounds.
+    runs = SandboxRuns()
+    offered, _default = await engine_runtimes(adapter)
+    gvisor = None
+    if "runsc" in offered:
+        settings = BackendSettings(pool=pool, runtime="runsc")
+        gvisor = DockerBackend(settings, adapter=adapter, resolver=resolver)
+    else:
+        runs.gvisor_unavailable = "runsc is not registered with the engine (scripts/runsc_setup.sh)"
     floor = FloorContainers(adapter)
     labels = {"rollouts.rollout_id": f"bench-{run}", BENCH_LABEL: run}
     images = {t.id: await resolver.resolve(t) for t in tasks}
     args_for = {t.id: container_args(t, labels, images[t.id]) for t in tasks}
-    runs = SandboxRuns()
     meter = CpuMeter()
     meter.setup()
     runs.cpu_unavailable = meter.unavailable
@@ -386,14 +404,21 @@ async def run_sandbox_section(
         # and the engine's own caches).
         warm, c = tasks[: max(levels)], max(levels)
         await ours_round(backend, adapter, warm, c, run)
+        if gvisor is not None:
+            await ours_round(gvisor, adapter, warm, c, run)
         await cold_round(args_for, images, warm, c)
         await floor_round(floor, images, warm, c)
         for rep in range(repeats):
             for c in levels:
-                for system in ("ours", "cold", "floor"):
+                systems = (
+                    ("ours", "ours_runsc", "cold", "floor") if gvisor else ("ours", "cold", "floor")
+                )
+                for system in systems:
                     before = meter.sample()
                     if system == "ours":
                         r = await ours_round(backend, adapter, tasks, c, run)
+                    elif system == "ours_runsc":
+                        r = await ours_round(gvisor, adapter, tasks, c, run)  # type: ignore[arg-type]
                     elif system == "cold":
                         r = await cold_round(args_for, images, tasks, c)
                     else:
@@ -430,5 +455,7 @@ async def run_sandbox_section(
     finally:
         await floor.aclose()
         await backend.aclose()
+        if gvisor is not None:
+            await gvisor.aclose()
     runs.profile = profiler.summary()
     return runs

@@ -7,6 +7,7 @@ import typer
 from clients.commands import (
     agent,
     collect,
+    doctor,
     export,
     images,
     policy_stub,
@@ -33,7 +34,7 @@ for _group, _name in (
 ):
     app.add_typer(_group.app, name=_name)
 
-for _module in (verify, collect, serve, pull, export, view, policy_stub):
+for _module in (verify, collect, serve, pull, export, view, policy_stub, doctor):
     _module.register(app)
 
 if __name__ == "__main__":

@@ -198,8 +198,12 @@ def generator_output(
     read): `prompt_token_ids`, `response_ids`, `rewards` (one float per sample),
     `loss_masks`, `stop_reasons` (vLLM's), `rollout_logprobs`, `trajectory_ids`
     (`TrajectoryID(instance_id=uid, repetition_id=k)`), `rollout_metrics` and
-    `trajectory_generation_times`. Extra per-sample lists, which SkyRL carries along:
-    `uids`, `advantages` (the service's), `exclude_from_baseline`, `policy_versions`.
+    `trajectory_generation_times`. Extra per-sample lists, which SkyRL carries along (its
+    `concatenate_generator_outputs` keeps every extra list): `uids`, `advantages` (the
+    service's), `exclude_from_baseline`, `policy_versions` (the oldest weights behind a sample's
+    generated tokens: what staleness counts from) and `response_policy_versions` (one per
+    response token, aligned with `response_ids`: the policy version of the weights that
+    generated it, -1 where the mask is 0).
 
     - A masked sample (`exclude_from_baseline`) keeps its tokens but trains nothing: its loss
       mask and logprobs are all 0, and its reward is the neutral one (`neutral_rewards`).
@@ -230,9 +234,10 @@ def generator_output(
         if t.prompt_token_ids:
             first_prompt.setdefault(t.group_id, list(t.prompt_token_ids))
 
-    prompts, responses, rewards, masks, logprobs = [], [], [], [], []
+    prompts, responses, rewards, masks, logprobs, versions = [], [], [], [], [], []
     for t in ts:
         response = list(t.response_token_ids)
+        token_versions = list(t.response_policy_versions)
         if t.exclude_from_baseline:
             mask, lps = [0] * len(response), [0.0] * len(response)
             reward = neutral[t.group_id]
@@ -240,12 +245,13 @@ def generator_output(
             mask, lps = list(t.loss_mask), [float(x) for x in t.rollout_logprobs]
             reward = float(t.reward) if t.reward is not None else neutral[t.group_id]
         if not response:
-            response, mask, lps = [pad_token_id], [0], [0.0]
+            response, mask, lps, token_versions = [pad_token_id], [0], [0.0], [-1]
         prompts.append(list(t.prompt_token_ids) or first_prompt.get(t.group_id) or [pad_token_id])
         responses.append(response)
         rewards.append(reward)
         masks.append(mask)
         logprobs.append(lps)
+        versions.append(token_versions)
     times = [float(t.timings.total_s) for t in ts]
     masked = sum(t.exclude_from_baseline for t in ts)
     return {
@@ -262,6 +268,7 @@ def generator_output(
         "advantages": [float(t.advantage or 0.0) for t in ts],
         "exclude_from_baseline": [t.exclude_from_baseline for t in ts],
         "policy_versions": [t.policy_version_start for t in ts],
+        "response_policy_versions": versions,
     }
 
 

@@ -67,6 +67,21 @@ class Batch:
         return generator_output(self.trajectories, pad_token_id=pad_token_id)
 
 
+# A weight update answers once every server has loaded the weights: minutes for a large model.
+_UPDATE_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+
+def _policy_body(
+    version: int, max_staleness: int | None, weights_path: str | None, lora_path: str | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"version": version, "max_staleness": max_staleness}
+    if weights_path is not None:
+        body["weights_path"] = weights_path
+    if lora_path is not None:
+        body["lora_path"] = lora_path
+    return body
+
+
 def _rollout_body(
     tasks_path: str,
     n_samples: int,
@@ -195,11 +210,30 @@ class TrainerClient:
         r = self._ok(self._request("DELETE", f"/v1/rollouts/{rollout_id}"))
         return RolloutStatus.model_validate_json(r.content)
 
-    def set_policy(self, version: int, max_staleness: int | None = None) -> PolicyState:
-        body = {"version": version, "max_staleness": max_staleness}
-        return PolicyState.model_validate_json(
-            self._ok(self._request("POST", "/v1/policy", json=body)).content
-        )
+    def set_policy(
+        self,
+        version: int,
+        max_staleness: int | None = None,
+        *,
+        weights_path: str | None = None,
+        lora_path: str | None = None,
+    ) -> PolicyState:
+        """The new policy version. With `weights_path` (a checkpoint folder the policy servers
+        can read) or `lora_path`, the service loads it on every server first (docs/
+        weight-updates.md); answers once every server serves `version` or is out of rotation."""
+        body = _policy_body(version, max_staleness, weights_path, lora_path)
+        r = self._request("POST", "/v1/policy", json=body, timeout=_UPDATE_TIMEOUT)
+        return PolicyState.model_validate_json(self._ok(r).content)
+
+    def pause_policy(self, mode: str = "keep") -> PolicyState:
+        """Pause every policy server (`keep`, `abort` or `wait`) before moving the weights
+        yourself; then `set_policy(version)` tags and resumes them."""
+        r = self._request("POST", "/v1/policy/pause", json={"mode": mode}, timeout=_UPDATE_TIMEOUT)
+        return PolicyState.model_validate_json(self._ok(r).content)
+
+    def resume_policy(self) -> PolicyState:
+        r = self._request("POST", "/v1/policy/resume", timeout=_UPDATE_TIMEOUT)
+        return PolicyState.model_validate_json(self._ok(r).content)
 
     def _ack(self, batch: Batch) -> None:
         r = self._request("POST", f"/v1/batches/{batch.batch_id}/ack")
@@ -327,9 +361,27 @@ class AsyncTrainerClient:
             await self._json("DELETE", f"/v1/rollouts/{rollout_id}")
         )
 
-    async def set_policy(self, version: int, max_staleness: int | None = None) -> PolicyState:
-        body = {"version": version, "max_staleness": max_staleness}
-        return PolicyState.model_validate_json(await self._json("POST", "/v1/policy", json=body))
+    async def set_policy(
+        self,
+        version: int,
+        max_staleness: int | None = None,
+        *,
+        weights_path: str | None = None,
+        lora_path: str | None = None,
+    ) -> PolicyState:
+        body = _policy_body(version, max_staleness, weights_path, lora_path)
+        raw = await self._json("POST", "/v1/policy", json=body, timeout=_UPDATE_TIMEOUT)
+        return PolicyState.model_validate_json(raw)
+
+    async def pause_policy(self, mode: str = "keep") -> PolicyState:
+        raw = await self._json(
+            "POST", "/v1/policy/pause", json={"mode": mode}, timeout=_UPDATE_TIMEOUT
+        )
+        return PolicyState.model_validate_json(raw)
+
+    async def resume_policy(self) -> PolicyState:
+        raw = await self._json("POST", "/v1/policy/resume", timeout=_UPDATE_TIMEOUT)
+        return PolicyState.model_validate_json(raw)
 
     async def _ack(self, batch: Batch) -> None:
         r = await self._request("POST", f"/v1/batches/{batch.batch_id}/ack")

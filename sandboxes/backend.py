@@ -36,6 +36,12 @@ class WorkspaceTooLarge(AgentCausedSandboxFault):
     """The agent's /app holds more than the workspace size cap."""
 
 
+class WorkspaceUnreadable(AgentCausedSandboxFault):
+    """The workspace archive that came out of the agent container is not a plain tar as our
+    `tar -c` writes it (compressed, truncated, forged into the stream): whatever comes out of
+    the agent's container is its doing."""
+
+
 class SandboxExited(AgentCausedSandboxFault):
     """The agent container still exists but is no longer running (its processes were killed,
     or the kernel's OOM killer ended it). A container removed from outside or an unreachable
@@ -67,6 +73,9 @@ class VerifyResult:
     # and the files the tests left under /logs/verifier (capped), as evidence.
     flags: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    # The layers that kept the tested code from the verdict, as the tested process reported
+    # them: {"user": its user id or None, "landlock": ABI version or why none} (rollouts doctor).
+    isolation: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

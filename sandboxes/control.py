@@ -12,9 +12,10 @@ it, and it reaps orphans (bash reaps every child that exits).
 
 Wire format (LC_ALL=C, so lengths are bytes):
 - request: a line `@@rollouts <nonce> <limit_us> <argv bytes> <stdin bytes>`, then the argv
-  as a shell-quoted string, then the stdin bytes (an upload);
-- answer: a line `@@rollouts <nonce> begin`, the command's stdout in base64 (no newlines),
-  then `\\n@@rollouts <nonce> end <exit code> <timed out 0|1>\\n`;
+  as a shell-quoted string, then the stdin (an upload) in base64;
+- answer: a line `@@rollouts <nonce> begin <sealed 0|1>`, the command's stdout in base64 cut
+  into counted chunks (`<length in hex>:` and that many bytes), then a line
+  `@@rollouts <nonce> end <exit code> <timed out 0|1>`;
 - `@@rollouts-abort <nonce>`: the service stopped waiting (its task was cancelled, when the
   agent's time ran out); PID 1 kills that request at once.
 
@@ -22,10 +23,21 @@ The command runs in a process group of its own with stdin from the request and s
 discarded (a command that wants its stderr merges it). At `limit_us` PID 1 SIGKILLs the group,
 which also ends a group the agent stopped (`kill -STOP -1`); background processes a finished
 command left in its group are killed two seconds after it (a process that wants to outlive its
-request starts its own session, as the tmux server does). The agent, root in its own
-container, can write into this stream or steal from it through /proc/1/fd: that can only
-confuse its own sandbox, whose failures are graded as its doing (docker_backend._classify).
-The nonce lets the reader skip anything that is not the answer it waits for.
+request starts its own session, as the tmux server does).
+
+The agent, root in its container, cannot reach this channel (docs/reliability.md, "The agent
+container's channel"). PID 1 seals itself at start: it re-executes from a copy of bash that no
+one may read, and the kernel makes a process that runs a file it cannot read non-dumpable, so
+its /proc/PID/fd, /proc/PID/mem and ptrace need CAP_SYS_PTRACE, which the sandbox lacks. Forks
+inherit that until they run another program, so only PID 1 and its forks that run builtins
+ever hold PID 1's streams: the upload is read by such a fork (hence base64: bash strings hold
+no NUL), and the encoder's output is copied to PID 1's stdout by another. The encoder's pipe
+and the command's own are the agent's to write into, but whatever it writes lands inside a
+counted chunk of its own request's answer, never in the framing (a chunk is one atomic pipe
+write, so a kill does not cut one short); the nonce lets the reader skip stale answers.
+A kernel that does not seal (gVisor, say: it keeps a process dumpable whatever it runs) is
+reported as `sealed 0`, and the channel then works as before: what the agent forges into it
+is still graded as its doing, never masked (docker_backend._classify).
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 import re
 import shlex
 import socket
@@ -41,17 +54,70 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from sandboxes.backend import SandboxUnusable
 from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge, take_frames
+
+log = logging.getLogger(__name__)
 
 # Time for PID 1 to kill a request at its limit and answer, before the reader gives up.
 ANSWER_MARGIN_S = 10.0
+# The service's own tmpfs in the agent container (terminal log, tmux socket). PID 1's sealed
+# copy of bash is made here, and removed as soon as it runs, so the mount allows exec.
+SERVICE_STATE_DIR = "/run/rollouts"
+# The most bytes of one output chunk: with its header it fits in one atomic pipe write
+# (PIPE_BUF, 4096). A line of the answer is never longer than _MAX_LINE.
+CHUNK = 4000
+_MAX_LINE = 64
 
 PID1_SCRIPT = r"""
 trap '' TERM INT HUP
 LC_ALL=C
+exec 2>/dev/null  # nothing reads it: only stdin and stdout are the channel
+if [ "$1" = boot ]; then
+  # Seal (see control.py): run on from a copy of bash nobody may read. Nothing else runs yet.
+  shopt -s execfail
+  cp "$BASH" "$2/.rollouts-pid1" </dev/null >/dev/null &&
+    chmod 0111 "$2/.rollouts-pid1" </dev/null >/dev/null &&
+    exec "$2/.rollouts-pid1" -c "$BASH_EXECUTION_STRING" "$0" sealed "$2"
+  shopt -u execfail
+fi
+rm -f "$2/.rollouts-pid1" </dev/null >/dev/null
+# Sealed when a process running another program can no longer look at us.
+sealed=0
+[ "$1" = sealed ] && ! readlink /proc/1/exe </dev/null >/dev/null && sealed=1
 set -m  # each request is a job in a process group of its own
 exec {tick}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a process
 exec {done}<> <(:)  # a request's last act is to write "<nonce> rc <exit code>" here
+# upload and copy run in forks of PID 1 that hold its stdin or stdout, so they use builtins
+# only: a fork that ran another program could be looked at again. (No `read -t` here: with a
+# timeout bash reads a byte per two system calls.)
+upload() {  # the request's upload: base64 from PID 1's stdin to stdout
+  local left=$1 c
+  while [ "$left" -gt 0 ]; do
+    c=
+    read -r -N $(( left < @CHUNK@ ? left : @CHUNK@ )) c
+    [ -n "$c" ] || return
+    printf %s "$c"
+    left=$(( left - ${#c} ))
+  done
+}
+copy() {  # the encoder's output to PID 1's stdout, as chunks "<length in hex>:<bytes>"
+  local c h
+  while c=; read -r -N @CHUNK@ c || [ -n "$c" ]; do
+    printf -v h %x "${#c}"
+    # One write(2) of at most PIPE_BUF bytes, which no kill cuts short (bash's stdout is
+    # line-buffered: a newline the agent put in the pipe splits it, and a cut is its doing).
+    printf %s "$h:$c"
+  done
+}
+# The request's command. An upload it did not read is drained: the next request starts after.
+run() {
+  eval "set -- $argv"
+  "$@" {done}>&- 2>/dev/null
+  rc=$?
+  [ "$nin" = 0 ] || cat >/dev/null {done}>&-
+  return $rc
+}
 pending=
 while :; do
   if [ -n "$pending" ]; then
@@ -67,22 +133,28 @@ while :; do
   nonce=$2 limit=$3 nargs=$4 nin=$5
   case "$limit$nargs$nin" in *[!0-9]*) continue ;; esac
   read -r -N "$nargs" argv && [ ${#argv} -eq "$nargs" ] || continue
-  echo "@@rollouts $nonce begin"
-  # The encoder is outside the job's group: killing the job at its limit keeps what it wrote.
-  exec {out}> >(exec base64 -w 0)
+  echo "@@rollouts $nonce begin $sealed"
+  # The encoder writes into a pipe of its own (made from a `<(:)` pipe's two ends), which the
+  # copier empties. Both are outside the job's group: killing the job keeps what it wrote.
+  exec {pipe}<> <(:)
+  exec {enc}</dev/fd/$pipe {encw}>/dev/fd/$pipe {pipe}<&-
+  exec {out}> >(exec base64 -w 0 >&$encw {encw}>&- {enc}<&- {tick}<&- {done}>&-)
   b64=$!
+  exec {encw}>&-
+  copy <&$enc {enc}<&- {out}>&- {tick}<&- {done}>&- &
+  copier=$!
+  exec {enc}<&-
   (
     trap - TERM INT HUP
-    head -c "$nin" | {
-      eval "set -- $argv"
-      "$@" {done}>&- 2>/dev/null
+    if [ "$nin" = 0 ]; then
+      run </dev/null
       rc=$?
-      cat >/dev/null  # the rest of the upload: the next request starts after it
-      exit $rc
-    }
-    rcs=("${PIPESTATUS[@]}")
-    echo "$nonce rc ${rcs[1]}" >&$done
-  ) >&$out {out}>&- {tick}>&- 2>/dev/null &
+    else
+      upload "$nin" | base64 -d {done}>&- | run
+      rc=${PIPESTATUS[2]}
+    fi
+    echo "$nonce rc $rc" >&$done
+  ) >&$out {out}>&- {tick}<&- 2>/dev/null &
   job=$!
   exec {out}>&-
   t=${EPOCHREALTIME/./}
@@ -90,10 +162,12 @@ while :; do
   rc= timed_out=0 killed=
   while :; do
     if [ -z "$rc" ]; then
+      gone=
+      kill -0 "$job" 2>/dev/null || gone=1
       if read -r -t 0.05 -u $done n k v && [ "$n $k" = "$nonce rc" ]; then
         rc=$v
-      else
-        kill -0 "$job" 2>/dev/null || rc=gone  # killed before it could say
+      elif [ -n "$gone" ]; then
+        rc=gone  # killed before it could say
       fi
       # A line while busy: the service giving up on this request (it was cancelled), or the
       # next request, kept for later. Not while an upload may still be on stdin: that is the
@@ -102,40 +176,48 @@ while :; do
         [ "$pending" = "@@rollouts-abort $nonce" ] && pending= deadline=0
       fi
       if [ -n "$rc" ]; then
-        # The encoder ends at its input's EOF. Background processes the command left in its
-        # group that still hold that input get two seconds, then the group is killed.
+        # The encoder ends at its input's EOF, and the copier at the encoder's. Background
+        # processes the command left in its group that still hold that input get two seconds,
+        # then the group is killed.
         t=${EPOCHREALTIME/./}
         [ $(( 10#$t + 2000000 )) -lt "$deadline" ] && deadline=$(( 10#$t + 2000000 ))
         continue
       fi
     else
-      kill -0 "$b64" 2>/dev/null || break  # the encoder has written everything
+      kill -0 "$copier" 2>/dev/null || break  # everything is written
       read -t 0.002 -u $tick
     fi
     t=${EPOCHREALTIME/./}
     [ $(( 10#$t )) -ge "$deadline" ] || continue
     if [ -z "$killed" ]; then
       kill -KILL -- -"$job" 2>/dev/null
-      kill -CONT "$b64" 2>/dev/null  # stopped with everything else (`kill -STOP -1`)
+      # Stopped with everything else (`kill -STOP -1`): the copier is a job of its own.
+      kill -CONT "$b64" 2>/dev/null
+      kill -CONT -- -"$copier" 2>/dev/null
       [ -n "$rc" ] || rc=gone timed_out=1
       killed=1
-      deadline=$(( 10#$t + 1000000 ))  # a second for the encoder to finish
+      deadline=$(( 10#$t + 1000000 ))  # a second for the encoder and copier to finish
     else
-      kill -KILL "$b64" 2>/dev/null  # a process that left the group holds its input
+      # Something that left the group holds the encoder's input, or the agent its output.
+      kill -KILL "$b64" 2>/dev/null
+      kill -KILL -- -"$copier" 2>/dev/null
       break
     fi
   done
   wait "$job" 2>/dev/null
   jrc=$?
-  wait "$b64" 2>/dev/null
+  wait "$b64" "$copier" 2>/dev/null
   [ "$rc" = gone ] && rc=$jrc
-  printf '\n@@rollouts %s end %s %s\n' "$nonce" "$rc" "$timed_out"
+  printf '@@rollouts %s end %s %s\n' "$nonce" "$rc" "$timed_out"
 done
-"""
-PID1_COMMAND = ["bash", "-c", PID1_SCRIPT, "rollouts-control"]
+""".replace("@CHUNK@", str(CHUNK))
+PID1_COMMAND = ["bash", "-c", PID1_SCRIPT, "rollouts-control", "boot", SERVICE_STATE_DIR]
 
-_BEGIN = re.compile(rb"@@rollouts ([0-9a-f]{16}) begin\n")
-_END = re.compile(rb"\n@@rollouts ([0-9a-f]{16}) end (\d+) ([01])\n")
+_BEGIN = re.compile(rb"@@rollouts ([0-9a-f]{16}) begin ([01])")
+_END = re.compile(rb"@@rollouts ([0-9a-f]{16}) end (\d{1,3}) ([01])")
+_CHUNK_HEADER = re.compile(rb"[0-9a-f]{1,4}")
+_MAX_CHUNK_HEADER = 5  # "fa0:"
+_unsealed_seen = threading.Event()
 
 
 class ControlTimeout(TimeoutError):
@@ -144,12 +226,18 @@ class ControlTimeout(TimeoutError):
     in a running container."""
 
 
+class ChannelGarbled(SandboxUnusable):
+    """PID 1's stdout did not follow the wire format. Only PID 1 writes there, so whatever
+    disturbed it happened inside the container: graded as the agent's doing, never masked."""
+
+
 @dataclass
 class ControlResult:
     exit_code: int | None  # None when the request was killed at its limit
     timed_out: bool
     output: CappedBuffer | None  # with `max_output`
     stdout_raw: bytes | None  # with `collect_stdout`
+    sealed: bool = True  # whether PID 1 could seal itself (see the module docstring)
 
 
 class ControlChannel:
@@ -175,8 +263,9 @@ class ControlChannel:
         raw; more than N bytes raises OutputTooLarge."""
         nonce = uuid.uuid4().hex[:16]
         args = shlex.join(argv).encode()
-        header = f"@@rollouts {nonce} {int(limit_s * 1e6)} {len(args)} {len(stdin)}\n"
-        request = header.encode() + args + stdin
+        upload = base64.b64encode(stdin)
+        header = f"@@rollouts {nonce} {int(limit_s * 1e6)} {len(args)} {len(upload)}\n"
+        request = header.encode() + args + upload
         wait_s = limit_s + ANSWER_MARGIN_S
         async with self._lock:
             if self._conn is None:
@@ -184,7 +273,7 @@ class ControlChannel:
                 self._conn = _Conn(sock)
             conn = self._conn
             try:
-                return await self._adapter.on_stream_pool(
+                result = await self._adapter.on_stream_pool(
                     conn.exchange, request, nonce, wait_s, max_output, collect_stdout
                 )
             except asyncio.CancelledError:
@@ -193,6 +282,15 @@ class ControlChannel:
                 # is told to kill the request now, so the next request is not held up.
                 conn.abort(nonce)
                 raise
+        if not result.sealed and not _unsealed_seen.is_set():
+            _unsealed_seen.set()  # once per process: it holds for every sandbox on this kernel
+            log.warning(
+                "sandbox %s: PID 1 could not seal its control channel on this kernel or "
+                "runtime; the agent can reach it (what it forges there is still graded as its "
+                "own doing, never masked)",
+                self._cid[:12],
+            )
+        return result
 
     def close(self) -> None:
         """Drop the attach session. PID 1 then sees its stdin end (the engine closes it with
@@ -209,9 +307,9 @@ class _Conn:
         self._sock = sock
         self._turn = threading.Lock()  # one exchange reads at a time
         self._send = threading.Lock()  # an abort never lands inside a request's bytes
-        self._broken: OSError | None = None
+        self._broken: Exception | None = None
         self._frames = bytearray()  # engine frames not yet demultiplexed
-        self._stdout = bytearray()  # PID 1's stdout not yet parsed
+        self._answers = AnswerParser()  # PID 1's stdout
 
     def abort(self, nonce: str) -> None:
         with self._send:
@@ -239,11 +337,13 @@ class _Conn:
     ) -> ControlResult:
         deadline = _Deadline(wait_s)
         with self._turn:
+            if isinstance(self._broken, ChannelGarbled):
+                raise ChannelGarbled(str(self._broken))
             if self._broken is not None:
                 raise ConnectionResetError(f"the sandbox's attach stream failed: {self._broken}")
             try:
                 return self._exchange(request, nonce, deadline, max_output, collect_stdout)
-            except OSError as e:
+            except (OSError, ChannelGarbled) as e:
                 if not isinstance(e, TimeoutError):
                     self._broken = e
                 raise
@@ -260,51 +360,31 @@ class _Conn:
             self._sock.settimeout(max(deadline.left(), 0.001))
             self._sock.sendall(request)
         key = nonce.encode()
-        # Skip to our answer's start: whatever came before is a stale or forged answer.
-        while (m := _BEGIN.search(self._stdout)) is None or m.group(1) != key:
-            if m is not None:
-                del self._stdout[: m.end()]
-                continue
-            del self._stdout[: max(0, len(self._stdout) - 64)]
-            self._read(deadline)
-        del self._stdout[: m.end()]
-        sink = _Sink(max_output, collect_stdout)
-        mark = b"@@rollouts "
+        sink: _Sink | None = None
+        sealed = True
         while True:
-            cut = self._stdout.find(b"\n")
-            if cut < 0:  # all data so far: decode it in whole base64 quanta
-                ready = len(self._stdout) - len(self._stdout) % 4
-                sink.add(bytes(self._stdout[:ready]))
-                del self._stdout[:ready]
+            event = self._answers.next_event()
+            if event is None:
                 self._read(deadline)
-                continue
-            sink.add(bytes(self._stdout[:cut]))
-            del self._stdout[:cut]
-            rest = bytes(self._stdout[1 : 1 + len(mark)])
-            if not mark.startswith(rest):  # a newline the agent wrote into the data
-                del self._stdout[:1]
-                continue
-            line_end = self._stdout.find(b"\n", 1)
-            if line_end < 0:
-                self._read(deadline)
-                continue
-            end = _END.fullmatch(self._stdout[: line_end + 1])
-            if end is not None and end.group(1) == key:
-                del self._stdout[: line_end + 1]
-                break
-            # Another answer's line (stale or forged): drop it, keeping its newline, which
-            # may start ours.
-            del self._stdout[:line_end]
-        timed_out = end.group(3) == b"1"
-        return ControlResult(
-            exit_code=None if timed_out else int(end.group(2)),
-            timed_out=timed_out,
-            output=sink.capped,
-            stdout_raw=sink.raw(),
-        )
+            elif event.nonce != key:
+                continue  # a stale answer (of a request whose caller gave up): skipped
+            elif event.kind == "begin":
+                sink, sealed = _Sink(max_output, collect_stdout), event.sealed
+            elif sink is None:
+                raise ChannelGarbled("an answer's data or end came before its begin line")
+            elif event.kind == "data":
+                sink.add(event.data)
+            else:
+                return ControlResult(
+                    exit_code=None if event.timed_out else event.exit_code,
+                    timed_out=event.timed_out,
+                    output=sink.capped,
+                    stdout_raw=sink.raw(),
+                    sealed=sealed,
+                )
 
     def _read(self, deadline: _Deadline) -> None:
-        """Append the next stdout payloads (PID 1's stderr is dropped)."""
+        """Feed the next stdout payloads to the parser (PID 1's stderr is dropped)."""
         left = deadline.left()
         late = ControlTimeout(f"no answer from the sandbox's PID 1 in {deadline.total:.0f} s")
         if left <= 0:
@@ -319,7 +399,73 @@ class _Conn:
         self._frames += chunk
         for stream_id, payload in take_frames(self._frames):
             if stream_id == 1:
-                self._stdout += payload
+                self._answers.feed(payload)
+
+
+@dataclass
+class Event:
+    """One piece of PID 1's stdout: an answer's begin line, a data chunk, or its end line."""
+
+    kind: str  # "begin" | "data" | "end"
+    nonce: bytes
+    sealed: bool = True  # begin
+    data: bytes = b""  # data
+    exit_code: int = 0  # end
+    timed_out: bool = False  # end
+
+
+class AnswerParser:
+    """PID 1's stdout, parsed as it arrives. Linear in its input and holding at most one read
+    plus one line: a data chunk is handed on as it comes, and a line longer than any the
+    wire format has is refused (ChannelGarbled) rather than waited for."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._chunk_left = 0  # bytes of the current data chunk still to come
+        self._answer: bytes | None = None  # the nonce of the answer being read
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next_event(self) -> Event | None:
+        """The next event, or None when more input is needed."""
+        if self._chunk_left:
+            if not self._buf:
+                return None
+            take = min(self._chunk_left, len(self._buf))
+            data = bytes(self._buf[:take])
+            del self._buf[:take]
+            self._chunk_left -= take
+            return Event("data", self._answer or b"", data=data)
+        if not self._buf:
+            return None
+        if self._buf[:1] != b"@":  # a chunk's header, "<length in hex>:"
+            colon = self._buf.find(b":", 0, _MAX_CHUNK_HEADER)
+            if colon < 0:
+                if len(self._buf) >= _MAX_CHUNK_HEADER:
+                    raise ChannelGarbled(f"not a chunk header: {bytes(self._buf[:8])!r}")
+                return None
+            m = _CHUNK_HEADER.fullmatch(self._buf[:colon])
+            size = int(m.group(0), 16) if m is not None else 0
+            if self._answer is None or not 0 < size <= CHUNK:
+                raise ChannelGarbled(f"a bad chunk header: {bytes(self._buf[:colon])!r}")
+            del self._buf[: colon + 1]
+            self._chunk_left = size
+            return self.next_event()
+        cut = self._buf.find(b"\n", 0, _MAX_LINE + 1)
+        if cut < 0:
+            if len(self._buf) > _MAX_LINE:
+                raise ChannelGarbled(f"a line from PID 1 is over {_MAX_LINE} bytes")
+            return None
+        line = bytes(self._buf[:cut])
+        del self._buf[: cut + 1]
+        if (m := _BEGIN.fullmatch(line)) is not None and self._answer is None:
+            self._answer = m.group(1)
+            return Event("begin", m.group(1), sealed=m.group(2) == b"1")
+        if (m := _END.fullmatch(line)) is not None and self._answer == m.group(1):
+            self._answer = None
+            return Event("end", m.group(1), exit_code=int(m.group(2)), timed_out=m.group(3) == b"1")
+        raise ChannelGarbled(f"unexpected line from PID 1: {line!r}")
 
 
 class _Deadline:
@@ -338,15 +484,18 @@ class _Sink:
         self.capped = CappedBuffer(max_output) if collect is None else None
         self._raw = bytearray() if collect is not None else None
         self._limit = collect
+        self._carry = b""  # base64 left over from the last chunk: less than a quantum
 
     def add(self, encoded: bytes) -> None:
-        if not encoded:
-            return
+        encoded = self._carry + encoded
         usable = len(encoded) - len(encoded) % 4  # a request killed mid-write leaves a stub
+        self._carry = encoded[usable:]
+        if not usable:
+            return
         try:
             data = base64.b64decode(encoded[:usable], validate=True)
         except binascii.Error:
-            data = b"[rollouts: unreadable output]"  # bytes the agent forged into the stream
+            data = b"[rollouts: unreadable output]"  # bytes the agent wrote into the pipe
         if self._raw is not None:
             self._raw += data
             if len(self._raw) > self._limit:  # type: ignore[operator]

@@ -29,6 +29,9 @@ T = TypeVar("T")
 
 # Engine API calls block for at most this long (image builds get their own timeout).
 _API_TIMEOUT_S = 120
+# The engine frames each read of a container's stream (32 KiB here); a bigger frame header is
+# a broken stream, refused before its payload is waited for and buffered.
+MAX_FRAME = 16 << 20
 
 
 class DockerUnavailable(RuntimeError):
@@ -85,6 +88,11 @@ class OutputTooLarge(RuntimeError):
     pass
 
 
+class StreamCorrupt(ConnectionError):
+    """The engine's multiplexed stream is not what the engine writes: the connection to the
+    engine is broken (a container's bytes only ever arrive inside frames)."""
+
+
 class ContainerNotRunning(RuntimeError):
     """The container had stopped (or not started) when a stream to it was opened."""
 
@@ -131,6 +139,8 @@ def take_frames(buf: bytearray) -> list[tuple[int, bytes]]:
     frames = []
     while len(buf) >= 8:
         stream_id, size = struct.unpack(">BxxxL", bytes(buf[:8]))
+        if stream_id > 2 or size > MAX_FRAME:
+            raise StreamCorrupt(f"bad frame header from the engine: stream {stream_id}, {size} B")
         if len(buf) < 8 + size:
             break
         frames.append((stream_id, bytes(buf[8 : 8 + size])))

@@ -38,7 +38,7 @@ from sandboxes.verifier import run_verifier
 from sandboxes.workspace_tar import (
     DEFAULT_MAX_WORKSPACE_BYTES,
     build_tar,
-    sanitize_workspace,
+    sanitize_workspace_async,
 )
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ class BackendSettings:
     max_workspace_bytes: int = DEFAULT_MAX_WORKSPACE_BYTES
     image_override: str | None = None  # `--image`: one image for every task
     reap_at_start: bool = True
+    runtime: str | None = None  # `--runtime`: the OCI runtime of every container (runsc)
 
 
 class DockerSandbox:
@@ -142,7 +143,9 @@ class DockerSandbox:
         """What `error` means for the reward. Agent-caused (graded 0) when the container exited
         by itself, or when it runs and the engine answers but our tools in it failed: inside a
         running container only the agent breaks them. Unchanged (masked) when the container
-        was removed from outside or the engine failed."""
+        was removed from outside or the engine failed. Bytes that came out of the container
+        and do not parse are agent-caused by type where they are parsed (ChannelGarbled,
+        WorkspaceUnreadable, WorkspaceTooLarge), whatever the container's state."""
         if isinstance(error, AgentCausedSandboxFault):
             return error
         try:
@@ -184,8 +187,9 @@ class DockerSandbox:
         if result.exit_code != 0 or result.stdout_raw is None:
             raise SandboxExecError(f"archiving /app failed (tar exit code {result.exit_code})")
         # Parsing and re-packing a tar is CPU work: off the event loop, which other samples'
-        # requests to the policy server are waiting on.
-        data, notes = await asyncio.to_thread(sanitize_workspace, result.stdout_raw, limit)
+        # requests to the policy server are waiting on, on the decoders' own threads. A bad
+        # archive raises WorkspaceUnreadable: the agent's doing, like everything from in there.
+        data, notes = await sanitize_workspace_async(result.stdout_raw, limit)
         for note in notes:
             log.info("sandbox %s workspace: %s", self.id[:12], note)
         self.workspace_notes = notes
@@ -194,11 +198,20 @@ class DockerSandbox:
 
 def _is_engine_error(error: BaseException) -> bool:
     """The engine or our connection to it failed (an API error, a socket error): not the
-    agent's doing, whatever state the container is in."""
+    agent's doing, whatever state the container is in. A socket error carries an errno, or is
+    a ConnectionError; an OSError without one comes from parsing bytes (gzip's BadGzipFile, to
+    name one), and such bytes came out of the container."""
     if isinstance(error, TimeoutError):  # an OSError, but ours: a command that hung in there
         return False
-    engine = (docker.errors.DockerException, requests.RequestException, OSError, DockerUnavailable)
-    return isinstance(error, engine)
+    engine = (
+        docker.errors.DockerException,
+        requests.RequestException,
+        DockerUnavailable,
+        ConnectionError,
+    )
+    if isinstance(error, engine):
+        return True
+    return isinstance(error, OSError) and error.errno is not None
 
 
 class DockerBackend:
@@ -229,7 +242,8 @@ class DockerBackend:
 
     async def _container_args(self, task: Task, labels: dict[str, str]) -> dict:
         image = await self.resolver.resolve(task, self.settings.image_override)
-        return container_args(task, {**labels, LABEL_BACKEND: self.backend_id}, image)
+        labels = {**labels, LABEL_BACKEND: self.backend_id}
+        return container_args(task, labels, image, self.settings.runtime)
 
     async def create(self, task: Task, labels: dict[str, str]) -> DockerSandbox:
         await self._ensure_started()

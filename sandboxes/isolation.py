@@ -12,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from sandboxes.control import PID1_COMMAND
+from sandboxes.control import PID1_COMMAND, SERVICE_STATE_DIR
 from sandboxes.task import Task
 
 LABEL_MANAGED = "rollouts.managed"
@@ -26,11 +26,16 @@ LABEL_BACKEND = "rollouts.backend"
 ALLOWED_NETWORK_MODES = frozenset({"none", "bridge"})
 
 PIDS_LIMIT = 256
+# Under gVisor the container's pids cgroup also counts the Sentry's own host threads and, on
+# its ptrace platform, a stub process per address space: 54 for an idle sandbox, over 250 while
+# 20 processes start (measured here). The sandbox's processes stay bounded by this and by its
+# memory; a fork bomb ends the Sentry, which is graded as the agent's doing.
+RUNSC_PIDS_LIMIT = 1024
 # Writable places besides /app, each its own small tmpfs (the root filesystem is read-only).
 _SMALL_TMPFS_MB = {"/logs": 64, "/tests": 64, "/root": 64}
-# The service's own state in the container (terminal log, tmux socket, exec pid files). A tmpfs
-# of its own so an agent that fills /tmp (or deletes it) cannot break the terminal.
-SERVICE_STATE_DIR = "/run/rollouts"
+# The service's own state in the container (terminal log, tmux socket, PID 1's sealed copy of
+# bash for the moment it starts): a tmpfs of its own so an agent that fills /tmp (or deletes
+# it) cannot break the terminal. SERVICE_STATE_DIR is defined with the channel (control.py).
 SERVICE_STATE_MB = 64
 
 
@@ -56,8 +61,11 @@ def owner_label() -> str:
     return f"{socket.gethostname()}:{pid}:{process_start(pid)}"
 
 
-def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, Any]:
-    """Arguments for `APIClient.create_container` (host settings under "host_config")."""
+def container_args(
+    task: Task, labels: dict[str, str], image: str, runtime: str | None = None
+) -> dict[str, Any]:
+    """Arguments for `APIClient.create_container` (host settings under "host_config").
+    `runtime`: the OCI runtime (e.g. "runsc"); None: the engine's default."""
     env = task.config.environment
     if env.network_mode not in ALLOWED_NETWORK_MODES:
         raise IsolationError(
@@ -81,7 +89,8 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
     }
     for path, mb in _SMALL_TMPFS_MB.items():
         tmpfs[path] = f"rw,exec,size={mb}m,mode=1777"
-    tmpfs[SERVICE_STATE_DIR] = f"rw,noexec,nosuid,nodev,size={SERVICE_STATE_MB}m,mode=1777"
+    # exec: PID 1 seals itself by running a copy of bash made here (control.py).
+    tmpfs[SERVICE_STATE_DIR] = f"rw,exec,nosuid,nodev,size={SERVICE_STATE_MB}m,mode=1777"
 
     memory = f"{int(env.memory_mb)}m"
     all_labels = {**labels, LABEL_MANAGED: "true", LABEL_OWNER: owner_label()}
@@ -109,7 +118,7 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
             "nano_cpus": int(float(env.cpus) * 1e9),
             "mem_limit": memory,
             "memswap_limit": memory,  # equal to mem_limit: no swap on top
-            "pids_limit": PIDS_LIMIT,
+            "pids_limit": RUNSC_PIDS_LIMIT if runtime == "runsc" else PIDS_LIMIT,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "read_only": True,
@@ -119,5 +128,6 @@ def container_args(task: Task, labels: dict[str, str], image: str) -> dict[str, 
             # The service talks to sandboxes over exec and attach streams, never reads their
             # logs: an engine-side log file per container would only cost the engine.
             "log_config": {"type": "none"},
+            **({"runtime": runtime} if runtime else {}),
         },
     }

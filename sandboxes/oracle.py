@@ -92,6 +92,7 @@ async def run_oracle(
         durations={**durations, **verdict.durations},
         flags=verdict.flags,
         files=verdict.files,
+        isolation=verdict.isolation,
         agent_output=agent.output,
         agent_exit_code=agent.exit_code,
     )

@@ -43,6 +43,7 @@ from sandboxes.backend import (
     Verdict,
     VerifyResult,
     WorkspaceTooLarge,
+    WorkspaceUnreadable,
 )
 from sandboxes.images import BuildSettings, env_tag
 from sandboxes.ray_executor import BackendFactory, ExecutorConfig, SandboxExecutor
@@ -53,7 +54,13 @@ log = logging.getLogger(__name__)
 RESOURCE = "rollouts_sandbox"
 _AGENT_FAULTS: dict[str, type[AgentCausedSandboxFault]] = {
     cls.__name__: cls
-    for cls in (AgentCausedSandboxFault, WorkspaceTooLarge, SandboxExited, SandboxUnusable)
+    for cls in (
+        AgentCausedSandboxFault,
+        WorkspaceTooLarge,
+        WorkspaceUnreadable,
+        SandboxExited,
+        SandboxUnusable,
+    )
 }
 # Create failures that belong to the task (its image, its settings), not to the node: they do
 # not send the node into a cool-down.

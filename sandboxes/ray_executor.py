@@ -47,6 +47,7 @@ from sandboxes.backend import (
     VerifyResult,
 )
 from sandboxes.images import BuildSettings
+from sandboxes.runtimes import require_runtime
 from sandboxes.task import Task
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,9 @@ class SandboxExecutor:
                 factory = self.config.backend_factory or docker_backend_factory
                 self._backend = factory(self.config, self.node_id)
                 if self._is_docker():
+                    # A runtime this node's engine lacks fails the start, with what to do.
+                    settings = self._backend.settings  # type: ignore[union-attr]
+                    await require_runtime(self._backend.adapter, settings.runtime)  # type: ignore[union-attr]
                     await self._reap_own()
                     if self.config.ensure_base_image:
                         await self._ensure_base_image()

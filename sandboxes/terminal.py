@@ -35,7 +35,8 @@ PROMPT_HOOK = (
     f'echo "$__rollouts_prompts" 2>/dev/null > {PROMPT_FILE}'
 )
 # How often the prompt counter is read (a builtin, no process), and the log's size while it
-# settles (one `stat` each).
+# settles (one `wc -c <` each: it takes the size from fstat; coreutils' stat uses statx, which
+# gVisor answers with EINVAL).
 TICK_S = 0.003
 SETTLE_TICK_S = 0.002
 MAX_WAIT_S = 60.0
@@ -127,17 +128,35 @@ start_session() {{
 wait_log_settled() {{
   last=-1
   for _ in {{1..40}}; do
-    size=$(stat -c %s "$log") || break
+    size=$(wc -c < "$log") || break
     [ "$size" = "$last" ] && break
     last=$size
     read -t {SETTLE_TICK_S} -u $tick
   done
 }}
+# ^C reaches the terminal's foreground group through the pty. gVisor's pty (runsc) never
+# learns that group (the shell's stat says tpgid 0, and tmux cannot tell the foreground
+# command either), so a typed ^C reaches nothing: then every job the shell started gets the
+# SIGINT from here, background ones too, as nothing here can tell them apart.
+# `read`, not $(< ...): no fork per file (a fork costs ~25 ms under gVisor).
+interrupt_jobs() {{
+  local pane line f
+  pane=$(tmux display-message -p -t {SESSION} '#{{pane_pid}}') || return 0
+  read -r line < /proc/$pane/stat || return 0
+  set -f; set -- ${{line##*) }}; set +f
+  [ "${{6:-0}}" -gt 0 ] && return 0  # the terminal has a foreground group: the pty saw to it
+  for f in /proc/[0-9]*/stat; do
+    read -r line < "$f" || continue
+    set -f; set -- ${{line##*) }}; set +f
+    [ "$2" = "$pane" ] && kill -INT -- -"$3" 2>/dev/null
+  done
+  return 0
+}}
 # One tmux call types the text and presses Enter; it fails when there is no session, which
 # saves asking first (a process per turn).
 send() {{
   case "$1$3" in
-    key*) tmux send-keys -t {SESSION} "$2" ;;
+    key*) tmux send-keys -t {SESSION} "$2" && {{ [ "$2" != C-c ] || interrupt_jobs; }} ;;
     text1) tmux send-keys -t {SESSION} -l -- "$2" \; send-keys -t {SESSION} Enter ;;
     text0) tmux send-keys -t {SESSION} -l -- "$2" ;;
     none1) tmux send-keys -t {SESSION} Enter ;;
@@ -187,7 +206,7 @@ done
 # The prompt is printed just after the hook ran, and tmux then pipes it to the log: the log
 # must stop growing, so the command's whole output and the prompt are in it. The tmux call
 # between two sizes is the first wait.
-[ "$prompted" = 1 ] && last=$(stat -c %s "$log")
+[ "$prompted" = 1 ] && last=$(wc -c < "$log")
 pipe=$(tmux display-message -p -t {SESSION} '#{{pane_pipe}}')
 if [ $? -ne 0 ]; then
   # This command ended the session (`tmux kill-server`, `exit`): have a new one ready.
@@ -196,7 +215,7 @@ if [ $? -ne 0 ]; then
   pipe=1
   size=
 elif [ "$prompted" = 1 ]; then
-  size=$(stat -c %s "$log")
+  size=$(wc -c < "$log")
   [ "$size" = "$last" ] || wait_log_settled
 fi
 # A full state directory means the log's writer has failed or is about to, and tmux may not
@@ -210,7 +229,7 @@ if [ ! -f "$log" ] || [ "$pipe" != 1 ] || [ "$(stat -f -c %a "$log")" = 0 ]; the
   printf '%s\n' "$screen" | head -c "$6"
   exit 0
 fi
-[ -n "$size" ] || size=$(stat -c %s "$log")
+[ -n "$size" ] || size=$(wc -c < "$log")
 if [ "$size" -lt "$off" ]; then off=0; fresh=" fresh"; fi  # the log was truncated under us
 echo "$size $flags$fresh"
 new=$(( size - off ))
@@ -279,7 +298,9 @@ class TerminalSession:
 
     def _decode(self, out: bytes) -> str:
         header, _, body = out.partition(b"\n")
-        size_text, *flags = header.decode().split()
+        # The agent can write into this output (it is its own request's): nothing here may
+        # fail on what it wrote, `_has_header` checked the size.
+        size_text, *flags = header.decode("ascii", errors="replace").split()
         size = int(size_text)
         prefix = RESTARTED_MARKER if "restarted" in flags else ""
         if "screen" in flags:
@@ -305,7 +326,7 @@ class TerminalSession:
 
 def _has_header(out: bytes) -> bool:
     header = out.partition(b"\n")[0].split()
-    return bool(header) and header[0].isdigit()
+    return bool(header) and header[0].isdigit() and len(header[0]) <= 20
 
 
 def _crlf(text: str) -> str:

@@ -1,16 +1,24 @@
 """The verifier: run a task's tests on the agent's workspace in a FRESH container.
 
 The agent never had access to this container: /logs/verifier starts empty and tests/ is copied
-in only here. The tested code does run here, though, as root and often inside pytest's own
-process, so the reward is read through a channel it cannot write:
+in only here. The agent's code does run here, so who decides the reward is the design:
 
-- `pytest_guard.py` goes in as /tests/conftest.py and confines the pytest process (Landlock: no
-  writes beneath /logs or /tests, no signals to test.sh) before any tested code is imported;
-- the verifier script is the container's PID 1 and talks to the service over the attached
+- The tests run in their own processes (root, the task's test.sh and whatever it starts) and
+  never load the agent's code. The workspace goes to /rollouts/workspace, which the tests do
+  not see; /app gets the agent's data files and, for each of its Python modules, a stub
+  (verifier_runtime/view.py). Importing a stub starts the tested process
+  (verifier_runtime/tested.py) under another user id with no capabilities, confined by
+  Landlock where the kernel has it, and the module's functions, classes and objects are used
+  through proxies (verifier_runtime/trusted.py, rpc.py). The agent's code cannot write the
+  reward or the tests, signal, trace or read the tests' processes, or touch the test runner's
+  plugins, hooks or descriptors: it can only answer calls, and the tests judge the answers
+  (with decoys against values that equal everything).
+- `pytest_guard.py` goes in as /tests/conftest.py (the task's own is loaded beside it) and
+  records what pytest saw: a second layer that checks the reward against the tests' results.
+- The verifier script is the container's PID 1 and talks to the service over the attached
   stdin/stdout (no exec): the tests' output goes to stderr, and only when test.sh has ended
-  and every other process is killed does the script write the reward files and the guard's
-  report to stdout, which no tested process ever holds (Landlock also denies it the other
-  processes' /proc/PID/fd);
+  and every other process is killed does the script write the verdict, headed by a nonce the
+  service sent it, then the reward files and the guard's report, to stdout.
 - `reward.py` grades from that evidence, and only infrastructure faults leave no reward.
 """
 
@@ -19,17 +27,18 @@ from __future__ import annotations
 import asyncio
 import importlib.resources
 import io
+import secrets
 import tarfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from sandboxes.backend import Verdict, VerifyResult
+from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
 from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
-from sandboxes.reward import Evidence, grade
+from sandboxes.reward import VERDICT_FORGED, Evidence, grade
 from sandboxes.task import Task
-from sandboxes.workspace_tar import WorkspaceTooLarge, build_tar, sanitize_workspace
+from sandboxes.workspace_tar import build_tar, sanitize_workspace_async
 
 VERIFIER_OUTPUT_CAP = 16 << 10
 EVIDENCE_CAP = 256 << 10  # the tar of /logs/verifier and the guard's report
@@ -37,44 +46,63 @@ EVIDENCE_FILE_CAP = 16 << 10  # per file kept in the record
 # After the tests' own limit: time for the kills and the evidence tar before the stream is cut.
 READ_GRACE_S = 30.0
 GUARD_CONFTEST = "conftest.py"
-TASK_CONFTEST = "_task_conftest.py"  # the task's own tests/conftest.py, run by the guard
+TASK_CONFTEST = "_task_conftest.py"  # the task's own tests/conftest.py, loaded by the guard
+RUNTIME_DIR = "rollouts/lib"  # the verifier runtime, in the container (root's, read-only)
+WORKSPACE_DIR = "rollouts/workspace"  # the agent's files as they were; the tests never see it
+# The tested process switches to another user: the verifier container keeps the capabilities
+# to switch (and, for its root processes, to kill what runs as that user when the tests end).
+# The agent container has none; after the switch the tested process has none either.
+VERIFIER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
 
-# PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US`. It waits
-# for the upload on stdin (the service attaches when it takes the container from the warm
-# pool), runs the tests with all their output on stderr, kills every other process, then writes the
-# evidence on stdout, which nothing but this process ever holds: a header line
-# "rollouts-verdict <code> <mode of /logs/verifier> <timed out 0|1>", then a tar of
-# /logs/verifier and the guard's report. Being PID 1 it cannot be signalled from inside, and
-# when it exits the kernel ends whatever is left. Codes: 90, the fresh container could not even
-# make its folders (the infrastructure); 91, the upload did not fit or unpack, which only the
-# agent's workspace can cause (ours is small and checked); otherwise test.sh's exit status.
+# PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US`. It reads
+# a nonce line and then the upload on stdin (the service attaches when it takes the container
+# from the warm pool), lays out /app, runs the tests with all their output on stderr, kills
+# every other process, then writes the evidence on stdout, which nothing but this process ever
+# holds: a header line "rollouts-verdict <nonce> <code> <mode of /logs/verifier> <timed out
+# 0|1>", then a tar of /logs/verifier and the guard's report. Being PID 1 it cannot be
+# signalled from inside, and when it exits the kernel ends whatever is left. Codes: 90, the
+# fresh container could not even make its folders (the infrastructure); 91, the upload did
+# not fit or unpack, or /app could not be laid out from it, which only the agent's workspace
+# can cause (ours is small and checked); otherwise test.sh's exit status.
 _SCRIPT = f"""
 trap '' TERM INT HUP
-verdict() {{ echo "rollouts-verdict $1 $2 $3"; }}
+IFS= read -r nonce
+verdict() {{ echo "rollouts-verdict $nonce $1 $2 $3"; }}
 if ! {{ rm -rf /logs/verifier /logs/rollouts-guard &&
-       mkdir -p /logs/verifier /logs/rollouts-guard /tests /app; }} >&2; then
+       mkdir -p /logs/verifier /logs/rollouts-guard /tests /app /rollouts &&
+       chmod 700 /logs /tests && chmod 755 /app /rollouts; }} >&2; then
   verdict 90 - 0; exit 0
 fi
 tar -x --no-same-owner -C / -f - >&2 || {{ verdict 91 - 0; exit 0; }}
 exec </dev/null
+chmod -R a+rX,go-w /{WORKSPACE_DIR} /{RUNTIME_DIR} >&2
+report=/logs/rollouts-guard/report.jsonl
+if command -v python3 >/dev/null; then
+  python3 -I /{RUNTIME_DIR}/view.py /{WORKSPACE_DIR} /app /tests /rollouts/view.json \
+    "$report" >&2 || {{ verdict 91 - 0; exit 0; }}
+else
+  # No Python here, so no tested process either: the tests get the files as they are, and
+  # the grade says the sample was unguarded.
+  cp -a /{WORKSPACE_DIR}/. /app/ >&2
+  echo '{{"event": "view", "python": false}}' >>"$report"
+fi
 cd /app
 now() {{ local t=${{EPOCHREALTIME/./}}; echo $((10#$t)); }}
 start=$(now)
-# The watchdog is started here, outside the guard's Landlock domain: the tested code cannot
-# signal it. Killing everything ends the tests and wakes the wait below.
+# The watchdog: killing everything ends the tests and wakes the wait below.
 ( sleep "$1"; kill -KILL -1 ) >/dev/null 2>&1 &
 bash -lc 'bash /tests/test.sh' >&2 2>&1 &
 wait $!
 rc=$?
 timed_out=0
 [ $(( $(now) - start )) -ge "$2" ] && timed_out=1
-# Nothing the tested code started may live on to write while the evidence is read.
+# Nothing the tests or the tested code started may live on to write while the evidence is read.
 kill -KILL -1 2>/dev/null; sleep 0.05; kill -KILL -1 2>/dev/null
+# find, not stat: coreutils' stat uses statx, which gVisor (runsc) answers with EINVAL.
 if [ -d /logs/verifier ] && [ ! -L /logs/verifier ]; then
-  mode=$(stat -c '%a' /logs/verifier)
-else
-  mode=missing
+  mode=$(find /logs/verifier -maxdepth 0 -printf '%m')
 fi
+[ -n "$mode" ] || mode=missing
 verdict "$rc" "$mode" "$timed_out"
 cd /logs && tar -c --ignore-failed-read verifier rollouts-guard 2>/dev/null | head -c {EVIDENCE_CAP}
 exit 0
@@ -84,32 +112,47 @@ _HEADER = b"rollouts-verdict "
 
 def verifier_container_args(args: dict[str, Any], limit_s: float) -> dict[str, Any]:
     """The agent container's arguments (same image and isolation), with the verifier script as
-    PID 1 waiting for its upload on stdin (read from the attached stream, never from logs)."""
+    PID 1 waiting for its upload on stdin (read from the attached stream, never from logs), a
+    tmpfs for the runtime and the workspace, and the capabilities to start the tested process
+    as another user."""
     limit_us = int(limit_s * 1e6)
+    host = dict(args["host_config"])
+    tmpfs = dict(host["tmpfs"])
+    tmpfs["/rollouts"] = tmpfs["/app"].replace("mode=1777", "mode=755")
+    host.update(tmpfs=tmpfs, cap_add=VERIFIER_CAPABILITIES)
     return {
         **args,
         "command": ["bash", "-c", _SCRIPT, "rollouts-verify", f"{limit_s:.3f}", str(limit_us)],
         "stdin_open": True,
+        "host_config": host,
     }
 
 
-def _guard_source() -> bytes:
-    return importlib.resources.files("sandboxes").joinpath("pytest_guard.py").read_bytes()
+def _runtime_files() -> dict[str, bytes]:
+    """The verifier runtime (sandboxes/verifier_runtime/*.py) by file name."""
+    folder = importlib.resources.files("sandboxes").joinpath("verifier_runtime")
+    return {f.name: f.read_bytes() for f in folder.iterdir() if f.name.endswith(".py")}
 
 
-def verifier_upload(task: Task, workspace_tar: bytes) -> bytes:
-    """One tar holding the sanitized workspace under app/ and the task's tests under tests/,
-    with the pytest guard as tests/conftest.py (the task's own conftest renamed beside it)."""
-    app_tar, _notes = sanitize_workspace(workspace_tar, prefix="app")
+def verifier_upload(task: Task, workspace: bytes) -> bytes:
+    """One tar: the sanitized workspace (already under rollouts/workspace/), the verifier
+    runtime under rollouts/lib/, and the task's tests under tests/ with the pytest guard as
+    tests/conftest.py (the task's own conftest renamed beside it)."""
+    runtime = _runtime_files()
     tests = dict(task.test_files)
     if GUARD_CONFTEST in tests:
         tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
-    tests[GUARD_CONFTEST] = _guard_source()
-    tests_tar = build_tar(tests, prefix="tests")
-    # Two tars cannot simply be concatenated (end-of-archive blocks): re-pack into one.
+    tests[GUARD_CONFTEST] = runtime.pop("pytest_guard.py")
+    return merge_tars(
+        workspace, build_tar(runtime, prefix=RUNTIME_DIR), build_tar(tests, prefix="tests")
+    )
+
+
+def merge_tars(*blobs: bytes) -> bytes:
+    """Tars cannot simply be concatenated (end-of-archive blocks): re-pack into one."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
-        for blob in (app_tar, tests_tar):
+        for blob in blobs:
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as src:
                 for m in src:
                     dst.addfile(m, src.extractfile(m) if m.isreg() else None)
@@ -129,17 +172,31 @@ class ScriptVerdict:
     timed_out: bool
 
 
-def parse_header(raw: bytes) -> tuple[ScriptVerdict | None, bytes]:
-    """Split the script's stdout into its header and the evidence tar. No header (None): the
-    script never reached the end, because its container died or the engine failed."""
+class ForgedVerdict(ValueError):
+    """The verdict stream does not start with the script's header and nonce: something in the
+    container wrote into it (graded 0, never masked)."""
+
+
+def parse_header(raw: bytes, nonce: str) -> tuple[ScriptVerdict | None, bytes]:
+    """Split the script's stdout into its header and the evidence tar. Nothing at all (None):
+    the script never reached the end, because its container died or the engine failed. Bytes
+    that are not our header with this verification's nonce raise ForgedVerdict."""
+    if not raw:
+        return None, b""
     first, _, rest = raw.partition(b"\n")
-    if not first.startswith(_HEADER):
-        return None, b""
-    parts = first[len(_HEADER) :].decode(errors="replace").split()
-    if len(parts) != 3 or not parts[0].isdigit():
-        return None, b""
-    mode = int(parts[1], 8) if parts[1].isdigit() else None
-    return ScriptVerdict(int(parts[0]), mode, parts[2] == "1"), rest
+    parts = first.removeprefix(_HEADER).decode(errors="replace").split(" ")
+    if (
+        not first.startswith(_HEADER)
+        or len(parts) != 4
+        or parts[0] != nonce
+        or not parts[1].isascii()
+        or not parts[1].isdigit()
+        or parts[3] not in ("0", "1")
+    ):
+        raise ForgedVerdict(f"the verifier's stdout began with {first[:120]!r}")
+    octal = parts[2] != "" and set(parts[2]) <= set("01234567")
+    mode = int(parts[2], 8) if octal else None  # "missing" (or anything else): no folder
+    return ScriptVerdict(int(parts[1]), mode, parts[3] == "1"), rest
 
 
 def parse_evidence(header: ScriptVerdict, tar_bytes: bytes, pytest_task: bool) -> Evidence:
@@ -178,12 +235,13 @@ async def run_verifier(
     if "test.sh" not in task.test_files:
         return VerifyResult(None, Verdict.tests_broken, f"task {task.id}: tests/test.sh missing")
     try:
-        # CPU work on the tars: off the event loop, which other samples are waiting on.
-        upload = await asyncio.to_thread(verifier_upload, task, workspace_tar)
-    except WorkspaceTooLarge as e:  # the agent filled /app: graded, never masked
+        # The workspace came out of the agent's container: too large or unreadable is the
+        # agent's doing (graded 0), and decoding it is bounded and stops when we are cancelled.
+        workspace, _notes = await sanitize_workspace_async(workspace_tar, prefix=WORKSPACE_DIR)
+    except AgentCausedSandboxFault as e:
         return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
-    except Exception as e:  # a malformed workspace tar is the infrastructure's fault
-        return VerifyResult(None, Verdict.infrastructure, f"bad workspace archive: {e}")
+    # CPU work on our own small tars: off the event loop, which other samples are waiting on.
+    upload = await asyncio.to_thread(verifier_upload, task, workspace)
 
     async with pool.verifying():
         return await _verify_in_container(adapter, pool, args, task, upload, durations, t_start)
@@ -205,16 +263,23 @@ async def _verify_in_container(
         cid, _ = await pool.acquire(verifier_container_args(args, limit_s))
         durations["acquire_s"] = time.monotonic() - t0
         t0 = time.monotonic()
+        nonce = secrets.token_hex(16)
         result, cut = await adapter.attach_stream(
             cid,
-            stdin=upload,
+            stdin=nonce.encode() + b"\n" + upload,
             max_output=VERIFIER_OUTPUT_CAP,
             collect_stdout=EVIDENCE_CAP + 4096,
             timeout_s=limit_s + READ_GRACE_S,
         )
         durations["tests_s"] = time.monotonic() - t0
         output = result.output.text()
-        header, tar_bytes = parse_header(result.stdout_raw or b"")
+        try:
+            header, tar_bytes = parse_header(result.stdout_raw or b"", nonce)
+        except ForgedVerdict as e:
+            note = f"graded 0: {e}"
+            return VerifyResult(
+                0.0, Verdict.graded, _append(output, note), durations, flags=[VERDICT_FORGED]
+            )
         if header is None:
             if cut:  # the script's own watchdog did not end it: something held it, as before
                 return VerifyResult(0.0, Verdict.tests_timeout, output, durations)
@@ -237,6 +302,7 @@ async def _verify_in_container(
             durations,
             flags=g.flags,
             files={k: _text(v) for k, v in sorted(evidence.files.items())},
+            isolation=g.layers,
         )
     except OutputTooLarge as e:  # the evidence is capped with head -c: only a broken engine
         return VerifyResult(None, Verdict.infrastructure, f"verifier read: {e}", durations)

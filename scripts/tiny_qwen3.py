@@ -18,6 +18,11 @@ gets a larger one there, so its logit stands out by a nearly constant margin. At
 temperature 1 with no truncation a turn then ends on that token after about `--mean-tokens`
 tokens (geometric); under the generation config's top_k 20 / temperature 0.6 it ends at once,
 which makes hidden sampling defaults easy to see. Deterministic for a given seed.
+
+`--peak S` builds the other kind, for the weight-update tests: an lm_head of its own (untied),
+random with S times the usual scale, and no end-of-turn bias. Its next-token distribution is
+peaked (the sampled token usually has a logprob near 0) and differs completely between seeds,
+so a token's logprob says which checkpoint produced it; its turns run until max_tokens.
 """
 
 from __future__ import annotations
@@ -63,9 +68,9 @@ def tokenizer_dir() -> Path:
     return Path(__file__).resolve().parents[1].parent / "shared" / "qwen3-tokenizer"
 
 
-def build(out: Path, eos: str, seed: int, mean_tokens: float) -> None:
+def build(out: Path, eos: str, seed: int, mean_tokens: float, peak: float | None = None) -> None:
     import torch
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     src = tokenizer_dir()
     missing = [f for f in TOKENIZER_FILES if not (src / f).is_file()]
@@ -84,13 +89,19 @@ def build(out: Path, eos: str, seed: int, mean_tokens: float) -> None:
         max_position_embeddings=32768,
         rope_theta=1_000_000.0,
         rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
+        tie_word_embeddings=peak is None,
         bos_token_id=ENDOFTEXT,
         eos_token_id=IM_END,
         torch_dtype="bfloat16",
     )
     model = Qwen3ForCausalLM(config).eval()
     with torch.no_grad():
+        if peak is not None:
+            # An untied head of independent random rows, scaled up: logits with a std of about
+            # 0.32 * peak, so one or two tokens take nearly all the mass at every position.
+            model.lm_head.weight.normal_(0.0, config.initializer_range * peak)
+            _save(model.to(torch.bfloat16), out, src, eos, seed, mean_tokens, peak)
+            return
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.mul_(LAYER_OUTPUT_SCALE)
             layer.mlp.down_proj.weight.mul_(LAYER_OUTPUT_SCALE)
@@ -103,7 +114,11 @@ def build(out: Path, eos: str, seed: int, mean_tokens: float) -> None:
         h0 = _bias_activation(model, torch)
         lead = math.log((VOCAB - 1) / (mean_tokens - 1))
         emb[EOS_IDS[eos], BIAS_DIM] = c + lead / h0
-    model = model.to(torch.bfloat16)
+    _save(model.to(torch.bfloat16), out, src, eos, seed, mean_tokens, None)
+
+
+def _save(model, out: Path, src: Path, eos: str, seed: int, mean_tokens: float, peak):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -115,7 +130,10 @@ def build(out: Path, eos: str, seed: int, mean_tokens: float) -> None:
         AutoTokenizer.from_pretrained(src).save_pretrained(tmp)
         shutil.copyfile(Path(tmp) / "tokenizer.json", out / "tokenizer.json")
     (out / "tiny_qwen3.json").write_text(
-        json.dumps({"eos": eos, "eos_id": EOS_IDS[eos], "seed": seed, "mean_tokens": mean_tokens})
+        json.dumps(
+            {"eos": eos, "eos_id": EOS_IDS[eos], "seed": seed, "mean_tokens": mean_tokens}
+            | ({"peak": peak} if peak is not None else {})
+        )
         + "\n"
     )
 
@@ -162,9 +180,10 @@ def main() -> None:
     p.add_argument("--eos", choices=sorted(EOS_IDS), default="im_end")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--mean-tokens", type=float, default=15.0, help="mean turn length at T=1")
+    p.add_argument("--peak", type=float, default=None, help="peaked, untied head (see above)")
     p.add_argument("--calibrate", type=int, default=0, metavar="N", help="sample N turns after")
     args = p.parse_args()
-    build(args.out, args.eos, args.seed, args.mean_tokens)
+    build(args.out, args.eos, args.seed, args.mean_tokens, args.peak)
     if args.calibrate:
         calibrate(args.out, args.calibrate)
     print(args.out)

@@ -30,16 +30,23 @@ from service.components import (
     build_components,
     load_request_tasks,
 )
-from service.errors import Busy, ClientError, InvalidRequest
+from service.errors import Busy, ClientError, Conflict, InvalidRequest, Unavailable
 from service.events import EventHub
 from service.heap import return_large_buffers_to_os
 from service.leasing import Leasing, PolicyVersion
 from service.metrics import Metrics
+from service.policy.fleet import (
+    ControlError,
+    PauseMode,
+    PolicyFleet,
+    ServerReport,
+    WeightsRefused,
+)
 from service.request_limits import BodyReadTimeout, BodySizeLimit
 from service.scheduler import Scheduler
 from service.settings import Settings
 from service.store import AckResult, DiskBudget, DiskFull, Store
-from service.wire import RolloutRequest
+from service.wire import PolicyServer, PolicyState, PolicyUpdate, RolloutRequest
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +117,70 @@ class ServiceState:
             self.metrics.leases.labels("acked").inc()
         return result
 
-    async def set_policy(self, version: int, max_staleness: int | None) -> PolicyVersion:
-        """Persist the new policy version and staleness bound, tag new turns with it, and let
-        waiting leases re-check what is now too stale."""
-        await self.store.set_policy(version, max_staleness)
-        self.policy.version = version
-        self.policy.max_staleness = max_staleness
-        self.metrics.policy_version.set(version)
+    async def set_policy(self, update: PolicyUpdate) -> PolicyState:
+        """A new policy version. With a weights_path or lora_path, load it on every policy
+        server (paused with keep; service/policy/fleet.py); else tag the servers with it and
+        resume what the service paused. Then persist the version and staleness bound and let
+        waiting leases re-check what is now too stale. Answers once every server serves the
+        version or is out of rotation (the report says why); Conflict when the servers cannot
+        do it (no control routes, no adapter served), Unavailable when none could."""
+        reports: list[ServerReport] = []
+        fleet = self.components.fleet
+        if fleet is None and (update.weights_path or update.lora_path):
+            self._fleet("load weights")  # Conflict: nothing to load them on
+        if fleet is not None:
+            try:
+                if update.weights_path is not None or update.lora_path is not None:
+                    reports = await fleet.update(
+                        update.version, weights_path=update.weights_path, lora_path=update.lora_path
+                    )
+                else:
+                    reports = await fleet.tag(update.version)
+            except WeightsRefused as e:
+                raise InvalidRequest(str(e), field=("body", e.field)) from e
+            except ControlError as e:
+                raise Conflict(str(e), field=("body",)) from e
+        await self.store.set_policy(update.version, update.max_staleness)
+        self.policy.version = update.version
+        self.policy.max_staleness = update.max_staleness
+        self.metrics.policy_version.set(update.version)
         self.leasing.notify()
-        return self.policy
+        return self._policy_state(reports, f"version {update.version}")
+
+    async def pause_policy(self, mode: PauseMode) -> PolicyState:
+        """Pause every policy server (for a trainer that moves the weights itself); answers once
+        all are paused. Until the next POST /v1/policy or a resume, no new request is sent."""
+        fleet = self._fleet("pause")
+        try:
+            reports = await fleet.pause(mode)
+        except ControlError as e:
+            raise Conflict(str(e), field=("body", "mode")) from e
+        return self._policy_state(reports, "pause")
+
+    async def resume_policy(self) -> PolicyState:
+        """Resume what the service paused, with the weights as they are."""
+        return self._policy_state(await self._fleet("resume").resume(), "resume")
+
+    def policy_state(self) -> PolicyState:
+        fleet = self.components.fleet
+        return self._policy_state(fleet.report() if fleet is not None else [], None)
+
+    def _fleet(self, what: str) -> PolicyFleet:
+        if self.components.fleet is None:
+            raise Conflict(f"cannot {what}: this service drives no policy servers")
+        return self.components.fleet
+
+    def _policy_state(self, reports: list[ServerReport], what: str | None) -> PolicyState:
+        state = PolicyState(
+            version=self.policy.version,
+            max_staleness=self.policy.max_staleness,
+            stale_policy=self.policy.stale_policy,
+            servers=[PolicyServer.model_validate(r) for r in reports],
+        )
+        if what is not None and reports and all(r.status == "out" for r in reports):
+            detail = "; ".join(f"{r.url}: {r.reason}" for r in reports)
+            raise Unavailable(f"{what}: no policy server is in rotation ({detail})")
+        return state
 
 
 # ---------------------------------------------------------------- request plumbing
@@ -219,6 +281,9 @@ def create_app(
             metrics.bind_sandbox_nodes(components.sandbox_stats)
         disk = DiskBudget(store, config.disk_reserve_mb << 20)
         metrics.bind_disk(disk)
+        fleet = components.fleet
+        if fleet is not None:
+            metrics.bind_policy(lambda: fleet.stats)
         holder: dict[str, Any] = {}
         scheduler = Scheduler(
             store,
@@ -243,12 +308,15 @@ def create_app(
             settings, store, scheduler, leasing, policy_state, events, metrics, components, disk
         )
         await scheduler.start()
-        retention = asyncio.create_task(_retention_loop(store, metrics, config.retention_s))
+        background = [asyncio.create_task(_retention_loop(store, metrics, config.retention_s))]
+        if fleet is not None:  # servers out of rotation come back when they can
+            background.append(asyncio.create_task(fleet.run(settings.policy.reconcile_s)))
         try:
             yield
         finally:
-            retention.cancel()
-            await asyncio.gather(retention, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await scheduler.aclose()
             if components.aclose is not None:
                 await components.aclose()

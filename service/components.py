@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, TaskRoots, UnknownTaskIds, select_tasks
 from service.errors import ClientError, InvalidRequest
+from service.policy.fleet import PolicyFleet
 from service.scheduler import GroupRunner, TaskLoader
 from service.settings import Settings
 from service.wire import TasksSpec
@@ -40,6 +41,8 @@ class Components:
     # of a rollout, for /metrics and GET /v1/rollouts/{id}.
     sandbox_stats: Callable[[], dict] | None = None
     placement: Callable[[str], dict[str, int]] | None = None
+    # The weight-update control plane over the policy servers (service/policy/fleet.py).
+    fleet: PolicyFleet | None = None
 
 
 ComponentsFactory = Callable[[Settings, Callable[[], int]], Awaitable[Components]]
@@ -133,6 +136,10 @@ async def build_components(
         max_retries=p.max_retries,
         backoff_s=p.backoff_s,
         cooldown_s=p.cooldown_s,
+        pause_poll_s=p.pause_poll_s,
+        update_retries=p.update_retries,
+        lora=p.lora_adapter(),
+        version=current_version(),
     )
     try:
         await policy.start()
@@ -142,7 +149,9 @@ async def build_components(
             raise
         log.warning("policy server not available yet: %s", e)
     backend_settings = BackendSettings(
-        pool=settings.sandboxes.pool(), image_override=settings.sandboxes.image
+        pool=settings.sandboxes.pool(),
+        image_override=settings.sandboxes.image,
+        runtime=settings.sandboxes.runtime,
     )
     if settings.sandboxes.ray_address:
         try:
@@ -196,6 +205,7 @@ async def build_components(
         aclose=aclose,
         sandbox_stats=getattr(backend, "stats", None),
         placement=getattr(backend, "placement", None),
+        fleet=policy.fleet,
     )
 
 

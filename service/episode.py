@@ -49,17 +49,21 @@ def status_of(verdict: Verdict) -> Status:
     return _STATUS_OF_VERDICT[verdict]
 
 
-def _turn_seed(base: int | None, trajectory_id: str, turn: int) -> int | None:
+def _turn_seed(base: int | None, trajectory_id: str, turn: int, part: int = 0) -> int | None:
+    """The seed of a turn's request. A turn continued after an abort (`part` 1, 2, ...) gets a
+    seed of its own: reusing the turn's would replay the random numbers its first part already
+    consumed, and the continuation would not be a fair sample given the partial output."""
     if base is None:
         return None
-    digest = hashlib.sha256(f"{base}:{trajectory_id}:{turn}".encode()).digest()
+    key = f"{base}:{trajectory_id}:{turn}" + (f":{part}" if part else "")
+    digest = hashlib.sha256(key.encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 @dataclass
 class _FirstTurn:
     server: str  # where the group's first turn ran: its samples' prefix is cached there
-    version: int
+    version: int  # the policy version when the group started
     prompt_ids: list[int] = field(default_factory=list)
     generations: list[Generation] = field(default_factory=list)
     error: PolicyFault | None = None
@@ -74,8 +78,7 @@ class _Episode:
     harness: Harness
     ledger: TokenLedger
     messages: list[Message]
-    version_start: int
-    version_end: int
+    version: int  # the policy version when it started (for a sample that generated nothing)
     timings: Timings = field(default_factory=Timings)
     num_turns: int = 0
     stop_reason: str | None = None
@@ -205,11 +208,7 @@ class EpisodeRunner:
                 max_tokens=self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens),
             )
             first.generations = await self.policy.complete(
-                first.prompt_ids,
-                params,
-                n=len(samples),
-                sample=group_key,
-                cache_salt=f"policy-v{first.version}",
+                first.prompt_ids, params, n=len(samples), sample=group_key
             )
         except PolicyFault as e:
             first.error = e
@@ -240,8 +239,7 @@ class EpisodeRunner:
             harness=harness,
             ledger=TokenLedger(prompt_ids=list(first.prompt_ids)),
             messages=list(messages),
-            version_start=first.version,
-            version_end=first.version,
+            version=first.version,
         )
         ep.timings.generate_s += first.seconds
         sandbox: Sandbox | None = None
@@ -253,6 +251,11 @@ class EpisodeRunner:
             except Exception as e:  # engine unreachable, image missing, container died
                 ep.status = Status.sandbox_error
                 ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
+                if first.error is None:  # its first turn was generated: keep it on record
+                    gen = first.generations[position]
+                    ep.ledger.add_generation(
+                        list(first.prompt_ids), gen.token_ids, gen.logprobs, gen.versions
+                    )
             if ep.status is Status.ok and first.error is not None:
                 self._policy_failed(ep, first.error)
             elif ep.status is Status.ok and sandbox is not None:
@@ -290,16 +293,17 @@ class EpisodeRunner:
         session = ep.harness.session(max_tokens=ep.spec.sampling.max_tokens)
         terminal = SandboxTerminal(sandbox)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_s) as clock:
                 t0 = time.monotonic()
                 await session.start(terminal)
                 ep.timings.agent_s += time.monotonic() - t0
-                await self._turns(ep, session, terminal, first)
+                await self._turns(ep, session, terminal, first, clock)
         except TimeoutError:
             ep.ledger.rewind_to_last_generation()
             ep.status = Status.agent_timeout
         except InvariantError as e:
             # The engine's answer did not line up with what we sent: never train on it.
+            self.policy.stats.discarded_tokens += ep.ledger.generated
             ep.ledger = TokenLedger(prompt_ids=ep.ledger.prompt_ids)
             ep.status = Status.policy_error
             ep.messages.append(Message(role="system", content=f"token invariant broken: {e}"))
@@ -321,45 +325,24 @@ class EpisodeRunner:
         session: HarnessSession,
         terminal: SandboxTerminal,
         gen: Generation | None,
+        clock: asyncio.Timeout | None = None,
     ) -> None:
         spec = ep.spec
         tools = ep.harness.tools()
         summarize_below = ep.harness.summarize_below_free_tokens()
         for turn in range(spec.agent.max_turns):
+            sent = ep.ledger.sequence()
             if gen is None:
-                engine_prompt = ep.ledger.sequence()
-                budget = self.policy.max_model_len - len(engine_prompt)
-                if budget <= 0:
-                    ep.status, ep.stop_reason = Status.context_length, "length"
+                gen = await self._generate(ep, turn, 0, spec.sampling.max_tokens)
+                if gen is None:
                     return
-                version = self.current_version()
-                t0 = time.monotonic()
-                try:
-                    params = replace(
-                        spec.sampling,
-                        seed=_turn_seed(spec.sampling.seed, spec.trajectory_id, turn),
-                        max_tokens=self._turn_budget(len(engine_prompt), spec.sampling.max_tokens),
-                    )
-                    (gen,) = await self.policy.complete(
-                        engine_prompt,
-                        params,
-                        n=1,
-                        sample=spec.trajectory_id,
-                        cache_salt=f"policy-v{version}",
-                    )
-                except PolicyFault as e:
-                    ep.timings.generate_s += time.monotonic() - t0
-                    self._policy_failed(ep, e)
-                    return
-                ep.timings.generate_s += time.monotonic() - t0
-                ep.version_end = version
-            else:
-                engine_prompt = ep.ledger.sequence()
-            ep.ledger.add_generation(engine_prompt, gen.token_ids, gen.logprobs)
-            ep.generated_tokens += len(gen.token_ids)
+            done = await self._whole_turn(ep, turn, sent, gen, clock)
+            if done is None:
+                return
+            turn_ids, gen = done
             ep.num_turns = turn + 1
             ep.stop_reason = gen.finish_reason
-            text = await self._reply_text(gen, spec.trajectory_id)
+            text = await self._reply_text(gen, turn_ids, spec.trajectory_id)
             ep.messages.append(Message(role="assistant", content=text))
             truncated = gen.finish_reason == "length"
             if truncated and len(ep.ledger) >= self.policy.max_model_len:
@@ -401,6 +384,64 @@ class EpisodeRunner:
             ep.ledger.add_observation(delta)
             gen = None
 
+    async def _generate(
+        self, ep: _Episode, turn: int, part: int, max_tokens: int
+    ) -> Generation | None:
+        """The sample's next generation from the ledger's sequence (None: the episode ended,
+        its status set)."""
+        spec = ep.spec
+        prompt = ep.ledger.sequence()
+        if self.policy.max_model_len - len(prompt) <= 0:
+            ep.status, ep.stop_reason = Status.context_length, "length"
+            return None
+        t0 = time.monotonic()
+        try:
+            params = replace(
+                spec.sampling,
+                seed=_turn_seed(spec.sampling.seed, spec.trajectory_id, turn, part),
+                max_tokens=self._turn_budget(len(prompt), max_tokens),
+            )
+            (gen,) = await self.policy.complete(prompt, params, n=1, sample=spec.trajectory_id)
+        except PolicyFault as e:
+            self._policy_failed(ep, e)
+            return None
+        finally:
+            ep.timings.generate_s += time.monotonic() - t0
+        return gen
+
+    async def _whole_turn(
+        self,
+        ep: _Episode,
+        turn: int,
+        sent: list[int],
+        gen: Generation,
+        clock: asyncio.Timeout | None,
+    ) -> tuple[list[int], Generation] | None:
+        """Record a turn's generation; while it comes back aborted (a pause with mode abort),
+        keep its partial tokens and ask for the rest of the turn from the sequence so far, with
+        what is left of its max_tokens. Returns the turn's token ids and its last generation
+        (None: the episode ended, its status set). Time the requests spent held by a paused
+        server is given back to the agent's clock: a pause is not the agent's time."""
+        turn_ids: list[int] = []
+        part = 0
+        while True:
+            ep.ledger.add_generation(sent, gen.token_ids, gen.logprobs, gen.versions)
+            ep.generated_tokens += len(gen.token_ids)
+            turn_ids += gen.token_ids
+            if clock is not None and gen.paused_s > 0 and clock.when() is not None:
+                clock.reschedule(clock.when() + gen.paused_s)
+            if gen.finish_reason != "abort":
+                return turn_ids, gen
+            left = ep.spec.sampling.max_tokens - len(turn_ids)
+            if left <= 0:  # aborted on its last token: the turn is complete, cut by max_tokens
+                return turn_ids, replace(gen, finish_reason="length", stop_reason=None)
+            part += 1
+            sent = ep.ledger.sequence()
+            nxt = await self._generate(ep, turn, part, left)
+            if nxt is None:
+                return None
+            gen = nxt
+
     async def _tokenize_observation(
         self,
         ep: _Episode,
@@ -422,11 +463,18 @@ class EpisodeRunner:
             self._policy_failed(ep, e)
             return None
 
-    async def _reply_text(self, gen: Generation, sample: str) -> str:
+    async def _reply_text(self, gen: Generation, turn_ids: list[int], sample: str) -> str:
         # With a stop string the text ends before it while the ids include it: the ids are the
         # truth, so decode them to see what the model actually produced.
         if isinstance(gen.stop_reason, str):
-            return await self.policy.detokenize(gen.token_ids, sample=sample)
+            return await self.policy.detokenize(turn_ids, sample=sample)
+        if len(turn_ids) != len(gen.token_ids):
+            # A turn continued after an abort: decode it whole (a character may straddle the
+            # parts), without the end-of-sequence token, which a reply's text never shows.
+            closed = gen.finish_reason == "stop" and turn_ids
+            return await self.policy.detokenize(
+                turn_ids[:-1] if closed else turn_ids, sample=sample
+            )
         return gen.text
 
     async def _verify(self, task: Task, ep: _Episode, sandbox: Sandbox) -> VerifyResult:
@@ -462,18 +510,22 @@ class EpisodeRunner:
             elif status is Status.agent_timeout and ep.spec.agent.mask_agent_timeout:
                 status = Status.cancelled
         ep.ledger.validate()
+        # The oldest and newest weights behind its generated tokens (staleness counts from the
+        # oldest); a sample that generated nothing, the version it started under.
+        generated = [v for v in ep.ledger.versions if v >= 0] or [ep.version]
         return Trajectory(
             trajectory_id=ep.spec.trajectory_id,
             rollout_id=ep.spec.rollout_id,
             group_id=ep.spec.group_id,
             task_id=task.id,
             sample_index=ep.spec.sample_index,
-            policy_version_start=ep.version_start,
-            policy_version_end=ep.version_end,
+            policy_version_start=min(generated),
+            policy_version_end=max(generated),
             prompt_token_ids=ep.ledger.prompt_ids,
             response_token_ids=ep.ledger.response_ids,
             loss_mask=ep.ledger.loss_mask,
             rollout_logprobs=ep.ledger.logprobs,
+            response_policy_versions=ep.ledger.versions,
             reward=reward,
             status=status,
             stop_reason=ep.stop_reason,

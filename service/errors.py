@@ -46,3 +46,10 @@ class Busy(ClientError):
     """Come back later: the queue or the disk is full. Sent with Retry-After."""
 
     status_code = 429
+
+
+class Unavailable(ClientError):
+    """The service cannot do it now, for a reason the message names (no policy server could
+    take the new weights)."""
+
+    status_code = 503

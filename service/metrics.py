@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from service.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    from service.policy.fleet import PolicyStats
     from service.store import DiskBudget
 
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
@@ -74,6 +75,11 @@ class Metrics:
         self.payloads_purged = Counter(
             "rollouts_payloads_purged", "Payloads deleted after the retention period", registry=r
         )
+        self.generated_by_version = Counter(
+            "rollouts_generated_tokens_by_version",
+            "Generated tokens of finished samples by the policy version that produced them",
+            ["policy_version"], registry=r,
+        )  # fmt: skip
         self.requests_refused = Counter(
             "rollouts_requests_refused", "Rollout requests refused for room", ["reason"],
             registry=r,
@@ -85,6 +91,10 @@ class Metrics:
     def bind_sandbox_nodes(self, stats: Callable[[], dict]) -> None:
         """Per-node sandbox gauges (the Ray backend's `stats()`), read on every scrape."""
         self.registry.register(_SandboxNodes(stats))
+
+    def bind_policy(self, stats: Callable[[], PolicyStats]) -> None:
+        """Weight-update counters of the policy client, read on every scrape."""
+        self.registry.register(_PolicyUpdates(stats))
 
     def bind_disk(self, disk: DiskBudget) -> None:
         """Disk gauges read on every scrape."""
@@ -106,10 +116,60 @@ class Metrics:
                 self.stage_seconds.labels(stage.removesuffix("_s")).observe(value)
         for flag in t.reward_flags:
             self.reward_flags.labels(flag).inc()
+        by_version: dict[int, int] = {}
+        for v in t.response_policy_versions:
+            if v >= 0:
+                by_version[v] = by_version.get(v, 0) + 1
+        for v, n in by_version.items():
+            self.generated_by_version.labels(str(v)).inc(n)
         if t.reward is not None:
             v = str(t.policy_version_start)
             self.reward_sum.labels(v).inc(t.reward)
             self.reward_count.labels(v).inc()
+
+
+class _PolicyUpdates:
+    """The policy client's weight-update counters (service/policy/fleet.py's PolicyStats)."""
+
+    COUNTERS = {
+        "policy_pauses": ("pauses", "Policy server pauses the service made"),
+        "policy_pause_seconds": (
+            "pause_seconds", "Seconds policy servers were held paused by the service, summed",
+        ),
+        "policy_external_pause_seconds": (
+            "external_pause_seconds",
+            "Seconds requests waited on policy servers paused by someone else",
+        ),
+        "policy_requests_in_flight_at_pauses": (
+            "in_flight_at_pauses", "Generation requests in flight when pauses began, summed",
+        ),
+        "policy_aborted_generations": (
+            "aborted_generations", "Generations ended by an abort and continued from their partial",
+        ),
+        "policy_updates": ("updates", "Weight updates the service applied"),
+        "tokens_discarded": (
+            "discarded_tokens", "Generated tokens received from the engine and not kept (should "
+            "stay 0)",
+        ),
+    }  # fmt: skip
+
+    def __init__(self, stats: Callable[[], PolicyStats]) -> None:
+        self.stats = stats
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        s = self.stats()
+        for name, (attr, doc) in self.COUNTERS.items():
+            yield CounterMetricFamily(f"rollouts_{name}", doc, value=float(getattr(s, attr)))
+        yield GaugeMetricFamily(
+            "rollouts_policy_requests_in_flight_at_pause",
+            "Generation requests in flight when the last pause began",
+            value=float(s.in_flight_at_pause),
+        )
 
 
 class _SandboxNodes:

@@ -2,15 +2,17 @@
 
 An 8k-token trajectory is ~210 KB of JSON, mostly numbers; encoding, compressing and re-parsing
 that text cost milliseconds per trajectory and capped the data path at a few hundred per second
-(docs/performance.md). So the four token arrays are stored as little-endian machine arrays
-(int32 ids, int8 mask, float64 logprobs: lossless for any Python float) after a small JSON header
-holding every other field. Leasing then
+(docs/performance.md). So the token arrays are stored as little-endian machine arrays (int32 ids,
+int8 mask, float64 logprobs: lossless for any Python float, int64 policy versions) after a small
+JSON header holding every other field. Leasing then
 - as Arrow: concatenates the raw arrays straight into Arrow list columns (no per-token Python);
 - as JSON: splices the arrays' JSON after the header (orjson over flat lists).
 
-Layout of codec "cols1": struct "<III" (header length, prompt length, response length), the
+Layout of codec "cols2": struct "<III" (header length, prompt length, response length), the
 header (compact JSON object, without the token fields and the advantage), then prompt ids
-(int32), response ids (int32), loss mask (int8), rollout logprobs (float64).
+(int32), response ids (int32), loss mask (int8), rollout logprobs (float64), response policy
+versions (int64). Codec "cols1" (stores written before per-token versions) is the same without
+the versions, which decoding derives as the trajectory model does for old records.
 """
 
 from __future__ import annotations
@@ -27,16 +29,20 @@ import pyarrow as pa
 
 from service.trajectory import ARROW_SCHEMA, Trajectory
 
-CODEC = "cols1"
-TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_logprobs")
+CODEC = "cols2"
+_OLD_CODEC = "cols1"  # without the versions
+TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_logprobs",
+                "response_policy_versions")  # fmt: skip
 _PREFIX = struct.Struct("<III")
-# array typecodes: 'i' and 'b' are 4- and 1-byte signed ints on every platform CPython runs on.
+# array typecodes: 'i', 'b' and 'q' are 4-, 1- and 8-byte signed ints on every platform CPython
+# runs on.
 _TYPECODES = {"prompt_token_ids": "i", "response_token_ids": "i", "loss_mask": "b",
-              "rollout_logprobs": "d"}  # fmt: skip
+              "rollout_logprobs": "d", "response_policy_versions": "q"}  # fmt: skip
 _ARROW_VALUE_TYPES = {"prompt_token_ids": pa.int32(), "response_token_ids": pa.int32(),
-                      "loss_mask": pa.int8(), "rollout_logprobs": pa.float64()}  # fmt: skip
+                      "loss_mask": pa.int8(), "rollout_logprobs": pa.float64(),
+                      "response_policy_versions": pa.int64()}  # fmt: skip
 _STRUCT_FORMATS = {"prompt_token_ids": "<%di", "response_token_ids": "<%di",
-                   "rollout_logprobs": "<%dd"}  # fmt: skip
+                   "rollout_logprobs": "<%dd", "response_policy_versions": "<%dq"}  # fmt: skip
 _LITTLE = sys.byteorder == "little"
 _EXCLUDE = {"advantage", *TOKEN_FIELDS}
 
@@ -65,20 +71,34 @@ class DecodedPayload:
 
 
 def decode_payload(codec: str, data: bytes) -> DecodedPayload:
-    if codec == CODEC:
-        header_len, n_prompt, n_response = _PREFIX.unpack_from(data)
-        view = memoryview(data)
-        pos = _PREFIX.size + header_len
-        arrays: dict[str, memoryview] = {}
-        counts = (n_prompt, n_response, n_response, n_response)
-        for field, n in zip(TOKEN_FIELDS, counts, strict=True):
-            size = n * array(_TYPECODES[field]).itemsize
-            arrays[field] = view[pos : pos + size]
-            pos += size
-        if pos != len(data):
-            raise ValueError(f"corrupt {CODEC} payload: {len(data)} bytes, layout says {pos}")
-        return DecodedPayload(bytes(view[_PREFIX.size : _PREFIX.size + header_len]), arrays)
-    raise ValueError(f"unknown payload codec {codec!r}")
+    if codec not in (CODEC, _OLD_CODEC):
+        raise ValueError(f"unknown payload codec {codec!r}")
+    header_len, n_prompt, n_response = _PREFIX.unpack_from(data)
+    view = memoryview(data)
+    pos = _PREFIX.size + header_len
+    header = bytes(view[_PREFIX.size : pos])
+    fields = TOKEN_FIELDS if codec == CODEC else TOKEN_FIELDS[:-1]
+    arrays: dict[str, memoryview] = {}
+    for field in fields:
+        n = n_prompt if field == "prompt_token_ids" else n_response
+        size = n * array(_TYPECODES[field]).itemsize
+        arrays[field] = view[pos : pos + size]
+        pos += size
+    if pos != len(data):
+        raise ValueError(f"corrupt {codec} payload: {len(data)} bytes, layout says {pos}")
+    if codec == _OLD_CODEC:
+        arrays["response_policy_versions"] = _old_versions(header, arrays["loss_mask"])
+    return DecodedPayload(header, arrays)
+
+
+def _old_versions(header: bytes, mask: memoryview) -> memoryview:
+    """A cols1 record's versions, as the trajectory model derives them for old records: its
+    first turn's version on every generated token, -1 elsewhere."""
+    start = int(orjson.loads(header).get("policy_version_start") or 0)
+    versions = array("q", [start if m else -1 for m in bytes(mask)])
+    if not _LITTLE:
+        versions.byteswap()
+    return memoryview(versions.tobytes())
 
 
 def _values(field: str, raw: memoryview) -> list[Any]:

@@ -92,20 +92,61 @@ class ServiceSettings(_Group):
 
 
 class PolicySettings(_Group):
-    """The policy client: PolicyClient's constructor arguments."""
+    """The policy client: PolicyClient's constructor arguments, and the weight-update control
+    plane's (service/policy/fleet.py)."""
 
     urls: list[str] = Field(default_factory=list, description="vLLM base URLs")
     model: str | None = Field(default=None, description="None: the server's only model")
-    timeout_s: float = Field(default=_CLIENT["timeout_s"].default, gt=0)
+    timeout_s: float = Field(
+        default=_CLIENT["timeout_s"].default,
+        gt=0,
+        description="seconds per request; a generation held by a paused server is not timed out",
+    )
     max_retries: int = Field(default=_CLIENT["max_retries"].default, ge=0)
     backoff_s: float = Field(default=_CLIENT["backoff_s"].default, ge=0)
     cooldown_s: float = Field(default=_CLIENT["cooldown_s"].default, ge=0)
+    pause_poll_s: float = Field(
+        default=_CLIENT["pause_poll_s"].default,
+        gt=0,
+        description="how often a request held by a paused server asks whether it still is",
+    )
+    update_retries: int = Field(
+        default=_CLIENT["update_retries"].default,
+        ge=0,
+        description="retries of a server's weight update before it leaves rotation",
+    )
+    reconcile_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="seconds between attempts to bring servers out of rotation back",
+    )
+    lora: str | None = Field(
+        default=None,
+        description="NAME=DIR: a LoRA adapter every server serves (loaded at start); "
+        "generation names it, and POST /v1/policy lora_path updates it in place",
+    )
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="the chat template's keyword arguments for requests that name none",
     )
 
     _check_kwargs = field_validator("chat_template_kwargs")(check_chat_template_kwargs)
+
+    @field_validator("lora")
+    @classmethod
+    def _lora_form(cls, v: str | None) -> str | None:
+        if v is not None:
+            name, sep, path = v.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise ValueError(f"expected NAME=DIR, got {v!r}")
+        return v
+
+    def lora_adapter(self) -> tuple[str, str] | None:
+        """(name, dir) of the served LoRA adapter, if any."""
+        if self.lora is None:
+            return None
+        name, _, path = self.lora.partition("=")
+        return name.strip(), path.strip()
 
     @field_validator("urls")
     @classmethod
@@ -140,6 +181,11 @@ class SandboxSettings(_Group):
         default=(BuildSettings.budget_bytes or 0) / 2**30 or None,
         ge=0,
         description="rollouts-env images kept, GiB; least recently used pruned first",
+    )
+    runtime: str | None = Field(
+        default=None,
+        description="OCI runtime of every agent and verifier container (e.g. runsc for gVisor, "
+        "see scripts/runsc_setup.sh); None: the engine's default",
     )
     ray_address: str | None = Field(
         default=None,

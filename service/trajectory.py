@@ -1,7 +1,8 @@
 """The trajectory record: defined once, used by the store, the API, Parquet export and clients.
 
 A trajectory is one sample of one task: the token-exact prompt and response, the loss mask and
-the sampler's logprobs (TIS needs them), the reward and how the episode ended.
+the sampler's logprobs (TIS needs them), the policy version of the weights behind every response
+token, the reward and how the episode ended.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ class Trajectory(BaseModel):
     response_token_ids: list[int]
     loss_mask: list[int]
     rollout_logprobs: list[float]
+    # One entry per response token: the policy version of the weights that generated it (from
+    # the engine's own weight_versions where it reports them), -1 on tokens it did not generate
+    # (observations, template tokens). A turn that spans a weight update changes version at the
+    # exact token. Records written before this field: derived (see _versions_of_old_records).
+    response_policy_versions: list[int] = Field(default_factory=list)
     reward: float | None
     status: Status
     exclude_from_baseline: bool = False
@@ -105,6 +111,18 @@ class Trajectory(BaseModel):
             return "default" if info.field_name == "harness" else ""
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _versions_of_old_records(cls, data: Any) -> Any:
+        # Before per-token versions were recorded, a trajectory kept its first turn's version:
+        # every generated token gets it (exact for the trajectories whose turns all ran under
+        # one version, policy_version_start == policy_version_end).
+        if isinstance(data, dict) and data.get("response_policy_versions") is None:
+            mask = data.get("loss_mask") or []
+            start = data.get("policy_version_start") or 0
+            data = {**data, "response_policy_versions": [start if m else -1 for m in mask]}
+        return data
+
     @field_validator("chat_template_kwargs", mode="before")
     @classmethod
     def _kwargs_from_json(cls, v: Any) -> Any:
@@ -126,11 +144,23 @@ class Trajectory(BaseModel):
                 "response_token_ids, loss_mask and rollout_logprobs must have equal lengths "
                 f"({n}, {len(self.loss_mask)}, {len(self.rollout_logprobs)})"
             )
-        for m, lp in zip(self.loss_mask, self.rollout_logprobs, strict=True):
+        if len(self.response_policy_versions) != n:
+            raise ValueError(
+                f"response_policy_versions must have one entry per response token ({n}), "
+                f"got {len(self.response_policy_versions)}"
+            )
+        for m, lp, v in zip(
+            self.loss_mask, self.rollout_logprobs, self.response_policy_versions, strict=True
+        ):
             if m not in (0, 1):
                 raise ValueError("loss_mask entries must be 0 or 1")
             if m == 0 and lp != 0.0:
                 raise ValueError("rollout_logprobs must be 0.0 where loss_mask is 0")
+            if (v < 0) != (m == 0) or v < -1:
+                raise ValueError(
+                    "response_policy_versions must be -1 exactly where loss_mask is 0 and a "
+                    "version (>= 0) where it is 1"
+                )
         return self
 
 
@@ -165,6 +195,7 @@ def empty_trajectory(
         response_token_ids=[],
         loss_mask=[],
         rollout_logprobs=[],
+        response_policy_versions=[],
         reward=None,
         status=status,
         verifier_output=why,
@@ -205,6 +236,7 @@ ARROW_SCHEMA = pa.schema(
         ("response_token_ids", pa.list_(pa.int32())),
         ("loss_mask", pa.list_(pa.int8())),
         ("rollout_logprobs", pa.list_(pa.float32())),
+        ("response_policy_versions", pa.list_(pa.int64())),
         ("reward", pa.float64()),
         ("status", pa.string()),
         ("exclude_from_baseline", pa.bool_()),

@@ -210,16 +210,51 @@ class AckResponse(BaseModel):
 
 
 class PolicyUpdate(_Strict):
+    """The new policy version. With `weights_path` (a checkpoint folder the policy servers can
+    read) or `lora_path` (an adapter folder, for a service started with --lora), the service
+    loads it on every server first; without either, the trainer has moved the weights itself
+    and the servers are only tagged (and resumed, if the service paused them)."""
+
     version: int = Field(ge=0, le=2**62)
     max_staleness: int | None = Field(default=None, ge=0, le=2**62)
+    weights_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    lora_path: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PolicyUpdate:
+        if self.weights_path is not None and self.lora_path is not None:
+            raise ValueError("give weights_path or lora_path, not both")
+        return self
+
+
+class PolicyPause(_Strict):
+    """keep: running requests freeze and finish after the resume; abort: they end at once and
+    their partial output is continued after the resume; wait: they finish first."""
+
+    mode: Literal["keep", "abort", "wait"] = "keep"
+
+
+class PolicyServer(BaseModel):
+    """One policy server as the control plane sees it."""
+
+    model_config = ConfigDict(from_attributes=True)  # from service.policy.fleet.ServerReport
+
+    url: str
+    version: int | None = Field(description="the version it serves (its engine's tag)")
+    status: Literal["serving", "paused", "out", "unknown"] = Field(
+        description="out: out of rotation (reason says why); unknown: not reached yet"
+    )
+    reason: str | None = None
+    managed: bool | None = Field(
+        description="offers vLLM's control routes (dev mode); None: not reached yet"
+    )
 
 
 class PolicyState(BaseModel):
-    model_config = ConfigDict(from_attributes=True)  # from leasing's PolicyVersion
-
     version: int
     max_staleness: int | None
     stale_policy: Literal["drop", "requeue"]
+    servers: list[PolicyServer] = Field(default_factory=list)
 
 
 class ReadyReport(BaseModel):

@@ -35,6 +35,12 @@ def policy_stub(
     length_jitter: int = typer.Option(
         0, "--length-jitter", help="Up to N extra analysis words per reply (samples differ)."
     ),
+    scale_out: bool = typer.Option(
+        True,
+        "--scale-out/--no-scale-out",
+        help="Offer /inference/v1/generate (with per-token weight versions), like vLLM's "
+        "--enable-scale-out; without it that route answers 403.",
+    ),
 ) -> None:
     """Serve a stand-in for vLLM's OpenAI-compatible API, scripted from a task set."""
     import uvicorn
@@ -57,6 +63,7 @@ def policy_stub(
             record=record,
             attack=attack,
             length_jitter=length_jitter,
+            scale_out=scale_out,
         )
         app = build_app(settings)
     except ValidationError as e:

@@ -1,11 +1,14 @@
 """The stand-in policy server: a FastAPI app speaking vLLM 0.32's HTTP subset, for tests and demos.
 
-It is NOT a language model. It answers /v1/completions with the scripted terminal agent of
-behaviour.py, sampled token by token with real (float32) logprobs (sampling.py), in exactly the
-shapes of the vLLM recordings (models in service/policy/vllm_wire.py). Errors come in vLLM's shape
-`{"error": {"message", "type", "param", "code"}}` with vLLM's status codes (400 for a bad field,
-never 422). Decode speed is simulated with asyncio.sleep, so concurrent requests proceed in
-parallel like a batched engine.
+It is NOT a language model. It answers /v1/completions and /inference/v1/generate with the
+scripted terminal agent of behaviour.py, sampled token by token with real (float32) logprobs
+(sampling.py), in exactly the shapes of the vLLM recordings (models in
+service/policy/vllm_wire.py). Like vLLM in dev mode it can be paused (keep, abort, wait), reload
+other weights, tag them with a version and report per-token weight versions (decoding.py).
+
+Errors come in vLLM's shape `{"error": {"message", "type", "param", "code"}}` with vLLM's status
+codes (400 for a bad field, never 422). Decode speed is simulated with asyncio.sleep, so
+concurrent requests proceed in parallel like a batched engine.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandboxes.task import Task
 from service.policy.vllm_wire import (
+    PAUSE_MODES,
+    CollectiveRpcRequest,
+    CollectiveRpcResponse,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
@@ -34,7 +40,14 @@ from service.policy.vllm_wire import (
     DetokenizeResponse,
     ErrorInfo,
     ErrorResponse,
+    GenerateChoice,
+    GenerateLogprobEntry,
+    GenerateLogprobs,
+    GenerateRequest,
+    GenerateResponse,
+    GenerateTopLogprob,
     IsPausedResponse,
+    LoadLoraAdapterRequest,
     ModelCard,
     ModelList,
     ModelPermission,
@@ -42,12 +55,18 @@ from service.policy.vllm_wire import (
     StatusResponse,
     TokenizeRequest,
     TokenizeResponse,
+    UnloadLoraAdapterRequest,
+    UpdateWeightVersionRequest,
+    UpdateWeightVersionResponse,
     UsageInfo,
+    WeightInfoResponse,
+    WeightVersionSpan,
     cache_salt_problem,
 )
 from standin.behaviour import ATTACKS, BehaviourSettings, ScriptedAgent
 from standin.chat_template import render
-from standin.sampling import LogprobsMode, ScriptSampler, choice_rng
+from standin.decoding import ChoiceDecoder, SamplingKnobs, Weights, weights_logit
+from standin.sampling import LogprobsMode, choice_rng
 from standin.tokenizer import EOS_ID, StubTokenizer
 
 SYSTEM_FINGERPRINT = "rollouts-policy-stub-0.1"
@@ -82,6 +101,8 @@ class StubSettings(BaseModel):
     # sample passes, while logprobs stay real samples of this distribution.
     script_logit: float = Field(default=24.0, gt=0)
     logprobs_mode: LogprobsMode = "processed"
+    # Like vLLM's --enable-scale-out: without it /inference/v1/generate answers 403.
+    scale_out: bool = True
 
 
 class StubError(Exception):
@@ -134,18 +155,49 @@ class _PrefixCache:
         return hits
 
 
-@dataclass
-class _Generated:
-    token_ids: list[int]
-    logprobs: list[float]
-    tops: list[list[tuple[int, float]]]
-    text: str
-    finish_reason: str
-    stop_reason: str | int | None
+@dataclass(frozen=True)
+class _Ask:
+    """One generation request, whichever route it came by."""
+
+    route: str  # "completions" | "generate"
+    model: str | None
+    prompt: list[int]
+    n: int
+    seed: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    max_tokens: int | None
+    stop: list[str]
+    stop_token_ids: list[int]
+    include_stop: bool
+    logprobs: int | None
+    cache_salt: str | None
+
+    @classmethod
+    def of_completion(cls, r: CompletionRequest) -> _Ask:
+        return cls(
+            "completions", r.model, r.prompt, r.n, r.seed, r.temperature, r.top_p, r.top_k,
+            r.max_tokens, r.stop_list(), list(r.stop_token_ids or ()),
+            r.include_stop_str_in_output, r.logprobs, r.cache_salt,
+        )  # fmt: skip
+
+    @classmethod
+    def of_generate(cls, r: GenerateRequest) -> _Ask:
+        p = r.sampling_params
+        return cls(
+            "generate", r.model, r.token_ids, p.n, p.seed, p.temperature, p.top_p, p.top_k,
+            p.max_tokens, list(p.stop or ()), list(p.stop_token_ids or ()),
+            p.include_stop_str_in_output, p.logprobs, r.cache_salt,
+        )  # fmt: skip
+
+
+PARTIALS_KEPT = 10_000  # aborted choices remembered, so that their continuation is coherent
 
 
 class StubEngine:
-    """Everything except HTTP: tokenizer, behaviour, sampling, counters, recording."""
+    """Everything except HTTP: tokenizer, behaviour, sampling, weights, pauses, counters,
+    recording."""
 
     def __init__(self, settings: StubSettings, tasks: list[Task]) -> None:
         self.settings = settings
@@ -166,16 +218,23 @@ class StubEngine:
         self.prefix_cache = _PrefixCache()
         self.unpaused = asyncio.Event()
         self.unpaused.set()
+        self.pause_mode: str | None = None
+        self._aborts = 0  # pauses with mode abort so far: running choices end when it changes
+        self.weights = Weights(tag="default", logit=settings.script_logit)
+        self.adapters: dict[str, tuple[str, float]] = {}  # LoRA name -> (path, logit)
+        # prompt + partial output of an aborted choice -> (its script, where it stopped in it)
+        self._partials: OrderedDict[tuple[int, ...], tuple[list[int], int]] = OrderedDict()
         self._record_lock = threading.Lock()
         self._decode_free_at = 0.0  # shared_decode: when the engine finishes what it was given
 
     # ------------------------------------------------------------ checks shared by endpoints
 
     def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.settings.model:
+        if model is not None and model != self.settings.model and model not in self.adapters:
+            served = ", ".join([self.settings.model, *self.adapters])
             raise StubError(
                 404,
-                f"The model `{model}` does not exist. Valid aliases: {self.settings.model}.",
+                f"The model `{model}` does not exist. Valid aliases: {served}.",
                 "NotFoundError",
                 "model",
             )
@@ -185,119 +244,91 @@ class StubEngine:
         if bad is not None:
             raise _bad_request(f"Token id {bad} is out of vocabulary", param)
 
+    def weights_for(self, model: str | None) -> Weights:
+        """The weights a request runs under now: the base's, or its LoRA adapter's."""
+        if model in self.adapters:
+            return Weights(self.weights.tag, self.adapters[model][1])
+        return self.weights
+
     # ------------------------------------------------------------ generation
 
-    def generate_choice(self, req: CompletionRequest, index: int) -> _Generated:
+    def _script(self, ask: _Ask, index: int, max_tokens: int) -> tuple[list[int], int]:
+        """The script a choice follows and where in it the choice starts: a continuation of an
+        aborted choice (its prompt is that choice's prompt plus its partial output) picks up
+        the script where the partial output left it."""
         tok = self.tokenizer
-        prompt = req.prompt
-        rng = choice_rng(req.seed, index, len(prompt))
-        max_tokens = req.max_tokens or (self.settings.max_model_len - len(prompt))
+        remembered = self._partials.pop(tuple(ask.prompt), None)
+        if remembered is not None:
+            return remembered
+        # Not remembered (another process served the first part): the reply to the prompt
+        # without the partial output, from where the partial output ends.
+        partial = self._partial_length(ask.prompt)
+        base = ask.prompt[: len(ask.prompt) - partial]
+        rng = choice_rng(ask.seed, index, len(base))
         reply = self.agent.reply(
-            tok.decode(prompt), seed=req.seed, index=index, rng=rng, max_tokens=max_tokens
+            tok.decode(base), seed=ask.seed, index=index, rng=rng, max_tokens=max_tokens
         )
-        script = tok.encode(reply) + [EOS_ID]
-        temperature = 1.0 if req.temperature is None else req.temperature
-        sampler = ScriptSampler(
-            vocab_size=tok.vocab_size,
-            logit=self.settings.script_logit,
-            temperature=temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=-1 if req.top_k is None else req.top_k,
+        return tok.encode(reply) + [EOS_ID], partial
+
+    def _partial_length(self, prompt: list[int]) -> int:
+        """How many tokens of an open assistant turn end the prompt (what an aborted choice
+        had produced)."""
+        opener = self.tokenizer.encode("<|im_start|>assistant\n")
+        for at in range(len(prompt) - len(opener), -1, -1):
+            if prompt[at : at + len(opener)] == opener:
+                return len(prompt) - at - len(opener)
+        return 0
+
+    def decoders(self, ask: _Ask) -> list[ChoiceDecoder]:
+        max_tokens = ask.max_tokens or (self.settings.max_model_len - len(ask.prompt))
+        knobs = SamplingKnobs(
+            vocab_size=self.tokenizer.vocab_size,
+            temperature=1.0 if ask.temperature is None else ask.temperature,
+            top_p=1.0 if ask.top_p is None else ask.top_p,
+            top_k=-1 if ask.top_k is None else ask.top_k,
             mode=self.settings.logprobs_mode,
         )
-        stops = req.stop_list()
-        longest_stop = max((len(s) for s in stops), default=0)
-        stop_ids = set(req.stop_token_ids or ())
-        n_top = req.logprobs or 0
-        decoder = tok.incremental_decoder()
-        ids: list[int] = []
-        lps: list[float] = []
-        tops: list[list[tuple[int, float]]] = []
-        text = ""
-        finish, stop_reason = "length", None
-        for pos in range(max_tokens):
-            # Past the script's end (after a deviation skipped the EOS), keep asking for EOS.
-            scripted = script[pos] if pos < len(script) else EOS_ID
-            draw = sampler.draw(rng, scripted, n_top)
-            ids.append(draw.token_id)
-            lps.append(draw.logprob)
-            tops.append(draw.top)
-            if draw.token_id == EOS_ID:
-                finish = "stop"
-                break
-            if draw.token_id in stop_ids:
-                finish, stop_reason = "stop", draw.token_id
-                break
-            if draw.token_id in tok.special_ids:
-                continue  # skip_special_tokens: not part of the text
-            before = len(text)
-            text += decoder.decode(tok.token_bytes(draw.token_id))
-            if stops:
-                # Like vLLM: look for a stop string overlapping the newly added text only.
-                window_start = max(0, before - longest_stop + 1)
-                hits = [(i, s) for s in stops if (i := text.find(s, window_start)) >= 0]
-                if hits:
-                    at, s = min(hits)
-                    text = text[: at + len(s)] if req.include_stop_str_in_output else text[:at]
-                    finish, stop_reason = "stop", s
-                    break
-        else:
-            text += decoder.decode(b"", final=True)
-        if finish == "stop" and not isinstance(stop_reason, str):
-            text += decoder.decode(b"", final=True)
-        return _Generated(ids, lps, tops, text, finish, stop_reason)
-
-    def choice_model(self, req: CompletionRequest, index: int, g: _Generated) -> CompletionChoice:
-        logprobs = None
-        if req.logprobs is not None:
-            as_ids = bool(req.return_tokens_as_token_ids)
-
-            def name(t: int) -> str:
-                return f"token_id:{t}" if as_ids else self.tokenizer.token_str(t)
-
-            tokens = [name(t) for t in g.token_ids]
-            offsets, off = [], 0
-            for s in tokens:  # vLLM: cumulative lengths of the token strings
-                offsets.append(off)
-                off += len(s)
-            top_logprobs: list[dict[str, float] | None] = []
-            for t, lp, top in zip(g.token_ids, g.logprobs, g.tops, strict=True):
-                entry = {name(t): lp}
-                for tt, tlp in top:
-                    entry.setdefault(name(tt), tlp)
-                top_logprobs.append(entry)
-            logprobs = CompletionLogprobs(
-                text_offset=offsets,
-                token_logprobs=list(g.logprobs),
-                tokens=tokens,
-                top_logprobs=top_logprobs,
+        out = []
+        for index in range(ask.n):
+            script, start = self._script(ask, index, max_tokens)
+            out.append(
+                ChoiceDecoder(
+                    tokenizer=self.tokenizer,
+                    script=script,
+                    start=start,
+                    rng=choice_rng(ask.seed, index, len(ask.prompt)),
+                    knobs=knobs,
+                    max_tokens=max_tokens,
+                    stops=ask.stop,
+                    stop_ids=set(ask.stop_token_ids),
+                    n_top=ask.logprobs or 0,
+                    include_stop=ask.include_stop,
+                )
             )
-        return CompletionChoice(
-            index=index,
-            text=g.text,
-            logprobs=logprobs,
-            finish_reason=g.finish_reason,
-            stop_reason=g.stop_reason,
-            token_ids=list(g.token_ids) if req.return_token_ids else None,
-            prompt_logprobs=None,
-            prompt_token_ids=list(req.prompt) if req.return_token_ids else None,
-            routed_experts=None,
-        )
+        return out
 
-    def validate_completion(self, req: CompletionRequest) -> None:
-        self.check_model(req.model)
-        if not req.prompt:
+    def validate(self, ask: _Ask) -> None:
+        self.check_model(ask.model)
+        if ask.route == "generate" and not self.settings.scale_out:
+            raise StubError(
+                403,
+                "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out "
+                "to enable them.",
+                "PermissionDeniedError",
+                None,
+            )
+        if not ask.prompt:
             raise _bad_request("Prompt cannot be empty", "prompt")
-        self.check_ids(req.prompt, "prompt")
-        if req.cache_salt is not None and (problem := cache_salt_problem(req.cache_salt)):
+        self.check_ids(ask.prompt, "prompt")
+        if ask.cache_salt is not None and (problem := cache_salt_problem(ask.cache_salt)):
             raise _bad_request(problem, "cache_salt")
-        if req.logprobs is not None and req.logprobs > MAX_LOGPROBS:
+        if ask.logprobs is not None and ask.logprobs > MAX_LOGPROBS:
             raise _bad_request(
-                f"Requested sample logprobs of {req.logprobs}, which is greater than max allowed: "
+                f"Requested sample logprobs of {ask.logprobs}, which is greater than max allowed: "
                 f"{MAX_LOGPROBS}",
                 "logprobs",
             )
-        n, limit = len(req.prompt), self.settings.max_model_len
+        n, limit = len(ask.prompt), self.settings.max_model_len
         if n > limit:
             raise _bad_request(
                 f"This model's maximum context length is {limit} tokens. However, your prompt "
@@ -306,12 +337,12 @@ class StubEngine:
                 f"(parameter=input_tokens, value={n})",
                 "input_tokens",
             )
-        if req.max_tokens is not None and n + req.max_tokens > limit:
+        if ask.max_tokens is not None and n + ask.max_tokens > limit:
             raise _bad_request(
-                f"'max_tokens' or 'max_completion_tokens' is too large: {req.max_tokens}. This "
+                f"'max_tokens' or 'max_completion_tokens' is too large: {ask.max_tokens}. This "
                 f"model's maximum context length is {limit} tokens and your request has {n} input "
-                f"tokens ({req.max_tokens} > {limit} - {n}). "
-                f"(parameter=max_tokens, value={req.max_tokens})",
+                f"tokens ({ask.max_tokens} > {limit} - {n}). "
+                f"(parameter=max_tokens, value={ask.max_tokens})",
                 "max_tokens",
             )
 
@@ -327,77 +358,191 @@ class StubEngine:
         self._decode_free_at = max(now, self._decode_free_at) + total / rate
         return self._decode_free_at - now
 
-    async def complete(self, req: CompletionRequest) -> CompletionResponse:
-        self.validate_completion(req)
+    async def generate(self, ask: _Ask) -> list[ChoiceDecoder]:
+        """Serve one request: wait while paused, then produce its choices token by token over
+        the decode time, under the weights of the moment; a keep pause freezes them between
+        tokens, an abort pause ends them with their partial output."""
+        self.validate(ask)
         c = self.counters
         c.waiting += 1
         try:
-            await self.unpaused.wait()
+            await self.unpaused.wait()  # new requests wait while the engine is paused
         finally:
             c.waiting -= 1
         c.running += 1
-        c.prompt_tokens += len(req.prompt)
-        c.prefix_queries += len(req.prompt)
-        c.prefix_hits += self.prefix_cache.query(req.prompt, req.cache_salt)
+        c.prompt_tokens += len(ask.prompt)
+        c.prefix_queries += len(ask.prompt)
+        c.prefix_hits += self.prefix_cache.query(ask.prompt, ask.cache_salt)
+        decoders = self.decoders(ask)
+        held = len(ask.prompt) * ask.n
+        c.running_tokens += held
         try:
-            gens = [self.generate_choice(req, i) for i in range(req.n)]
-            longest = max(len(g.token_ids) for g in gens)
-            completion_tokens = sum(len(g.token_ids) for g in gens)
-            held = len(req.prompt) * req.n + sum(len(g.token_ids) for g in gens)
-            c.running_tokens += held
-            try:
-                delay = self.settings.ttft_ms / 1000.0
-                if self.settings.tokens_per_s:
-                    delay += self._decode_s(longest, completion_tokens)
-                if delay > 0:
-                    await asyncio.sleep(delay)
+            await self._produce(ask, decoders)
+            if self.pause_mode == "keep":
                 await self.unpaused.wait()  # pause(mode=keep) holds finished work too
-            finally:
-                c.running_tokens -= held
         finally:
+            c.running_tokens -= held
             c.running -= 1
-        c.generation_tokens += completion_tokens
-        for g in gens:
-            c.success[g.finish_reason] = c.success.get(g.finish_reason, 0) + 1
+        for d in decoders:
+            c.generation_tokens += len(d.ids)
+            c.success[d.finish_reason or "abort"] = c.success.get(d.finish_reason or "abort", 0) + 1
+            if d.finish_reason == "abort":
+                self._remember_partial(ask, d)
         if self.settings.record:
-            await asyncio.to_thread(self._record, req, gens)
-        return CompletionResponse(
-            id=f"cmpl-{secrets.token_hex(8)}",
-            created=int(time.time()),
-            model=self.settings.model,
-            choices=[self.choice_model(req, i, g) for i, g in enumerate(gens)],
-            service_tier=None,
-            system_fingerprint=SYSTEM_FINGERPRINT,
-            usage=UsageInfo(
-                prompt_tokens=len(req.prompt),
-                total_tokens=len(req.prompt) + completion_tokens,
-                completion_tokens=completion_tokens,
-            ),
-            kv_transfer_params=None,
-            ec_transfer_params=None,
-            metrics=None,
+            await asyncio.to_thread(self._record, ask, decoders)
+        return decoders
+
+    async def _produce(self, ask: _Ask, decoders: list[ChoiceDecoder]) -> None:
+        """Token k of every choice is due after ttft + k x the per-token time, on a clock
+        that stands still while the engine is paused with keep."""
+        rate = self.settings.tokens_per_s
+        # The script's length (deviations aside) is what each choice will take.
+        lengths = [max(1, min(d.max_tokens, len(d.script) - d.start)) for d in decoders]
+        expected = max(lengths)
+        ttft = self.settings.ttft_ms / 1000.0
+        per_token = self._decode_s(expected, sum(lengths)) / expected if rate else 0.0
+        aborts = self._aborts
+        active = 0.0  # seconds of decoding so far (paused time excluded)
+        produced = 0
+        while not all(d.done for d in decoders):
+            if self._aborts != aborts:
+                for d in decoders:
+                    d.abort()
+                return
+            if self.pause_mode == "keep":
+                await self.unpaused.wait()
+                continue
+            wait = ttft + per_token * produced - active
+            if wait > 0:
+                step = min(wait, 0.05)
+                t0 = time.monotonic()
+                await asyncio.sleep(step)
+                active += time.monotonic() - t0
+                continue
+            for d in decoders:
+                d.step(self.weights_for(ask.model))
+            produced += 1
+
+    def _remember_partial(self, ask: _Ask, d: ChoiceDecoder) -> None:
+        self._partials[tuple(ask.prompt + d.ids)] = (d.script, d.position)
+        while len(self._partials) > PARTIALS_KEPT:
+            self._partials.popitem(last=False)
+
+    # ------------------------------------------------------------ answers
+
+    def _top_name(self, as_ids: bool, t: int) -> str:
+        return f"token_id:{t}" if as_ids else self.tokenizer.token_str(t)
+
+    def completion_choice(
+        self, req: CompletionRequest, index: int, d: ChoiceDecoder
+    ) -> CompletionChoice:
+        logprobs = None
+        if req.logprobs is not None:
+            as_ids = bool(req.return_tokens_as_token_ids)
+            tokens = [self._top_name(as_ids, t) for t in d.ids]
+            offsets, off = [], 0
+            for s in tokens:  # vLLM: cumulative lengths of the token strings
+                offsets.append(off)
+                off += len(s)
+            top_logprobs: list[dict[str, float] | None] = []
+            for t, lp, top in zip(d.ids, d.logprobs, d.tops, strict=True):
+                entry = {self._top_name(as_ids, t): lp}
+                for tt, tlp in top:
+                    entry.setdefault(self._top_name(as_ids, tt), tlp)
+                top_logprobs.append(entry)
+            logprobs = CompletionLogprobs(
+                text_offset=offsets,
+                token_logprobs=list(d.logprobs),
+                tokens=tokens,
+                top_logprobs=top_logprobs,
+            )
+        return CompletionChoice(
+            index=index,
+            text=d.text,
+            logprobs=logprobs,
+            finish_reason=d.finish_reason,
+            stop_reason=d.stop_reason,
+            token_ids=list(d.ids) if req.return_token_ids else None,
+            prompt_logprobs=None,
+            prompt_token_ids=list(req.prompt) if req.return_token_ids else None,
+            routed_experts=None,
         )
 
-    def _record(self, req: CompletionRequest, gens: list[_Generated]) -> None:
+    def generate_choice(self, req: GenerateRequest, index: int, d: ChoiceDecoder) -> GenerateChoice:
+        text_mode = req.output_mode == "text"
+        logprobs = None
+        if req.sampling_params.logprobs is not None:
+            entries = []
+            for t, lp, top in zip(d.ids, d.logprobs, d.tops, strict=True):
+                cands = [(t, lp)] + [(tt, tlp) for tt, tlp in top if tt != t]
+                cands = cands[: max(1, req.sampling_params.logprobs)]
+                tops = [self._generate_logprob(text_mode, tt, tlp) for tt, tlp in cands]
+                entries.append(GenerateLogprobEntry(**tops[0].model_dump(), top_logprobs=tops))
+            logprobs = GenerateLogprobs(content=entries)
+        return GenerateChoice(
+            index=index,
+            finish_reason=d.finish_reason,
+            stop_reason=d.stop_reason,
+            token_ids=list(d.ids),
+            text=d.text if text_mode else None,
+            logprobs=logprobs,
+            weight_versions=[WeightVersionSpan(version=v, start=a, end=b) for v, a, b in d.spans()]
+            or None,
+        )
+
+    def _generate_logprob(self, text_mode: bool, token: int, lp: float) -> GenerateTopLogprob:
+        if text_mode:
+            raw = self.tokenizer.token_bytes(token)
+            return GenerateTopLogprob(
+                logprob=lp, token=raw.decode(errors="replace"), bytes=list(raw)
+            )
+        return GenerateTopLogprob(logprob=lp, token_id=token)
+
+    def _record(self, ask: _Ask, decoders: list[ChoiceDecoder]) -> None:
         assert self.settings.record is not None
         lines = [
             json.dumps(
                 {
-                    "prompt_token_ids": req.prompt,
-                    "token_ids": g.token_ids,
-                    "logprobs": g.logprobs,
-                    "finish_reason": g.finish_reason,
-                    "stop_reason": g.stop_reason,
+                    "route": ask.route,
+                    "model": ask.model,
+                    "prompt_token_ids": ask.prompt,
+                    "token_ids": d.ids,
+                    "logprobs": d.logprobs,
+                    "finish_reason": d.finish_reason,
+                    "stop_reason": d.stop_reason,
+                    "weight_versions": d.spans(),
                     "index": i,
-                    "seed": req.seed,
-                    "cache_salt": req.cache_salt,
+                    "seed": ask.seed,
+                    "cache_salt": ask.cache_salt,
                 }
             )
             + "\n"
-            for i, g in enumerate(gens)
+            for i, d in enumerate(decoders)
         ]
         with self._record_lock, open(self.settings.record, "a", encoding="utf-8") as f:
             f.writelines(lines)
+
+    # ------------------------------------------------------------ control
+
+    def pause(self, mode: str, clear_cache: bool) -> None:
+        self.pause_mode = mode
+        self.unpaused.clear()
+        if mode == "abort":
+            self._aborts += 1
+        if clear_cache:  # vLLM 0.32 empties the prefix cache on every mode
+            self.prefix_cache = _PrefixCache()
+
+    def resume(self) -> None:
+        self.pause_mode = None
+        self.unpaused.set()
+
+    def reload(self, weights_path: str) -> None:
+        if not Path(weights_path).is_dir():
+            raise StubError(
+                500, f"reload_weights: no checkpoint at {weights_path}", "InternalServerError", None
+            )
+        self.weights = Weights(self.weights.tag, weights_logit(weights_path))
+        self.prefix_cache = _PrefixCache()
 
     def metrics_text(self) -> str:
         c, m = self.counters, self.settings.model
@@ -504,7 +649,11 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
             max_model_len=settings.max_model_len,
             permission=[perm],
         )
-        return ModelList(data=[card]).model_dump()
+        adapters = [  # like vLLM: an adapter's card names its base and has no max_model_len
+            ModelCard(id=name, created=engine.created, root=path, parent=settings.model)
+            for name, (path, _) in engine.adapters.items()
+        ]
+        return ModelList(data=[card, *adapters]).model_dump()
 
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest) -> dict:
@@ -533,7 +682,44 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> dict:
-        return (await engine.complete(req)).model_dump()
+        decoders = await engine.generate(_Ask.of_completion(req))
+        tokens = sum(len(d.ids) for d in decoders)
+        return CompletionResponse(
+            id=f"cmpl-{secrets.token_hex(8)}",
+            created=int(time.time()),
+            model=req.model or settings.model,
+            choices=[engine.completion_choice(req, i, d) for i, d in enumerate(decoders)],
+            service_tier=None,
+            system_fingerprint=SYSTEM_FINGERPRINT,
+            usage=UsageInfo(
+                prompt_tokens=len(req.prompt),
+                total_tokens=len(req.prompt) + tokens,
+                completion_tokens=tokens,
+            ),
+            kv_transfer_params=None,
+            ec_transfer_params=None,
+            metrics=None,
+        ).model_dump()
+
+    @app.post("/inference/v1/generate")
+    async def generate(req: GenerateRequest) -> dict:
+        """vLLM's token-in/token-out route (with --enable-scale-out): per choice the token ids,
+        their logprobs and the weight_versions spans."""
+        decoders = await engine.generate(_Ask.of_generate(req))
+        tokens = sum(len(d.ids) for d in decoders)
+        return GenerateResponse(
+            request_id=f"generate-tokens-{secrets.token_hex(8)}",
+            model=req.model or settings.model,
+            created=int(time.time()),
+            output_mode=req.output_mode,
+            choices=[engine.generate_choice(req, i, d) for i, d in enumerate(decoders)],
+            usage=UsageInfo(
+                prompt_tokens=len(req.token_ids),
+                total_tokens=len(req.token_ids) + tokens,
+                completion_tokens=tokens,
+            ),
+            prompt_token_ids=list(req.token_ids) if req.return_token_ids else None,
+        ).model_dump()
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
@@ -541,16 +727,63 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
 
     # Dev-mode control endpoints (vLLM needs VLLM_SERVER_DEV_MODE=1 for these).
     @app.post("/pause")
-    async def pause(mode: str = "keep") -> dict:
-        if mode not in ("keep", "abort", "wait"):
+    async def pause(mode: str = "abort", clear_cache: bool = True) -> dict:
+        """keep: running requests freeze between tokens; abort: they end now with their
+        partial output; wait: answered once running requests are done. New ones wait."""
+        if mode not in PAUSE_MODES:
             raise _bad_request(f"mode must be keep, abort or wait, got {mode!r}", "mode")
-        engine.unpaused.clear()
+        engine.pause(mode, clear_cache)
+        if mode == "wait":
+            while engine.counters.running:
+                await asyncio.sleep(0.01)
         return StatusResponse(status="paused").model_dump()
 
     @app.post("/resume")
     async def resume() -> dict:
-        engine.unpaused.set()
+        engine.resume()
         return StatusResponse(status="resumed").model_dump()
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(req: CollectiveRpcRequest) -> dict:
+        """reload_weights(weights_path=DIR) switches to the weights in DIR (decoding.py)."""
+        if req.method != "reload_weights" or "weights_path" not in req.kwargs:
+            raise _bad_request(
+                f"the stand-in runs only reload_weights(weights_path=...), not {req.method!r}",
+                "method",
+            )
+        engine.reload(str(req.kwargs["weights_path"]))
+        return CollectiveRpcResponse(results=[None]).model_dump()
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(req: UpdateWeightVersionRequest) -> dict:
+        engine.weights = Weights(req.new_version, engine.weights.logit)
+        return UpdateWeightVersionResponse(success=True, new_version=req.new_version).model_dump()
+
+    @app.get("/weight_info")
+    async def weight_info() -> dict:
+        return WeightInfoResponse(weight_version=engine.weights.tag).model_dump()
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(req: LoadLoraAdapterRequest) -> PlainTextResponse:
+        name = req.lora_name
+        if name in engine.adapters and not req.load_inplace:
+            raise _bad_request(
+                f"The lora adapter '{name}' has already been loaded. If you want to load the "
+                "adapter in place, set 'load_inplace' to True.",
+                None,
+            )
+        if not Path(req.lora_path).is_dir():
+            raise StubError(404, f"No adapter found at {req.lora_path}", "NotFoundError", None)
+        engine.adapters[name] = (req.lora_path, weights_logit(req.lora_path))
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(req: UnloadLoraAdapterRequest) -> PlainTextResponse:
+        if engine.adapters.pop(req.lora_name, None) is None:
+            raise StubError(
+                404, f"The lora adapter '{req.lora_name}' cannot be found.", "NotFoundError", None
+            )
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
 
     @app.get("/is_paused")
     async def is_paused() -> dict:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from clients.commands import options
 from clients.commands.agent import agent_settings, describe
+from clients.commands.doctor import refuse_unknown_runtime
 from clients.commands.policy_stub import stand_in_policy
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
@@ -130,6 +131,7 @@ def register(app: typer.Typer) -> None:
         chat_template_kwargs: str = options.CHAT_TEMPLATE_KWARGS,
         limit: int = typer.Option(None, "--limit", min=1, help="Only the first N tasks."),
         image: str = options.IMAGE,
+        runtime: str = options.RUNTIME,
         p_correct: float = typer.Option(
             0.5, "--p-correct", min=0.0, max=1.0, help="Stand-in only: chance of the oracle."
         ),
@@ -161,6 +163,7 @@ def register(app: typer.Typer) -> None:
                 image=image, warm_per_key=warm_containers, create_rate=create_rate,
                 max_concurrent_creates=max_concurrent_creates, build_network=build_network,
                 allow_pull=allow_pull, ray_address=ray_address or None,
+                runtime=runtime or None,
             )  # fmt: skip
         except ValidationError as e:
             err = e.errors()[0]
@@ -200,6 +203,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {msg} (--n-samples, --min-group-size)", err=True)
             raise typer.Exit(2) from None
         if not sandboxes.ray_address:  # on Ray, every node's executor sees to its own
+            refuse_unknown_runtime(sandboxes.runtime)
             asyncio.run(ensure_base_image(on_build=_announce_build))
         out.mkdir(parents=True, exist_ok=True)
         out_file = out / f"rollouts-{time.strftime('%Y%m%d-%H%M%S')}.parquet"

@@ -37,8 +37,21 @@ CREATE_RATE = typer.Option(
     _sandboxes("create_rate"), "--create-rate", help="Container creates per second."
 )
 IMAGE = typer.Option(_sandboxes("image"), "--image", help="Use this image for every task.")
+RUNTIME = typer.Option(
+    _sandboxes("runtime"),
+    "--runtime",
+    envvar="ROLLOUTS_RUNTIME",
+    help="OCI runtime of every sandbox and verifier container, e.g. runsc (gVisor; "
+    "scripts/runsc_setup.sh registers it). Default: the engine's.",
+)
 MAX_CONCURRENT_CREATES = typer.Option(
     _sandboxes("max_concurrent_creates"), "--max-concurrent-creates", min=1
+)
+LORA = typer.Option(
+    _policy("lora"),
+    "--lora",
+    help="NAME=DIR: a LoRA adapter every policy server serves (loaded where missing); "
+    "generation names it, and POST /v1/policy {lora_path} updates it in place.",
 )
 MODEL = typer.Option(_policy("model"), "--model", help="Default: the server's only model.")
 POLICY_BACKOFF = typer.Option(
@@ -55,6 +68,18 @@ POLICY_RETRIES = typer.Option(
 )
 POLICY_TIMEOUT = typer.Option(
     _policy("timeout_s"), "--policy-timeout", help="Seconds per policy request."
+)
+POLICY_PAUSE_POLL = typer.Option(
+    _policy("pause_poll_s"),
+    "--policy-pause-poll",
+    min=0.1,
+    help="Seconds between checks of a paused policy server (a held request never times out).",
+)
+POLICY_UPDATE_RETRIES = typer.Option(
+    _policy("update_retries"),
+    "--policy-update-retries",
+    min=0,
+    help="Retries of a server's weight update before it leaves rotation.",
 )
 POLICY_URL = typer.Option(
     None,

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from clients.commands import options
 from clients.commands.agent import agent_settings, describe
+from clients.commands.doctor import refuse_unknown_runtime
 from service.settings import (
     PolicySettings,
     SandboxSettings,
@@ -57,6 +58,7 @@ def register(app: typer.Typer) -> None:
             _service("max_queued_samples"), "--max-queued-samples", min=1
         ),
         image: str = options.IMAGE,
+        runtime: str = options.RUNTIME,
         dataset: list[str] = typer.Option(
             None, "--dataset", help="NAME=PATH: lets requests say tasks.path=NAME (repeatable)."
         ),
@@ -96,6 +98,9 @@ def register(app: typer.Typer) -> None:
         policy_retries: int = options.POLICY_RETRIES,
         policy_backoff_s: float = options.POLICY_BACKOFF,
         policy_cooldown_s: float = options.POLICY_COOLDOWN,
+        policy_pause_poll_s: float = options.POLICY_PAUSE_POLL,
+        policy_update_retries: int = options.POLICY_UPDATE_RETRIES,
+        lora: str = options.LORA,
         warm_containers: int = options.WARM_CONTAINERS,
         create_rate: float = options.CREATE_RATE,
         max_concurrent_creates: int = options.MAX_CONCURRENT_CREATES,
@@ -146,7 +151,8 @@ def register(app: typer.Typer) -> None:
                 policy=PolicySettings(
                     urls=policy_url or [], model=model, timeout_s=policy_timeout_s,
                     max_retries=policy_retries, backoff_s=policy_backoff_s,
-                    cooldown_s=policy_cooldown_s,
+                    cooldown_s=policy_cooldown_s, pause_poll_s=policy_pause_poll_s,
+                    update_retries=policy_update_retries, lora=lora or None,
                     chat_template_kwargs=_template_kwargs(chat_template_kwargs),
                 ),
                 sandboxes=SandboxSettings(
@@ -155,6 +161,7 @@ def register(app: typer.Typer) -> None:
                     build_network=build_network, allow_pull=allow_pull, build_cpus=build_cpus,
                     build_memory_mb=build_memory_mb, build_timeout_s=build_timeout_s,
                     image_budget_gb=image_budget_gb, ray_address=ray_address or None,
+                    runtime=runtime or None,
                 ),
                 agent=agent_settings(agent, agent_profile or []),
             )  # fmt: skip
@@ -171,4 +178,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         for line in describe(settings.agent):
             typer.echo(line, err=True)
+        if not settings.sandboxes.ray_address:  # on Ray, each node's executor checks its engine
+            refuse_unknown_runtime(settings.sandboxes.runtime)
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)

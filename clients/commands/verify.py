@@ -1,5 +1,7 @@
 """`rollouts verify`: the oracle agent. Runs each task's solve script in an agent container, then
-the verifier, and prints one JSON line per task: the dataset sanity check."""
+the verifier, and prints one JSON line per task: the dataset sanity check. Each line carries
+the grade's flags, so a suspected hack (with `--solve-script`) or a task whose tests the guard
+cannot cover (`unguarded`) shows at once."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ from pathlib import Path
 
 import typer
 
+from clients.commands import options
+from clients.commands.doctor import refuse_unknown_runtime
 from sandboxes.backend import Verdict
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.oracle import run_oracle
+from sandboxes.reward import UNGUARDED
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, load_tasks
 from service.episode import status_of
@@ -24,14 +29,16 @@ async def _verify_all(
     tasks: list[Task],
     solve_script: bytes | None,
     image: str | None,
+    runtime: str | None,
     concurrency: int,
     as_json: bool,
 ) -> tuple[int, int, float]:
-    backend = DockerBackend(BackendSettings(image_override=image))
+    backend = DockerBackend(BackendSettings(image_override=image, runtime=runtime))
     limit = asyncio.Semaphore(concurrency)
     run_id = uuid.uuid4().hex[:12]
     passed = 0
     started = time.monotonic()
+    flagged: dict[str, list[str]] = {}
 
     async def one(task: Task) -> None:
         nonlocal passed
@@ -39,10 +46,13 @@ async def _verify_all(
             labels = {"rollouts.rollout_id": f"verify-{run_id}", "rollouts.task_id": task.id}
             result = await run_oracle(task, backend, solve_script=solve_script, labels=labels)
         passed += result.reward is not None and result.reward >= 1.0
+        for flag in result.flags:
+            flagged.setdefault(flag, []).append(task.id)
         line = {
             "task_id": task.id,
             "reward": result.reward,
             "status": status_of(result.verdict).value,
+            "flags": result.flags,
             "durations": {k: round(v, 3) for k, v in result.durations.items()},
         }
         if not as_json:
@@ -55,7 +65,7 @@ async def _verify_all(
         await asyncio.gather(*(one(t) for t in tasks))
     finally:
         await backend.aclose()
-    return passed, len(tasks), time.monotonic() - started
+    return passed, len(tasks), time.monotonic() - started, flagged
 
 
 def _announce_build(tag: str) -> None:
@@ -70,6 +80,7 @@ def register(app: typer.Typer) -> None:
             None, "--solve-script", help="Run this script instead of each task's solution/solve.sh."
         ),
         image: str = typer.Option(None, "--image", help="Use this image for every task."),
+        runtime: str = options.RUNTIME,
         concurrency: int = typer.Option(2, "--concurrency", min=1),
         as_json: bool = typer.Option(False, "--json", help="Only JSON lines, summary as JSON."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid"),
@@ -95,13 +106,23 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
                 raise typer.Exit(2)
+        refuse_unknown_runtime(runtime)
         asyncio.run(ensure_base_image(on_build=_announce_build))
-        passed, total, seconds = asyncio.run(
-            _verify_all(loaded, script, image, concurrency, as_json)
+        passed, total, seconds, flagged = asyncio.run(
+            _verify_all(loaded, script, image, runtime, concurrency, as_json)
         )
         per_min = 60.0 * total / seconds if seconds else 0.0
         summary = {"passed": passed, "total": total, "seconds": round(seconds, 2),
-                   "trials_per_min": round(per_min, 1)}  # fmt: skip
+                   "trials_per_min": round(per_min, 1),
+                   "flagged": {k: sorted(v) for k, v in sorted(flagged.items())}}  # fmt: skip
+        if UNGUARDED in flagged:
+            typer.echo(
+                f"warning: the tests of {len(flagged[UNGUARDED])} task(s) never reached the "
+                f"solution through the verifier's tested process, so their rewards were not "
+                f"established out of the agent's reach (flag `unguarded`): "
+                f"{', '.join(sorted(flagged[UNGUARDED])[:5])}",
+                err=True,
+            )
         if as_json:
             print(json.dumps({"summary": summary}))
         else:

@@ -1,10 +1,13 @@
 """The token ledger of one episode: the exact sequence the engine saw, built by appending.
 
 Earlier turns are never re-rendered: each generation is appended as the engine returned it
-(loss 1, its logprobs), each observation as a delta derived from the server's own chat template
-(loss 0, logprob 0.0; see TemplateFrame). Re-rendering the whole conversation would silently
-change earlier tokens (Qwen3 strips <think> from past turns; BPE merges across boundaries),
-corrupting TIS ratios.
+(loss 1, its logprobs, the policy version of each token), each observation as a delta derived
+from the server's own chat template (loss 0, logprob 0.0, version -1; see TemplateFrame). A
+generation cut short by a pause (abort) is appended the same way, and the turn continues from
+it: the engine is prompted with the sequence so far, partial tokens included.
+
+Re-rendering the whole conversation would silently change earlier tokens (Qwen3 strips <think>
+from past turns; BPE merges across boundaries), corrupting TIS ratios.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class TemplateFrame:
         return [*close, *rendered[n:]]
 
 
+OBSERVATION_VERSION = -1  # the policy version recorded on tokens the model did not generate
+
+
 class InvariantError(Exception):
     """A trajectory would reach the trainer with misaligned tokens: never store it.
 
@@ -103,6 +109,7 @@ class TokenLedger:
     response_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # policy version per response token
     # What the engine saw on the last turn: its prompt, and what it generated from it.
     last_engine_prompt: list[int] | None = None
     last_generated: list[int] | None = None
@@ -115,36 +122,53 @@ class TokenLedger:
         return len(self.prompt_ids) + len(self.response_ids)
 
     def add_generation(
-        self, engine_prompt: list[int], token_ids: list[int], logprobs: list[float]
+        self,
+        engine_prompt: list[int],
+        token_ids: list[int],
+        logprobs: list[float],
+        versions: list[int],
     ) -> None:
         if engine_prompt != self.sequence():
             raise InvariantError("the engine was prompted with a sequence other than the ledger's")
-        if len(token_ids) != len(logprobs):
-            raise InvariantError(f"{len(token_ids)} token ids but {len(logprobs)} logprobs")
+        if not len(token_ids) == len(logprobs) == len(versions):
+            raise InvariantError(
+                f"{len(token_ids)} token ids, {len(logprobs)} logprobs, {len(versions)} versions"
+            )
+        if any(v < 0 for v in versions):
+            raise InvariantError("a generated token without a policy version")
         self.last_engine_prompt = engine_prompt
         self.last_generated = list(token_ids)
         self.response_ids.extend(token_ids)
         self.loss_mask.extend([1] * len(token_ids))
         self.logprobs.extend(logprobs)
+        self.versions.extend(versions)
         self._checkpoint = len(self.response_ids)
 
     def add_observation(self, token_ids: list[int]) -> None:
         self.response_ids.extend(token_ids)
         self.loss_mask.extend([0] * len(token_ids))
         self.logprobs.extend([0.0] * len(token_ids))
+        self.versions.extend([OBSERVATION_VERSION] * len(token_ids))
 
     def rewind_to_last_generation(self) -> None:
         """Drop observation tokens the engine never saw (the episode ended before its next turn)."""
         del self.response_ids[self._checkpoint :]
         del self.loss_mask[self._checkpoint :]
         del self.logprobs[self._checkpoint :]
+        del self.versions[self._checkpoint :]
+
+    @property
+    def generated(self) -> int:
+        return sum(self.loss_mask)
 
     def validate(self) -> None:
         n = len(self.response_ids)
-        if not (len(self.loss_mask) == len(self.logprobs) == n):
-            raise InvariantError("response ids, loss mask and logprobs differ in length")
+        if not (len(self.loss_mask) == len(self.logprobs) == len(self.versions) == n):
+            raise InvariantError("response ids, loss mask, logprobs and versions differ in length")
         if any(lp != 0.0 for m, lp in zip(self.loss_mask, self.logprobs, strict=True) if m == 0):
             raise InvariantError("non-zero logprob on a masked token")
+        if any((v < 0) != (m == 0) for m, v in zip(self.loss_mask, self.versions, strict=True)):
+            raise InvariantError("policy versions: -1 exactly on the tokens not generated")
         if self.last_engine_prompt is None or self.last_generated is None:
             if self.response_ids:
                 raise InvariantError("response tokens without any generation")

@@ -1,25 +1,52 @@
-"""POST/GET /v1/policy: the current policy version and the staleness bound."""
+"""/v1/policy: the policy version, the staleness bound, and weight updates of the policy servers
+(load a checkpoint or adapter; or pause, let the trainer move the weights, tag and resume)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
+from service.api.responses import errors
 from service.app import ServiceState, service_state
-from service.wire import PolicyState, PolicyUpdate
+from service.wire import PolicyPause, PolicyState, PolicyUpdate
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])
+_UPDATE_ERRORS = errors(
+    409,
+    503,
+    e409="The policy servers cannot do this (no control routes, no adapter served).",
+    e503="No policy server could be brought to the new state (the detail says why).",
+)
 
 
-@router.post("", response_model=PolicyState)
+@router.post("", response_model=PolicyState, responses=_UPDATE_ERRORS)
 async def set_policy(
     body: PolicyUpdate, state: ServiceState = Depends(service_state)
 ) -> PolicyState:
-    """New turns are tagged with `version`. With `max_staleness` k, a complete group whose
-    earliest turn used a version older than version - k is no longer offered: it is dropped or
-    re-run, as the server's --stale-policy says."""
-    return PolicyState.model_validate(await state.set_policy(body.version, body.max_staleness))
+    """New turns are tagged with `version`. With `weights_path` (or `lora_path`), every policy
+    server is paused (keep), loads it in place, is tagged `version` and resumed (one server
+    first: weights it cannot load are answered 422 naming the field, and only that server,
+    whose engine a failed load leaves unusable, is out of rotation); without, the
+    servers are tagged and whatever the service paused resumes. Answers once every server serves
+    `version` or is out of rotation (`servers` says which and why). With `max_staleness` k, a
+    complete group whose oldest generated token came from a version older than version - k is
+    no longer offered: it is dropped or re-run, as the server's --stale-policy says."""
+    return await state.set_policy(body)
 
 
 @router.get("", response_model=PolicyState)
 async def get_policy(state: ServiceState = Depends(service_state)) -> PolicyState:
-    return PolicyState.model_validate(state.policy)
+    return state.policy_state()
+
+
+@router.post("/pause", response_model=PolicyState, responses=_UPDATE_ERRORS)
+async def pause(body: PolicyPause, state: ServiceState = Depends(service_state)) -> PolicyState:
+    """Pause every policy server and answer once all are paused; new requests wait in the
+    service. The trainer then moves the weights and posts `/v1/policy` with the new version
+    (tag and resume), or `/v1/policy/resume`."""
+    return await state.pause_policy(body.mode)
+
+
+@router.post("/resume", response_model=PolicyState, responses=_UPDATE_ERRORS)
+async def resume(state: ServiceState = Depends(service_state)) -> PolicyState:
+    """Resume the servers the service paused, with the weights they hold."""
+    return await state.resume_policy()

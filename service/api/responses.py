@@ -18,6 +18,7 @@ _DESCRIPTIONS = {
     413: "The request body is over the server's size limit.",
     422: "Invalid request: `detail` lists the offending fields.",
     429: "The queue is full; retry after Retry-After seconds.",
+    503: "Unavailable for a reason outside the request; the detail says which.",
 }
 
 # What any route behind the API key may answer before the route itself runs.

@@ -7,9 +7,24 @@ and jitter, through the router so a retry can land on another replica; after tha
 becomes policy_error (masked). A prompt too long for the context is not retried: it raises
 ContextLengthError, which the episode turns into its own status. Both are PolicyFaults.
 
-Every completion request carries every sampling field (vllm_wire.SAMPLING_FIELDS), so no server
+Every generation request carries every sampling field (vllm_wire.SAMPLING_FIELDS), so no server
 default can change the distribution sampled from. Observation deltas come from the server's own
 chat template (`observation_delta`).
+
+Generation goes to vLLM's token-in/token-out route `/inference/v1/generate`: the only route of
+vLLM 0.32 whose answer says which weights produced which output token (`weight_versions` spans;
+`/v1/completions` drops them). A server started without `--enable-scale-out` answers it 403; the
+client then uses `/v1/completions` for that server, and its tokens carry the version the server
+had when the request was sent (the fleet pauses such a server with `abort` for its own updates,
+so a request never straddles one unseen).
+
+Weight updates (service/policy/fleet.py) shape generation in three ways:
+- a request waits while the service holds its server paused, and is salted with the version the
+  server serves (`cache_salt: policy-v<N>`), so no prefix cached under other weights is reused;
+- a request held by a paused server is never timed out or retried: when the timeout passes, the
+  client asks the server whether it is paused (`/is_paused`), and waits on while it is;
+- an aborted generation (`finish_reason: "abort"`, a pause with mode abort) is an answer, not a
+  fault: its partial tokens and logprobs come back for the caller to continue from.
 
 Sticky routing is the client's business: a request made for a `sample` goes to that sample's
 server (the least-loaded healthy one on first use, the same one afterwards, where its prefix is
@@ -22,8 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -35,20 +49,25 @@ from service.agent.tokens import (
     base_renderings,
     observation_messages,
 )
-from service.policy.routing import PolicyRouter
+from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState, parse_version
+from service.policy.routing import NoServerInRotation, PolicyRouter
 from service.policy.vllm_wire import (
     CompletionResponse,
     DetokenizeResponse,
     ErrorResponse,
+    GenerateResponse,
     ModelList,
     TokenizeResponse,
-    cache_salt_problem,
+    WeightVersionSpan,
 )
 from service.sample import SamplingParams
 
 DEFAULT_MAX_MODEL_LEN = 32768
 _MAX_BACKOFF_S = 30.0
 _CONTEXT_PARAMS = frozenset({"input_tokens", "max_tokens"})  # vLLM's "does not fit" errors
+GENERATE = "/inference/v1/generate"
+COMPLETIONS = "/v1/completions"
+_FINISH_REASONS = ("stop", "length", "abort")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,10 +75,15 @@ M = TypeVar("M", bound=BaseModel)
 @dataclass
 class Generation:
     token_ids: list[int]  # exactly the engine's choice.token_ids (EOS included on an EOS stop)
-    logprobs: list[float]  # choice.logprobs.token_logprobs, aligned 1:1 with token_ids
-    finish_reason: str  # "stop" | "length"
+    logprobs: list[float]  # the sampled tokens' logprobs, aligned 1:1 with token_ids
+    finish_reason: str  # "stop" | "length" | "abort" (paused with mode abort: a partial output)
     stop_reason: str | int | None
     text: str
+    # The policy version of the weights that produced each token: the engine's weight_versions
+    # spans where it reports them, else the version its server served when the request was sent.
+    versions: list[int] = field(default_factory=list)
+    # Seconds the request was held by a paused server (not the model's time).
+    paused_s: float = 0.0
 
 
 class PolicyFault(Exception):
@@ -76,6 +100,10 @@ class ContextLengthError(PolicyFault):
 
 class _Retryable(Exception):
     """A transient fault: try again (maybe elsewhere)."""
+
+
+class _NoRoute(Exception):
+    """The server does not offer the generate route (no --enable-scale-out)."""
 
 
 def normalize_base_url(url: str) -> str:
@@ -105,12 +133,30 @@ class PolicyClient:
         backoff_s: float = 0.5,
         max_model_len: int | None = None,
         cooldown_s: float = 10.0,
+        pause_poll_s: float = 5.0,
+        update_retries: int = 2,
+        lora: tuple[str, str] | None = None,
+        version: int = 0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        """`transport` replaces the network (tests pass an `httpx.MockTransport`)."""
+        """`lora`: (name, path) of a LoRA adapter every server serves; requests name it as their
+        model. `version`: the policy version the servers serve now. `pause_poll_s`: how often a
+        request held by a paused server asks whether it still is. `transport` replaces the
+        network (tests pass an `httpx.MockTransport`)."""
         urls = [normalize_base_url(u) for u in base_urls]
         self._router = PolicyRouter(urls, cooldown_s=cooldown_s)
+        self.fleet = PolicyFleet(
+            urls,
+            self._router,
+            self._client,
+            version=version,
+            lora=lora,
+            retries=update_retries,
+            probe_timeout_s=min(timeout_s, 10.0),
+        )
         self._transport = transport
+        if lora is not None:
+            model = lora[0]
         self.model: str = model or ""
         self._model_given = model is not None
         self.max_model_len: int = max_model_len or DEFAULT_MAX_MODEL_LEN
@@ -119,6 +165,7 @@ class PolicyClient:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.pause_poll_s = pause_poll_s
         self._http: httpx.AsyncClient | None = None
         # (server, chat_template_kwargs and tools as JSON) -> the template's frame, derived once
         self._frames: dict[tuple[str, str, str], TemplateFrame] = {}
@@ -127,7 +174,8 @@ class PolicyClient:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Open the connection pool; resolve the model and max_model_len from /v1/models."""
+        """Open the connection pool; ask the servers what they serve (service/policy/fleet.py);
+        resolve the model and max_model_len from /v1/models."""
         if self._http is None:
             self._http = httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
@@ -136,6 +184,7 @@ class PolicyClient:
             )
         if self._resolved or (self._model_given and self._max_model_len_given):
             return
+        await self.fleet.start()  # tags fresh servers, loads the LoRA adapter where missing
         models = await self._call("GET", "/v1/models", None, ModelList)
         if not self._model_given:
             ids = [m.id for m in models.data]
@@ -149,6 +198,8 @@ class PolicyClient:
         if card is None:
             served = ", ".join(m.id for m in models.data)
             raise PolicyError(f"model: {self.model!r} is not served (served: {served})")
+        if card.max_model_len is None and card.parent is not None:  # an adapter: its base's
+            card = next((m for m in models.data if m.id == card.parent), card)
         if not self._max_model_len_given and card.max_model_len:
             self.max_model_len = card.max_model_len
         self._resolved = True
@@ -171,6 +222,11 @@ class PolicyClient:
     def urls(self) -> list[str]:
         """The policy servers' base URLs, normalised."""
         return list(self._router.urls)
+
+    @property
+    def stats(self) -> PolicyStats:
+        """Counters of pauses, aborts and discarded tokens (for /metrics)."""
+        return self.fleet.stats
 
     def pin(self, sample: str, server: str | None = None) -> str:
         """Pin `sample` to `server` (for a group's samples: the server of their shared first
@@ -303,12 +359,13 @@ class PolicyClient:
         n: int = 1,
         sample: str | None = None,
         server: str | None = None,
-        cache_salt: str | None = None,
     ) -> list[Generation]:
         """Generate `n` continuations of the prompt: on `sample`'s server (a retry after a server
-        fault moves the sample), or on `server`, or on the least-loaded healthy one."""
-        if cache_salt is not None and (problem := cache_salt_problem(cache_salt)):
-            raise ValueError(f"cache_salt: {problem}")
+        fault moves the sample), or on `server`, or on the least-loaded healthy one. A choice
+        may come back aborted (finish_reason "abort", its partial output): the caller continues
+        it. The request is salted with its server's policy version."""
+        if sample is not None and server is not None:
+            raise ValueError("a request goes to a sample's server or to a given one, not both")
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids: empty prompt")
         room = self.max_model_len - len(prompt_token_ids)
@@ -319,9 +376,7 @@ class PolicyClient:
             )
         # Every sampling field, always (vllm_wire.SAMPLING_FIELDS): whatever is left out, vLLM
         # fills from its defaults or the model's generation_config.json.
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": prompt_token_ids,
+        sampling: dict[str, Any] = {
             "n": n,
             # vLLM rejects prompt + max_tokens > max_model_len; a turn near the end of the
             # context gets what is left instead.
@@ -337,22 +392,135 @@ class PolicyClient:
             "stop": list(params.stop or []),
             "ignore_eos": False,
             "logprobs": 1,
-            "return_token_ids": True,
         }
         if params.seed is not None:
-            body["seed"] = params.seed
-        if cache_salt is not None:
-            body["cache_salt"] = cache_salt
-        resp = await self._call(
-            "POST",
-            "/v1/completions",
-            body,
-            CompletionResponse,
-            sample=sample,
-            server=server,
-            check=lambda r: _generations(r, n),
+            sampling["seed"] = params.seed
+        http = self._client()
+        last = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                delay = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: no thundering herd
+            try:
+                url = self._server_for(server, sample, attempt)
+            except NoServerInRotation as e:
+                last = f"{e}: see GET /v1/policy"
+                continue
+            paused_before = self.fleet.paused_clock(self.fleet.servers[url])
+            try:
+                state = await self.fleet.admit(url)  # waits while the service holds it paused
+            except ServerOut as e:
+                last = str(e)
+                continue
+            try:
+                return await self._generate_on(
+                    http, state, prompt_token_ids, sampling, n, paused_before
+                )
+            except _Retryable as e:
+                last = f"{url}: {e}"
+                self._router.mark_failed(url)
+        raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
+
+    async def _generate_on(
+        self,
+        http: httpx.AsyncClient,
+        state: ServerState,
+        prompt: list[int],
+        sampling: dict[str, Any],
+        n: int,
+        paused_before: float,
+    ) -> list[Generation]:
+        version = self.fleet.version_of(state)
+        salt = self.fleet.salt(state)
+        state.in_flight += 1
+        try:
+            if state.spans is not False:
+                body = {
+                    "model": self.model,
+                    "token_ids": prompt,
+                    "sampling_params": sampling,
+                    "output_mode": "text",
+                    "return_token_ids": True,
+                    "cache_salt": salt,
+                }
+                try:
+                    resp = await self._generation(http, state, GENERATE, body, GenerateResponse)
+                    state.spans = True
+                    gens = _from_generate(resp, n, version)
+                except _NoRoute:
+                    state.spans = False
+            if state.spans is False:
+                body = {
+                    "model": self.model,
+                    "prompt": prompt,
+                    **sampling,
+                    "return_token_ids": True,
+                    "cache_salt": salt,
+                }
+                resp = await self._generation(http, state, COMPLETIONS, body, CompletionResponse)
+                gens = _from_completions(resp, n, version)
+        except _Rejected as e:
+            self.fleet.stats.discarded_tokens += e.tokens
+            raise _Retryable(str(e)) from e
+        finally:
+            state.in_flight -= 1
+        paused = self.fleet.paused_clock(state) - paused_before
+        for g in gens:
+            g.paused_s = paused
+            if g.versions:
+                self.fleet.saw_version(state, max(g.versions))
+            if g.finish_reason == "abort":
+                self.fleet.stats.aborted_generations += 1
+        return gens
+
+    async def _generation(
+        self,
+        http: httpx.AsyncClient,
+        state: ServerState,
+        path: str,
+        body: dict[str, Any],
+        model: type[M],
+    ) -> M:
+        """One generation request. Its timeout runs only while the server is not paused: when
+        it passes, the server is asked, and a paused one is waited for (held requests finish
+        after /resume, or come back aborted with their partial output)."""
+        loop = asyncio.get_running_loop()
+        url = state.url + path
+        request = asyncio.ensure_future(
+            http.post(url, json=body, timeout=httpx.Timeout(None, connect=10.0))
         )
-        return _generations(resp, n)
+        deadline = loop.time() + self.timeout_s
+        was_paused = False
+        try:
+            while True:
+                done, _ = await asyncio.wait({request}, timeout=max(0.0, deadline - loop.time()))
+                if done:
+                    break
+                if await self.fleet.is_paused(state):
+                    was_paused = True
+                    deadline = loop.time() + self.pause_poll_s
+                    continue
+                if was_paused:  # resumed: the request gets its whole timeout again
+                    was_paused = False
+                    self.fleet.saw_paused(state, False)
+                    deadline = loop.time() + self.timeout_s
+                    continue
+                raise _Retryable(f"timed out after {self.timeout_s:g} s (server not paused)")
+        finally:
+            if not request.done():
+                request.cancel()
+                await asyncio.gather(request, return_exceptions=True)
+            if was_paused:
+                self.fleet.saw_paused(state, False)
+        try:
+            resp = request.result()
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"timed out ({type(e).__name__})") from e
+        except httpx.TransportError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from e
+        if path == GENERATE and _route_missing(resp):
+            raise _NoRoute(resp.text[:200])
+        return self._answer(url, resp, model)
 
     async def healthy(self) -> bool:
         """True when any server answers /health with 200."""
@@ -392,7 +560,6 @@ class PolicyClient:
         *,
         sample: str | None = None,
         server: str | None = None,
-        check: Callable[[M], object] | None = None,
     ) -> M:
         if sample is not None and server is not None:
             raise ValueError("a request goes to a sample's server or to a given one, not both")
@@ -402,11 +569,12 @@ class PolicyClient:
             if attempt:
                 delay = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: no thundering herd
-            url = self._server_for(server, sample, attempt)
+            try:
+                url = self._server_for(server, sample, attempt)
+            except NoServerInRotation as e:
+                raise PolicyError(f"{e}: see GET /v1/policy") from e
             try:
                 result = await self._once(http, method, url + path, body, model)
-                if check is not None:
-                    check(result)
             except _Retryable as e:
                 last = f"{url}{path}: {e}"
                 self._router.mark_failed(url)
@@ -429,12 +597,20 @@ class PolicyClient:
             raise _Retryable(f"timed out ({type(e).__name__})") from e
         except httpx.TransportError as e:
             raise _Retryable(f"{type(e).__name__}: {e}") from e
+        return self._answer(url, resp, model)
+
+    def _answer(self, url: str, resp: httpx.Response, model: type[M]) -> M:
+        """A response as `model`, or the fault it is: 5xx, 429 and malformed bodies are
+        retryable, a prompt that does not fit is ContextLengthError, other 4xx PolicyError."""
         if resp.status_code >= 500 or resp.status_code == 429:
             message, _ = _error_message(resp)
             raise _Retryable(f"HTTP {resp.status_code}: {message}")
         if resp.status_code >= 400:
             message, param = _error_message(resp)
-            if resp.status_code == 400 and param in _CONTEXT_PARAMS:
+            # /v1/completions names the parameter; /inference/v1/generate (vLLM 0.32) does not,
+            # only its message says so (tests/fixtures/vllm-wire/updates/generate_too_long.json).
+            too_long = param in _CONTEXT_PARAMS or "longer than the maximum model length" in message
+            if resp.status_code == 400 and too_long:
                 raise ContextLengthError(message)
             raise PolicyError(f"{url}: HTTP {resp.status_code}: {message}")
         try:
@@ -443,21 +619,104 @@ class PolicyClient:
             raise _Retryable(f"malformed response body ({len(resp.content)} bytes): {e}") from e
 
 
-def _generations(resp: CompletionResponse, n: int) -> list[Generation]:
-    """Turn a validated response into Generations; anything inconsistent is a retryable fault."""
-    if len(resp.choices) != n:
-        raise _Retryable(f"expected {n} choices, got {len(resp.choices)}")
+def _route_missing(resp: httpx.Response) -> bool:
+    """vLLM without --enable-scale-out answers the generate route 403; a server that does not
+    know the route at all, 404 without vLLM's error body (an unknown model is 404 with one)."""
+    if resp.status_code == 403:
+        return True
+    if resp.status_code != 404:
+        return False
+    try:
+        ErrorResponse.model_validate_json(resp.content)
+    except ValidationError:
+        return True
+    return False
+
+
+class _Rejected(Exception):
+    """An answer that cannot be used (a retry follows): `tokens` generated ones are lost."""
+
+    def __init__(self, message: str, tokens: int) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+
+
+def token_versions(
+    spans: list[WeightVersionSpan] | None, n_tokens: int, sent_version: int
+) -> list[int]:
+    """One policy version per output token from the engine's spans. Tokens the spans do not
+    label with one of our versions (no spans, or a tag such as "default" that is not ours) get
+    the version the server served when the request was sent."""
+    out = [sent_version] * n_tokens
+    if not spans:
+        return out
+    pos = 0
+    for span in sorted(spans, key=lambda sp: sp.start):
+        if span.start != pos or not span.start <= span.end <= n_tokens:
+            raise _Retryable(f"weight_versions spans do not tile the {n_tokens} tokens: {spans}")
+        version = parse_version(span.version)
+        if version is not None:
+            out[span.start : span.end] = [version] * (span.end - span.start)
+        pos = span.end
+    if pos != n_tokens:
+        raise _Retryable(f"weight_versions spans do not tile the {n_tokens} tokens: {spans}")
+    return out
+
+
+def _choices_checked(choices: list[Any], n: int) -> list[Any]:
+    """The choices in index order; a wrong count or finish reason is retried (any tokens
+    already in the answer are then lost, and counted)."""
+    tokens = sum(len(c.token_ids or ()) for c in choices)
+    if len(choices) != n:
+        raise _Rejected(f"expected {n} choices, got {len(choices)}", tokens)
+    for c in choices:
+        if c.token_ids is None or c.logprobs is None:
+            raise _Rejected(f"choice {c.index}: token_ids or logprobs missing", tokens)
+        if c.finish_reason not in _FINISH_REASONS:
+            raise _Rejected(f"choice {c.index}: finish_reason {c.finish_reason!r}", tokens)
+    return sorted(choices, key=lambda c: c.index)
+
+
+def _from_generate(resp: GenerateResponse, n: int, sent_version: int) -> list[Generation]:
     out: list[Generation] = []
-    for choice in sorted(resp.choices, key=lambda c: c.index):
-        if choice.token_ids is None or choice.logprobs is None:
-            raise _Retryable(f"choice {choice.index}: token_ids or logprobs missing")
+    choices = _choices_checked(resp.choices, n)
+    tokens = sum(len(c.token_ids) for c in choices)
+    for choice in choices:
+        entries = choice.logprobs.content or []
+        if len(entries) != len(choice.token_ids):
+            raise _Rejected(
+                f"choice {choice.index}: {len(choice.token_ids)} token ids but {len(entries)} "
+                "logprobs",
+                tokens,
+            )
+        try:
+            versions = token_versions(choice.weight_versions, len(choice.token_ids), sent_version)
+        except _Retryable as e:
+            raise _Rejected(str(e), tokens) from e
+        out.append(
+            Generation(
+                token_ids=list(choice.token_ids),
+                logprobs=[float(e.logprob) for e in entries],
+                finish_reason=choice.finish_reason,
+                stop_reason=choice.stop_reason,
+                text=choice.text or "",
+                versions=versions,
+            )
+        )
+    return out
+
+
+def _from_completions(resp: CompletionResponse, n: int, sent_version: int) -> list[Generation]:
+    out: list[Generation] = []
+    choices = _choices_checked(resp.choices, n)
+    tokens = sum(len(c.token_ids) for c in choices)
+    for choice in choices:
         lps = choice.logprobs.token_logprobs
         if len(lps) != len(choice.token_ids) or any(lp is None for lp in lps):
-            raise _Retryable(
-                f"choice {choice.index}: {len(choice.token_ids)} token ids but {len(lps)} logprobs"
+            raise _Rejected(
+                f"choice {choice.index}: {len(choice.token_ids)} token ids but {len(lps)} logprobs",
+                tokens,
             )
-        if choice.finish_reason not in ("stop", "length"):
-            raise _Retryable(f"choice {choice.index}: finish_reason {choice.finish_reason!r}")
         out.append(
             Generation(
                 token_ids=list(choice.token_ids),
@@ -465,6 +724,7 @@ def _generations(resp: CompletionResponse, n: int) -> list[Generation]:
                 finish_reason=choice.finish_reason,
                 stop_reason=choice.stop_reason,
                 text=choice.text,
+                versions=[sent_version] * len(choice.token_ids),
             )
         )
     return out

@@ -6,6 +6,10 @@ for a cool-down and is tried again afterwards; if every server is cooling down, 
 failed one is used anyway (better a retry than a certain failure). When a sample's sticky server
 fails, the sample moves; only its prefix cache is lost.
 
+A server can also be taken out of rotation (the weight-update control plane, fleet.py, does so
+when a server could not be brought to the current policy version): then it is never picked, its
+samples move, and with every server out `pick` raises NoServerInRotation.
+
 The policy client owns its router: callers say which sample a request is for (`sample=`) and
 pin or release samples through the client, never here.
 """
@@ -14,6 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+
+class NoServerInRotation(Exception):
+    """Every policy server is out of rotation."""
 
 
 class PolicyRouter:
@@ -34,13 +42,28 @@ class PolicyRouter:
         self._in_flight: dict[str, int] = dict.fromkeys(urls, 0)
         self._failed_at: dict[str, float] = {}
         self._sticky: dict[str, str] = {}  # sample key -> url
+        self._out: set[str] = set()  # out of rotation
 
     def in_flight(self, url: str) -> int:
         return self._in_flight[url]
 
     def healthy(self, url: str) -> bool:
+        if url in self._out:
+            return False
         failed = self._failed_at.get(url)
         return failed is None or self._clock() - failed >= self.cooldown_s
+
+    def in_rotation(self, url: str) -> bool:
+        return url not in self._out
+
+    def take_out(self, url: str) -> None:
+        """Never pick `url` again until `put_back`; its samples move on their next request."""
+        self._check(url)
+        self._out.add(url)
+
+    def put_back(self, url: str) -> None:
+        self._check(url)
+        self._out.discard(url)
 
     def pick(self) -> str:
         """A server for a one-off request (no sample, no stickiness, nothing counted)."""
@@ -48,19 +71,22 @@ class PolicyRouter:
         if healthy:
             # ties go to the first listed server: deterministic, easy to reason about
             return min(healthy, key=lambda u: self._in_flight[u])
-        return min(self.urls, key=lambda u: self._failed_at[u])
+        usable = [u for u in self.urls if u not in self._out]
+        if not usable:
+            raise NoServerInRotation("every policy server is out of rotation")
+        return min(usable, key=lambda u: self._failed_at[u])
 
     def acquire(self, sample_key: str) -> str:
         """The server for this sample's next request; counts the sample as in flight there."""
         url = self._sticky.get(sample_key)
         if url is not None and self.healthy(url):
             return url
-        if url is not None:  # its server is cooling down: move the sample
+        new = self.pick()  # raises with every server out of rotation: the sample stays put
+        if url is not None:  # its server is cooling down or out of rotation: move the sample
             self._in_flight[url] -= 1
-        url = self.pick()
-        self._sticky[sample_key] = url
-        self._in_flight[url] += 1
-        return url
+        self._sticky[sample_key] = new
+        self._in_flight[new] += 1
+        return new
 
     def assign(self, sample_key: str, url: str) -> None:
         """Pin a sample to a given server (e.g. where its group's shared first turn ran, so its
@@ -80,9 +106,12 @@ class PolicyRouter:
             self._in_flight[url] -= 1
 
     def mark_failed(self, url: str) -> None:
+        self._check(url)
+        self._failed_at[url] = self._clock()
+
+    def _check(self, url: str) -> None:
         if url not in self._in_flight:
             raise ValueError(f"policy servers: unknown URL {url}")
-        self._failed_at[url] = self._clock()
 
     def mark_ok(self, url: str) -> None:
         self._failed_at.pop(url, None)

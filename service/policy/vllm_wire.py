@@ -268,7 +268,108 @@ class ChatCompletionResponse(_Response):
     prompt_token_ids: list[int] | None = None
 
 
+# ---------------------------------------------------------------- /inference/v1/generate
+# Token-in/token-out with `--enable-scale-out` (403 without it). The one route that reports which
+# weights produced which output tokens: `weight_versions`, contiguous spans of output indexes per
+# engine weight version (the string set by /update_weight_version, "default" before any).
+
+
+class GenerateSamplingParams(_Request):
+    """vLLM's SamplingParams as the generate route takes them (a subset: what we send)."""
+
+    n: int = Field(default=1, ge=1)
+    seed: int | None = None
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = -1
+    min_p: float = Field(default=0.0, ge=0, le=1)
+    repetition_penalty: float = Field(default=1.0, gt=0)
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    max_tokens: int | None = Field(default=16, ge=1)
+    min_tokens: int = Field(default=0, ge=0)
+    stop: list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    logprobs: int | None = Field(default=None, ge=0)
+    prompt_logprobs: int | None = Field(default=None, ge=0)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_range(cls, v: int) -> int:
+        if v < -1:
+            raise ValueError("top_k must be -1 (disable), or at least 1")
+        return v
+
+
+class GenerateRequest(_Request):
+    model: str | None = None
+    token_ids: list[int] = Field(min_length=1)
+    sampling_params: GenerateSamplingParams
+    output_mode: Literal["tokens", "text"] = "tokens"
+    return_token_ids: bool | None = None
+    cache_salt: str | None = None
+
+
+class WeightVersionSpan(_Response):
+    version: str
+    start: int
+    end: int
+
+
+class GenerateTopLogprob(_Response):
+    """In text mode a token string and its bytes; in tokens mode a token id."""
+
+    logprob: float
+    token: str | None = None
+    token_id: int | None = None
+    bytes: list[int] | None = None
+
+
+class GenerateLogprobEntry(GenerateTopLogprob):
+    top_logprobs: list[GenerateTopLogprob] = Field(default_factory=list)
+
+
+class GenerateLogprobs(_Response):
+    content: list[GenerateLogprobEntry] | None = None
+
+
+class GenerateChoice(_Response):
+    index: int
+    finish_reason: str | None = "stop"
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+    text: str | None = None  # output_mode "text" only
+    logprobs: GenerateLogprobs | None = None
+    weight_versions: list[WeightVersionSpan] | None = None
+    routed_experts: Any = None
+    sampling_mask: Any = None
+
+
+class GenerateResponse(_Response):
+    request_id: str
+    model: str | None = None
+    created: int | None = None
+    output_mode: Literal["tokens", "text"] = "tokens"
+    choices: list[GenerateChoice]
+    usage: UsageInfo | None = None
+    prompt_logprobs: list[dict[str, Any] | None] | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_token_id_logprobs: str | None = None
+    mm_placeholders: Any = None
+    metrics: Any = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+
+
 # ---------------------------------------------------------------- dev-mode control endpoints
+# (VLLM_SERVER_DEV_MODE=1). /pause answers once the engine is paused: `keep` freezes running
+# requests (with the default clear_cache they are recomputed on /resume and the prefix cache is
+# emptied), `abort` ends them with finish_reason "abort" and their partial output, `wait` drains.
+
+PAUSE_MODES = ("keep", "abort", "wait")
 
 
 class StatusResponse(_Response):
@@ -283,3 +384,42 @@ class IsPausedResponse(_Response):
 
 class ResetPrefixCacheResponse(_Response):
     success: bool
+
+
+class CollectiveRpcRequest(_Request):
+    """POST /collective_rpc: a worker method, e.g. reload_weights(weights_path=DIR)."""
+
+    method: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    args: list[Any] = Field(default_factory=list)
+    timeout: float | None = None
+
+
+class CollectiveRpcResponse(_Response):
+    results: list[Any]
+
+
+class UpdateWeightVersionRequest(_Request):
+    new_version: str
+
+
+class UpdateWeightVersionResponse(_Response):
+    success: bool
+    new_version: str
+
+
+class WeightInfoResponse(_Response):
+    weight_version: str | None = None
+
+
+class LoadLoraAdapterRequest(_Request):
+    """POST /v1/load_lora_adapter (VLLM_ALLOW_RUNTIME_LORA_UPDATING=1); the answer is plain
+    text. `load_inplace` replaces the weights of an adapter already loaded under the name."""
+
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
+
+
+class UnloadLoraAdapterRequest(_Request):
+    lora_name: str

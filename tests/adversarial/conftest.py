@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import CaseLog, copy_task, run_stand_in  # noqa: E402
 from results_log import append_result  # noqa: E402
 
+from tests.runtimes import usable_runtime  # noqa: E402
+
 # ---------------------------------------------------------------- results file
 
 
@@ -82,10 +84,19 @@ def stand_in() -> Iterator[Callable[..., contextlib.AbstractContextManager[str]]
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[DockerBackend]:
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The OCI runtime of `backend`'s containers: runc unless a case names another."""
+    return usable_runtime(getattr(request, "param", "runc"))
+
+
+@pytest.fixture
+async def backend(runtime: str) -> AsyncIterator[DockerBackend]:
     """No warm pool (fewer containers on 2 cores); nothing of this backend may survive it."""
     await ensure_base_image(BASE_TAG)
-    b = DockerBackend(BackendSettings(pool=PoolSettings(warm_per_key=0), reap_at_start=False))
+    settings = BackendSettings(
+        pool=PoolSettings(warm_per_key=0), reap_at_start=False, runtime=runtime
+    )
+    b = DockerBackend(settings)
     try:
         yield b
     finally:

@@ -33,6 +33,8 @@ from service.policy.client import PolicyClient
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Trajectory, is_masked
 from standin.behaviour import ATTACKS, HOST_PROBE_PORT
+from tests import task_styles
+from tests.resource_use import measured
 
 pytestmark = [pytest.mark.docker]
 
@@ -52,14 +54,50 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "read_tests": ("def test_",),
     "read_solution": ("Oracle solution", "def test_"),
     "symlink_escape": ("root:*:", "root:!:", "root:$"),
+    # PID 1's stdin or stdout opened through /proc (the attack prints this when it could).
+    "channel_forge_workspace": ("CHANNEL-OPEN",),
+    "channel_workspace_bomb": ("CHANNEL-OPEN",),
+    "channel_flood": ("CHANNEL-OPEN",),
 }
-# Attacks the verifier can only detect (code inside the pytest process), and the flag that
-# records each (sandboxes/reward.py). The others are prevented outright.
+# Attacks the verifier can only detect (a value the tests cannot tell from the right one
+# without asking it), and the flag that records each (sandboxes/reward.py). The others are
+# prevented outright: the agent's code never runs in the tests' process (docs/reliability.md).
 EXPECTED_FLAGS: dict[str, str] = {
-    "exit_at_import": "session_unfinished",
-    "patch_pytest_reporting": "pytest_tampered",
-    "wreck_verifier_paths": "verifier_dir_tampered",
+    "always_equal": "value_hack",
+    "exit_in_call": "solution_exit",
 }
+# The task shapes (tests/task_styles.py) each attack is delivered against: the one it was
+# found on, or every one where it applies to all. The rest use the bundled task.
+STYLES: dict[str, tuple[str, ...]] = {
+    "pytest_plugin_autoload": ("pymethods", "unittest"),
+    "hook_swap": ("pymethods", "unittest"),
+    "posing_plugin": ("pymethods", "unittest"),
+    "forge_guard_records": ("bundled", "pymethods"),
+    "always_equal": task_styles.STYLES,
+    "pytest_outcome": ("pymethods",),
+    "exit_in_call": ("plain",),
+    "forge_verdict_stream": ("plain",),
+    "malformed_verdict": ("plain",),
+}
+# Under gVisor (runsc) too: one attack of each class, on the agent side and the verifier side
+# (the whole corpus runs under runc; docs/reliability.md).
+UNDER_GVISOR = (
+    "always_equal", "channel_flood", "channel_forge_workspace", "disk_fill", "fork_bomb",
+    "forge_reward_and_kill_tests", "forge_verdict_stream", "kill_all", "memory_bomb",
+    "network_gateway", "pytest_plugin_autoload", "symlink_escape",
+)  # fmt: skip
+CASES = [
+    pytest.param(name, style, "runc", id=f"{name}-{style}")
+    for name in sorted(ATTACKS)
+    for style in STYLES.get(name, ("bundled",))
+] + [
+    pytest.param(name, STYLES.get(name, ("bundled",))[-1], "runsc", id=f"{name}-runsc")
+    for name in UNDER_GVISOR
+]
+# Attacks on the service's own memory (docs/reliability.md, "The agent container's channel"):
+# this process's resident growth over the whole case (agent, solve.sh and neighbour) stays
+# under the bound. The landed reader grew by 130-350 MB on a flood, 250 MB on a bomb.
+RSS_BOUND = {"channel_flood": 64 << 20, "channel_workspace_bomb": 64 << 20}
 NEIGHBOUR_TASK = "gcd-of-list"
 ATTACKED_TASK = "camel-to-snake"
 
@@ -136,7 +174,12 @@ async def _as_solve_script(
     return Outcome(r.reward, status, time.monotonic() - t0, r.agent_output, r.flags)
 
 
-def _check(name: str, how: str, o: Outcome) -> None:
+# Reachable under gVisor, which cannot seal PID 1's channel (docs/reliability.md): the attack
+# gets through to it, and what it forges there must still be graded, never masked.
+REACHABLE_UNDER_GVISOR = frozenset({"CHANNEL-OPEN"})
+
+
+def _check(name: str, how: str, o: Outcome, runtime: str) -> None:
     assert o.seconds < BOUND_S, f"{name} via {how}: took {o.seconds:.0f} s"
     # Every attack is the agent's own doing, so it is graded, never masked: a masked sample
     # gets advantage 0, and wrecking the sandbox (kill -9 -1, a full disk) would beat a 0.
@@ -145,26 +188,39 @@ def _check(name: str, how: str, o: Outcome) -> None:
     if name in EXPECTED_FLAGS:
         assert EXPECTED_FLAGS[name] in o.flags, f"{name} via {how}: not flagged ({o.flags})"
     for marker in FORBIDDEN.get(name, ()):
+        if runtime == "runsc" and marker in REACHABLE_UNDER_GVISOR:
+            continue
         assert marker not in o.text, f"{name} via {how}: {marker!r} in the output"
 
 
-@pytest.mark.parametrize("name", sorted(ATTACKS))
+@pytest.mark.parametrize(("name", "style", "runtime"), CASES, indirect=["runtime"])
 async def test_attack(
     name: str,
+    style: str,
+    runtime: str,
     backend: DockerBackend,
     small_task: Callable[..., Task],
     stand_in: Callable,
     case: CaseLog,
     docker_snapshot: dict,
 ) -> None:
-    attacked = small_task(ATTACKED_TASK, agent=AGENT_S, verifier=VERIFIER_S)
+    attacked = task_styles.styled(
+        small_task(ATTACKED_TASK, agent=AGENT_S, verifier=VERIFIER_S), style
+    )
     neighbour = small_task(NEIGHBOUR_TASK, agent=60, verifier=60)
     run_id = f"adv-{name}-{uuid.uuid4().hex[:8]}"
     tried = ATTACKS[name].strip().replace("\n", " ")[:160]
-    rec_agent = case.add(name, "agent (stand-in --attack)", tried)
-    rec_solve = case.add(name, "solve.sh (run_oracle)", tried)
+    shape = ("" if style == "bundled" else f", {style} task") + (
+        "" if runtime == "runc" else f", {runtime}"
+    )
+    rec_agent = case.add(name, f"agent (stand-in --attack){shape}", tried)
+    rec_solve = case.add(name, f"solve.sh (run_oracle){shape}", tried)
 
-    with host_listener(HOST_PROBE_PORT) as accepted, stand_in(attack=name) as url:
+    with (
+        measured() as use,
+        host_listener(HOST_PROBE_PORT) as accepted,
+        stand_in(attack=name) as url,
+    ):
         agent, solve, neigh = await asyncio.gather(
             _as_agent(url, attacked, backend, run_id),
             _as_solve_script(ATTACKS[name], attacked, backend, run_id),
@@ -182,12 +238,14 @@ async def test_attack(
             "flags": o.flags,
             "neighbour_reward": neigh.reward,
             "host_connections": len(accepted),
+            "service_rss_growth_mib": round(use.rss_growth / 2**20),
         }
     leaked = containers_labelled("rollouts.rollout_id", run_id)
     rec_agent.observed["leaked_containers"] = rec_solve.observed["leaked_containers"] = len(leaked)
 
-    _check(name, "agent", agent)
-    _check(name, "solve.sh", solve)
+    _check(name, "agent", agent, runtime)
+    _check(name, "solve.sh", solve, runtime)
     assert neigh.reward == 1.0, f"neighbour got {neigh.reward} ({neigh.status}): {neigh.output}"
     assert accepted == [], f"a sandbox reached the host listener: {accepted}"
     assert leaked == [], f"containers left behind: {leaked}"
+    assert use.rss_growth < RSS_BOUND.get(name, 1 << 62), f"{name}: the service grew: {use}"

@@ -1,4 +1,9 @@
-"""Fixtures for tests against the real Docker Engine (marker `docker`)."""
+"""Fixtures for tests against the real Docker Engine (marker `docker`).
+
+`backend` runs its containers under the engine's default runtime (runc), or under each of
+RUNTIMES for a test marked `@both_runtimes` (the isolation suite: gVisor must hold the same
+guarantees, docs/reliability.md). runsc is registered by scripts/runsc_setup.sh, which
+.ci/run calls; without it the runsc cases skip, or fail where CI=true."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from sandboxes.isolation import LABEL_BACKEND
 from sandboxes.pool import PoolSettings
 from sandboxes.task import Task
 from sandboxes.tasks import iter_tasks
+from tests.runtimes import usable_runtime
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "camel-to-snake"
 
@@ -33,10 +39,16 @@ async def _leftovers(backend: DockerBackend) -> list[dict]:
     return await backend.adapter.list_containers({LABEL_BACKEND: backend.backend_id})
 
 
-async def _backend(warm_per_key: int) -> AsyncIterator[DockerBackend]:
+@pytest.fixture
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The OCI runtime of `backend`'s containers: runc unless the test is `@both_runtimes`."""
+    return usable_runtime(getattr(request, "param", "runc"))
+
+
+async def _backend(warm_per_key: int, runtime: str = "runc") -> AsyncIterator[DockerBackend]:
     await ensure_base_image(BASE_TAG)
     pool = PoolSettings(warm_per_key=warm_per_key)
-    b = DockerBackend(BackendSettings(pool=pool, reap_at_start=False))
+    b = DockerBackend(BackendSettings(pool=pool, reap_at_start=False, runtime=runtime))
     try:
         yield b
     finally:
@@ -45,15 +57,15 @@ async def _backend(warm_per_key: int) -> AsyncIterator[DockerBackend]:
 
 
 @pytest.fixture
-async def backend() -> AsyncIterator[DockerBackend]:
+async def backend(runtime: str) -> AsyncIterator[DockerBackend]:
     """A backend without a warm pool (fewer containers on 2 cores); checks for leaks after."""
-    async for b in _backend(warm_per_key=0):
+    async for b in _backend(warm_per_key=0, runtime=runtime):
         yield b
 
 
 @pytest.fixture
-async def pooled_backend() -> AsyncIterator[DockerBackend]:
-    async for b in _backend(warm_per_key=1):
+async def pooled_backend(runtime: str) -> AsyncIterator[DockerBackend]:
+    async for b in _backend(warm_per_key=1, runtime=runtime):
         yield b
 
 

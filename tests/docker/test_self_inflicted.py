@@ -33,8 +33,10 @@ from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory
+from tests.runtimes import both_runtimes
 
-pytestmark = pytest.mark.docker
+# The agent wrecking its own sandbox is graded under gVisor as under runc.
+pytestmark = [pytest.mark.docker, both_runtimes]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
@@ -85,10 +87,13 @@ def _labelled(rollout_id: str) -> list[str]:
 
 
 @pytest.fixture
-async def small_backend():
+async def small_backend(runtime: str):
     await ensure_base_image(BASE_TAG)
     settings = BackendSettings(
-        pool=PoolSettings(warm_per_key=0), reap_at_start=False, max_workspace_bytes=WORKSPACE_CAP
+        pool=PoolSettings(warm_per_key=0),
+        reap_at_start=False,
+        max_workspace_bytes=WORKSPACE_CAP,
+        runtime=runtime,
     )
     b = DockerBackend(settings)
     try:

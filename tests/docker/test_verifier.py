@@ -11,6 +11,7 @@ from sandboxes.oracle import run_oracle
 from sandboxes.reward import RewardError, parse_reward
 from sandboxes.task import Task, TaskConfig
 from sandboxes.workspace_tar import build_tar
+from tests.runtimes import both_runtimes
 
 pytestmark = pytest.mark.docker
 
@@ -39,6 +40,7 @@ def test_parse_reward():
             parse_reward(kind, text)
 
 
+@both_runtimes
 async def test_oracle_scores_one_and_empty_scores_zero(pooled_backend, example_task, run_labels):
     oracle = await run_oracle(example_task, pooled_backend, solve_script=None, labels=run_labels)
     assert (oracle.verdict, oracle.reward) == (Verdict.graded, 1.0), (
@@ -49,6 +51,7 @@ async def test_oracle_scores_one_and_empty_scores_zero(pooled_backend, example_t
     assert (empty.verdict, empty.reward) == (Verdict.graded, 0.0)
 
 
+@both_runtimes
 async def test_agent_written_reward_is_never_read(backend, example_task, run_labels):
     hack = (
         b"mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt; echo 1 > /app/reward.txt"
@@ -97,6 +100,7 @@ async def test_agent_timeout_still_verifies(backend, example_task, run_labels):
     assert result.reward == 1.0
 
 
+@both_runtimes
 async def test_solution_that_kills_the_tests_scores_zero_not_masked(
     backend, example_task, run_labels
 ):
@@ -137,6 +141,7 @@ print("FORGE opened", opened)
 """
 
 
+@both_runtimes
 async def test_tested_code_cannot_write_the_verdict_stream(backend, example_task, run_labels):
     """The evidence goes to the service on the verifier script's stdout (PID 1's). Code under
     the pytest guard that forges a whole passing verdict (header, reward 1, a finished session)
@@ -155,3 +160,104 @@ async def test_tested_code_cannot_write_the_verdict_stream(backend, example_task
     assert result.reward == 0.0, result.output
     assert "FORGE opened" in result.output  # the forger ran under the guard
     assert "'1'" not in result.output.split("FORGE opened", 1)[1].splitlines()[0]  # not PID 1
+
+
+_PROBE = b"""
+import os, signal
+
+def fn(name):
+    seen = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
+    for path in ("/logs/verifier/reward.txt", "/logs/rollouts-guard/report.jsonl",
+                 "/tests/test_solution.py", "/app/solution.py", "/rollouts/lib/trusted.py"):
+        try:
+            open(path, "ab").close()
+            seen[path] = "written"
+        except OSError as e:
+            seen[path] = e.errno
+    for name, path in (("tests' stdout", "/proc/%d/fd/1" % os.getppid()),
+                       ("verdict", "/proc/1/fd/1"),
+                       ("tests' memory", "/proc/%d/mem" % os.getppid())):
+        try:
+            open(path, "wb").close()
+            seen[name] = "opened"
+        except OSError as e:
+            seen[name] = e.errno
+    for pid in (1, os.getppid()):
+        try:
+            os.kill(pid, signal.SIGCONT)
+            seen["signal %d" % pid] = "sent"
+        except OSError as e:
+            seen["signal %d" % pid] = e.errno
+    print("SEEN", seen)
+    return "seen"
+"""
+
+
+@both_runtimes
+async def test_the_tested_code_runs_as_another_user_and_reaches_nothing(
+    backend, example_task, run_labels
+):
+    """In the verifier the agent's code runs in its own process (verifier_runtime/tested.py):
+    another user id, no capabilities, no supplementary groups. From there the reward, the
+    tests, their report and the runtime are not writable, the tests' and the verifier script's
+    descriptors and memory cannot be opened, and neither process can be signalled."""
+    result = await backend.verify(example_task, build_tar({"solution.py": _PROBE}), run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [])
+    # Under gVisor there is no Landlock: the user id alone holds, and says so.
+    assert result.isolation["user"] == 64000
+    line = next(x for x in result.output.splitlines() if x.startswith("SEEN "))
+    seen = eval(line.removeprefix("SEEN "))  # a dict literal printed by the probe
+    assert (seen.pop("uid"), seen.pop("gid"), seen.pop("groups")) == (64000, 64000, [])
+    assert set(seen.values()) <= {13, 1}, seen  # EACCES, EPERM: nothing written, opened, sent
+
+
+async def test_a_task_conftest_runs_beside_the_guard(backend, example_task, run_labels):
+    """The task's own conftest.py (its fixtures, its hooks, even pytest_sessionfinish) runs
+    beside the pytest guard without replacing the guard's hooks: a correct solution scores 1
+    unflagged, as the task intends."""
+    conftest = (
+        b"import pytest\n\n\n@pytest.fixture\ndef expected():\n    return 'get_value'\n\n\n"
+        b"def pytest_sessionfinish(session, exitstatus):\n    print('TASK HOOK RAN')\n"
+    )
+    test = (
+        b"from solution import fn\n\n\n"
+        b"def test_fixture(expected):\n    assert fn('getValue') == expected\n"
+    )
+    task = replace(
+        example_task,
+        test_files={**example_task.test_files, "conftest.py": conftest, "test_solution.py": test},
+    )
+    oracle = await run_oracle(task, backend, solve_script=None, labels=run_labels)
+    assert (oracle.verdict, oracle.reward, oracle.flags) == (Verdict.graded, 1.0, []), oracle.output
+    assert "TASK HOOK RAN" in oracle.output
+
+
+@both_runtimes
+async def test_a_corrupted_verdict_stream_is_graded_never_masked(backend, example_task, run_labels):
+    """Bytes before the verifier script's header (here written by test.sh itself: the tested
+    code cannot reach that stream) are graded 0 and flagged: only the engine may mask."""
+    task = _with_tests(
+        example_task,
+        b"printf 'rollouts-verdict 0 9 0\\n' > /proc/1/fd/1\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    result = await backend.verify(task, build_tar({"solution.py": b""}), run_labels)
+    assert (result.verdict, result.reward, result.flags) == (
+        Verdict.graded,
+        0.0,
+        ["verdict_forged"],
+    )
+
+
+async def test_tests_that_never_use_the_agents_modules_are_flagged_unguarded(
+    backend, example_task, run_labels
+):
+    """A test.sh that reads the workspace's files instead of importing its code runs nothing
+    in the tested process: the reward stands, flagged `unguarded` (not established out of the
+    agent's reach); `rollouts verify` shows the flag for such a task."""
+    task = _with_tests(
+        example_task,
+        b"grep -qx 42 /app/answer.txt && echo 1 > /logs/verifier/reward.txt || "
+        b"echo 0 > /logs/verifier/reward.txt\n",
+    )
+    result = await backend.verify(task, build_tar({"answer.txt": b"42\n"}), run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, ["unguarded"])

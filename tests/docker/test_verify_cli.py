@@ -16,15 +16,16 @@ import pytest
 
 from sandboxes.docker_adapter import default_adapter
 from sandboxes.tasks import load_tasks
+from standin.behaviour import ATTACKS
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "examples" / "tasks"
 
 
-def verify(*args: str) -> tuple[list[dict], dict]:
+def verify(*args: str, tasks: Path = TASKS) -> tuple[list[dict], dict]:
     proc = subprocess.run(
-        [sys.executable, "-m", "clients.cli", "verify", "--tasks", str(TASKS), "--json", *args],
+        [sys.executable, "-m", "clients.cli", "verify", "--tasks", str(tasks), "--json", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -35,8 +36,9 @@ def verify(*args: str) -> tuple[list[dict], dict]:
 def test_oracle_scores_one_on_every_bundled_task() -> None:
     rows, summary = verify("--concurrency", "4")
     assert {r["task_id"] for r in rows} == {t.id for t in load_tasks(TASKS)}
-    assert all(r["reward"] == 1.0 and r["status"] == "ok" for r in rows), rows
-    assert summary["passed"] == summary["total"] == len(rows)
+    # Every oracle is graded 1 and unflagged: no false value hack, every task guarded.
+    assert all(r["reward"] == 1.0 and r["status"] == "ok" and r["flags"] == [] for r in rows), rows
+    assert summary["passed"] == summary["total"] == len(rows) and summary["flagged"] == {}
     assert all({"create_s", "agent_s", "verify_s"} <= r["durations"].keys() for r in rows)
 
 
@@ -47,6 +49,14 @@ def test_empty_solution_scores_zero_on_every_bundled_task(tmp_path: Path) -> Non
     assert len(rows) == len(load_tasks(TASKS))
     assert all(r["reward"] == 0.0 and r["status"] == "ok" for r in rows), rows
     assert summary["passed"] == 0
+
+
+def test_a_suspected_hack_shows_in_its_json_line(tmp_path: Path) -> None:
+    hack = tmp_path / "hack.sh"
+    hack.write_text(ATTACKS["always_equal"])
+    rows, summary = verify("--solve-script", str(hack), tasks=TASKS / "camel-to-snake")
+    assert [(r["reward"], r["flags"]) for r in rows] == [(0.0, ["value_hack"])]
+    assert summary["flagged"] == {"value_hack": ["camel-to-snake"]}
 
 
 def _owned_by(pid: int) -> list:

@@ -100,20 +100,24 @@ def vllm_python() -> Path:
     return python
 
 
-def tiny_model(python: Path, eos: str) -> Path:
-    """A tiny Qwen3 whose turns end on `eos` ("im_end" or "endoftext"), built once and cached."""
+def tiny_model(python: Path, eos: str, *, seed: int = 0, peak: float | None = None) -> Path:
+    """A tiny Qwen3 whose turns end on `eos` ("im_end" or "endoftext"), built once and cached.
+    With `peak`: the peaked kind of the weight-update tests (scripts/tiny_qwen3.py --peak), whose
+    random head differs with `seed`."""
     if not (TOKENIZER / "vocab.json").is_file():
         unavailable(f"the Qwen3 tokenizer files are missing: {TOKENIZER}")
     digest = hashlib.sha256((ROOT / "scripts" / "tiny_qwen3.py").read_bytes())
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
         digest.update((TOKENIZER / name).read_bytes())
-    out = CACHE / "tiny-qwen3" / digest.hexdigest()[:16] / eos
+    name = eos if peak is None else f"{eos}-peak{peak:g}-seed{seed}"
+    out = CACHE / "tiny-qwen3" / digest.hexdigest()[:16] / name
     if (out / "tiny_qwen3.json").is_file():
         return out
-    tmp = out.with_name(f"{eos}.tmp-{os.getpid()}")
+    tmp = out.with_name(f"{name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    extra = ["--seed", str(seed)] + ([] if peak is None else ["--peak", str(peak)])
     proc = subprocess.run(
-        [str(python), str(ROOT / "scripts" / "tiny_qwen3.py"), str(tmp), "--eos", eos],
+        [str(python), str(ROOT / "scripts" / "tiny_qwen3.py"), str(tmp), "--eos", eos, *extra],
         env={**os.environ, "ROLLOUTS_QWEN3_TOKENIZER": str(TOKENIZER)},
         capture_output=True,
         text=True,
@@ -140,6 +144,8 @@ class VllmServer:
     log_path: Path
     cpus: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND: the cores its worker threads run on
     args: list[str] = field(default_factory=list)
+    dtype: str = "bfloat16"
+    env: dict[str, str] = field(default_factory=dict)  # e.g. VLLM_SERVER_DEV_MODE=1
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     _healthy: bool = False
@@ -153,7 +159,7 @@ class VllmServer:
         cmd = [
             str(self.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", "4096", "--dtype", "bfloat16",
+            "--max-model-len", "4096", "--dtype", self.dtype,
             # Production flags, but deliberately not `--generation-config vllm`: the model's
             # generation_config.json (top_k 20, ...) stays a server default, which the client's
             # explicit sampling fields must override.
@@ -170,6 +176,7 @@ class VllmServer:
             # a million tokens of this model).
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": self.cpus,
+            **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
@@ -281,6 +288,12 @@ class RecordingProxy:
         with self._lock:
             return [e for e in self.exchanges if e.path == "/v1/completions"]
 
+    def generations(self) -> list[Exchange]:
+        """Requests on either generation route."""
+        with self._lock:
+            paths = ("/v1/completions", "/inference/v1/generate")
+            return [e for e in self.exchanges if e.path in paths]
+
     async def _forward(self, request: Request) -> Response:
         if self._http is None:  # created in the server's own event loop
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10))
@@ -317,3 +330,44 @@ def _json(raw: bytes) -> Any:
 
 def run_async(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def write_lora_adapter(out: Path, *, seed: int, rank: int = 8, scale: float = 0.5) -> Path:
+    """A LoRA adapter for the tiny Qwen3 (q_proj of both layers, hidden 256), written without
+    peft: adapter_config.json and adapter_model.safetensors (float32, little-endian)."""
+    import random
+    import struct
+
+    out.mkdir(parents=True, exist_ok=True)
+    rnd = random.Random(seed)
+    tensors: dict[str, tuple[list[int], list[float]]] = {}
+    for layer in range(2):
+        base = f"base_model.model.model.layers.{layer}.self_attn.q_proj"
+        tensors[f"{base}.lora_A.weight"] = (
+            [rank, 256],
+            [rnd.gauss(0, scale) for _ in range(rank * 256)],
+        )
+        tensors[f"{base}.lora_B.weight"] = (
+            [256, rank],
+            [rnd.gauss(0, scale) for _ in range(256 * rank)],
+        )
+    header: dict[str, Any] = {}
+    blobs: list[bytes] = []
+    offset = 0
+    for name, (shape, values) in sorted(tensors.items()):
+        blob = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {
+            "dtype": "F32",
+            "shape": shape,
+            "data_offsets": [offset, offset + len(blob)],
+        }
+        blobs.append(blob)
+        offset += len(blob)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    (out / "adapter_model.safetensors").write_bytes(
+        struct.pack("<Q", len(head)) + head + b"".join(blobs)
+    )
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": rank, "target_modules": ["q_proj"]}
+    (out / "adapter_config.json").write_text(json.dumps(config | {"bias": "none"}))
+    return out

@@ -22,6 +22,7 @@ from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.trajectory import Status, Trajectory, from_arrow
 from service.wire import RolloutRequest, SamplingSpec, TasksSpec
+from tests.runtimes import usable_runtime
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,28 @@ def test_rewards_follow_the_stand_in(tmp_path: Path, p_correct: float) -> None:
     assert all(t.status is Status.ok for t in trajs), [t.status for t in trajs]
     assert {t.reward for t in trajs} == {p_correct}
     assert all(t.advantage == 0.0 for t in trajs)  # zero variance: no signal
+
+
+def test_collect_under_gvisor(tmp_path: Path) -> None:
+    """`collect --runtime runsc`: every agent and verifier container under gVisor, the same
+    rewards as under runc (the stand-in half right: some 1s, some 0s), nothing masked."""
+    usable_runtime("runsc")
+    trajs = run_collect(
+        tmp_path, "--limit", "2", "--n-samples", "4", "--p-correct", "0.5", "--seed", "11",
+        "--runtime", "runsc",
+    )  # fmt: skip
+    assert len(trajs) == 8 and all(t.status is Status.ok for t in trajs), [t.status for t in trajs]
+    assert {t.reward for t in trajs} == {0.0, 1.0}
+    assert all(t.reward_flags == [] for t in trajs), [t.reward_flags for t in trajs]
+
+
+def test_an_unknown_runtime_is_refused_at_start(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "clients.cli", "collect", "--tasks", TASKS, "--out", str(tmp_path)]
+    proc = subprocess.run([*cmd, "--runtime", "no-such-runtime"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no runtime 'no-such-runtime'" in line and "daemon.json" in line
 
 
 def test_half_correct_varies_within_groups_and_the_summary_is_true(tmp_path: Path) -> None:

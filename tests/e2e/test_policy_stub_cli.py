@@ -87,7 +87,7 @@ async def test_scripted_episode_token_in_token_out(stub_server: tuple[str, Path]
         replies, sent, got = [], [], []
         for turn in range(3):
             sent.append(list(sequence))
-            [gen] = await client.complete(sequence, params, server=server, cache_salt="policy-v1")
+            [gen] = await client.complete(sequence, params, server=server)
             got.append(gen)
             assert gen.finish_reason == "stop" and gen.token_ids[-1] == 2
             assert len(gen.logprobs) == len(gen.token_ids)
@@ -111,7 +111,9 @@ async def test_scripted_episode_token_in_token_out(stub_server: tuple[str, Path]
         assert rec["prompt_token_ids"] == prompt
         assert rec["token_ids"] == gen.token_ids and rec["logprobs"] == gen.logprobs
         assert (rec["finish_reason"], rec["stop_reason"]) == (gen.finish_reason, gen.stop_reason)
-        assert rec["cache_salt"] == "policy-v1" and rec["seed"] == 42
+        # Salted with the version the server serves (the stand-in, fresh, was tagged 0).
+        assert rec["cache_salt"].startswith("policy-v0-") and rec["seed"] == 42
+        assert rec["route"] == "generate" and gen.versions == [0] * len(gen.token_ids)
     # Each turn's prompt extends the previous one by exactly the tokens served for it.
     for prev, nxt in zip(served, served[1:], strict=False):
         start = len(prev["prompt_token_ids"])

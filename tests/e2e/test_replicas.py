@@ -3,7 +3,7 @@ processes recording what they served, real Docker sandboxes, raw HTTP), as
 docs/architecture.md says:
 
 - a group's first turn is rendered once and asked for in one request with `n` = the group size
-  (the shared prefix), salted `cache_salt: policy-v<version>`;
+  (the shared prefix), salted `cache_salt: policy-v<version>-<run>`;
 - every later turn of a sample goes to the replica that served its group's first turn (where its
   prefix is cached), and new groups go to the least-loaded replica;
 - an episode goes on over several replicas: when its replica dies mid-episode, the sample moves
@@ -66,7 +66,7 @@ def test_shared_first_turn_and_pinned_samples(tmp_path: Path) -> None:
             turns = turns_served(t, replicas[home])
             assert len(turns) == t["num_turns"] >= 2
             assert turns[0] in choices  # its first turn is a choice of the shared request
-            assert all(turn["cache_salt"] == "policy-v0" for turn in turns)
+            assert all(turn["cache_salt"].startswith("policy-v0-") for turn in turns)
 
 
 def test_episode_moves_to_another_replica_when_its_own_dies(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """Policy versions and max_staleness, end to end (`rollouts serve --stale-policy requeue`, the
 stand-in, real Docker sandboxes, raw HTTP), as docs/delivery.md says:
 
-- every turn is tagged with the policy version current when it was generated: the trajectory
-  records its first and last turn's versions, and each completion request carries
-  `cache_salt: policy-v<version>` (so no prefix cached under an older policy is reused);
+- every generated token is tagged with the policy version of the weights that generated it (the
+  stand-in's weight_versions spans): the trajectory records them per token and the oldest and
+  newest as policy_version_start/end; each request carries `cache_salt: policy-v<version>-<run>` of
+  the version its server served when it was sent (so no prefix cached under an older policy is
+  reused);
 - a complete group whose earliest turn is older than version - max_staleness is not offered;
   with `requeue` its trajectories are discarded and the group runs again under new ids
   (suffix `.a1`), tagged with the new version.
@@ -35,8 +37,9 @@ def test_turns_are_tagged_and_stale_groups_rerun_under_new_ids(tmp_path: Path) -
         stand_in(tmp_path, p_correct=1.0) as policy,
         serve(tmp_path, [policy.url], "--stale-policy", "requeue") as svc,
     ):
-        # 1. The version changes while a group runs: its first turn (held in the paused
-        #    stand-in) was asked for under version 0, its later turns under version 1.
+        # 1. The version changes while a group runs: its first turn was asked for under version
+        #    0 (held in the paused stand-in), but the stand-in was tagged 1 before it generated
+        #    a token of it: every token is version 1. Later turns are asked for under 1.
         policy.pause()
         tagged = svc.submit(_body("camel-to-snake"))
         wait_until("the first turn", lambda: policy.metric("vllm:num_requests_waiting") >= 1, 60)
@@ -50,8 +53,11 @@ def test_turns_are_tagged_and_stale_groups_rerun_under_new_ids(tmp_path: Path) -
         served = policy.served()
         for t in group["trajectories"]:
             assert t["status"] == "ok" and t["reward"] == 1.0, t["status"]
-            assert (t["policy_version_start"], t["policy_version_end"]) == (0, 1)
-            salts = [turn["cache_salt"] for turn in turns_served(t, served)]
+            assert (t["policy_version_start"], t["policy_version_end"]) == (1, 1)
+            versions = zip(t["response_policy_versions"], t["loss_mask"], strict=True)
+            generated = [v for v, m in versions if m]
+            assert generated and set(generated) == {1}
+            salts = [turn["cache_salt"].rsplit("-", 1)[0] for turn in turns_served(t, served)]
             assert len(salts) >= 2 and salts == ["policy-v0"] + ["policy-v1"] * (len(salts) - 1)
 
         # 2. A group generated under version 1 becomes too stale at version 3, max_staleness 1.
@@ -69,7 +75,7 @@ def test_turns_are_tagged_and_stale_groups_rerun_under_new_ids(tmp_path: Path) -
         assert ids == [f"{i}.a1" for i in first_ids]
         # The re-run asked for its turn under version 3. (Same group, same seed: its tokens may
         # equal the discarded attempt's, so look among the version-3 requests only.)
-        [v3_request] = [r for r in policy.requests() if r[0]["cache_salt"] == "policy-v3"]
+        [v3_request] = [r for r in policy.requests() if r[0]["cache_salt"].startswith("policy-v3-")]
         assert len(v3_request) == 2  # the group's shared first turn: one request, n = 2
         for t in rerun["trajectories"]:
             assert (t["policy_version_start"], t["policy_version_end"]) == (3, 3)

@@ -100,6 +100,7 @@ def _check_sample(driver, prefix: str) -> None:  # type: ignore[no-untyped-def]
     assert _css(driver, "#tokens .segment.prompt .tok") and _css(driver, "#tokens .tok.observation")
     hover = generated[1].get_attribute("title")
     assert "logprob -" in hover or "logprob 0.0000" in hover, hover
+    assert "policy v0" in hover and "v0" in generated[1].get_attribute("class"), hover
     screenshot(driver, f"{prefix}-tokens")
 
 

@@ -341,9 +341,34 @@ def test_policy_version_persists(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     with Server(settings, GatedRunner()) as s, client(s) as c:
         r = c.post("/v1/policy", json={"version": 7, "max_staleness": 2})
-        assert r.json() == {"version": 7, "max_staleness": 2, "stale_policy": "drop"}
+        assert r.json() == {"version": 7, "max_staleness": 2, "stale_policy": "drop", "servers": []}
     with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
         assert c.get("/v1/policy").json()["version"] == 7
+
+
+def test_policy_update_requests_are_checked(tmp_path: Path) -> None:
+    """Bad weight-update requests name what to fix; a service that drives no policy servers
+    (here: a runner of the test's own) says it cannot pause them."""
+    with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
+        both = {"version": 1, "weights_path": "/a", "lora_path": "/b"}
+        r = c.post("/v1/policy", json=both)
+        assert r.status_code == 422 and "not both" in r.text
+        r = c.post("/v1/policy/pause", json={"mode": "sideways"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "mode"]
+        r = c.post("/v1/policy/pause", json={"mode": "keep"})
+        assert r.status_code == 409 and "drives no policy servers" in r.text
+        assert c.post("/v1/policy/resume").status_code == 409
+        r = c.post("/v1/policy", json={"version": 1, "weights_path": "/ckpt"})
+        assert r.status_code == 409 and c.get("/v1/policy").json()["version"] == 0
+    from clients.trainer import ServiceError, TrainerClient
+
+    with Server(make_settings(tmp_path), GatedRunner()) as s, TrainerClient(s.url, KEY) as tc:
+        assert tc.set_policy(2, max_staleness=1).version == 2
+        with pytest.raises(ServiceError) as info:
+            tc.pause_policy("abort")
+        assert info.value.status_code == 409
+        with pytest.raises(ServiceError):
+            tc.set_policy(3, lora_path="/adapter")
 
 
 def test_trainer_client_pull_and_export(server: Server, tmp_path: Path) -> None:

@@ -239,8 +239,9 @@ def test_overlap_calibration_balances_the_halves() -> None:
 
 
 async def test_every_system_gets_the_same_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before any measured round, ours, cold and floor each run one unmeasured round of the same
-    tasks at the same concurrency (the engine stubbed out: this checks the schedule only)."""
+    """Before any measured round, ours (under runc and under runsc), cold and floor each run one
+    unmeasured round of the same tasks at the same concurrency (the engine stubbed out: this
+    checks the schedule only)."""
     import benchmarks.sandbox_throughput as st
 
     calls: list[tuple[str, tuple[str, ...], int]] = []
@@ -275,12 +276,16 @@ async def test_every_system_gets_the_same_warm_up(monkeypatch: pytest.MonkeyPatc
     async def no_ops(*a, **kw):  # type: ignore[no-untyped-def]
         return {}
 
+    async def runtimes(adapter):  # type: ignore[no-untyped-def]
+        return ["runc", "runsc"], "runc"
+
+    monkeypatch.setattr(st, "engine_runtimes", runtimes)
     monkeypatch.setattr(st, "engine_op_seconds", no_ops)
     monkeypatch.setattr(st, "lifecycle_cpu_seconds", no_ops)
     tasks = load_tasks(str(REPO / "examples" / "tasks"))[:3]
     await st.run_sandbox_section(tasks, [1, 2], 1, lambda m: None)
-    warm = calls[:3]
-    assert [system for system, _, _ in warm] == ["ours", "cold", "floor"]
+    warm = calls[:4]
+    assert [system for system, _, _ in warm] == ["ours", "ours", "cold", "floor"]  # runc, runsc
     assert {(ids, c) for _, ids, c in warm} == {(tuple(t.id for t in tasks[:2]), 2)}
-    measured = calls[3:]
-    assert len(measured) == 2 * 3 and {s for s, _, _ in measured} == {"ours", "cold", "floor"}
+    measured = calls[4:]
+    assert len(measured) == 2 * 4 and {s for s, _, _ in measured} == {"ours", "cold", "floor"}

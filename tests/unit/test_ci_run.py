@@ -3,6 +3,7 @@ problem, nothing run) a line that would not run pytest over the whole of tests/.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,7 +23,12 @@ def _ci(tmp_path: Path, line: str) -> subprocess.CompletedProcess[str]:
     fake.chmod(0o755)
     (tmp_path / "README.md").write_text(f"# Title\n\n```bash\n# 2. Run the tests\n{line}\n```\n")
     return subprocess.run(
-        ["bash", ".ci/run"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        ["bash", ".ci/run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ROLLOUTS_CI_SETUP": "0"},  # no package installs from a unit test
     )
 
 

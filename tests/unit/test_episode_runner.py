@@ -98,6 +98,10 @@ class FakeVLLM:
         host = request.url.host
         if host in self.down:
             raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        if request.url.path in ("/inference/v1/generate", "/weight_info", "/is_paused"):
+            # A vLLM without --enable-scale-out and dev mode: the client uses /v1/completions.
+            status = 403 if request.url.path.startswith("/inference") else 404
+            return httpx.Response(status, json={"detail": "Not available"})
         body = json.loads(request.content) if request.content else None
         self.requests.append((host, request.url.path, body))
         if request.url.path == "/v1/models":
@@ -324,7 +328,7 @@ async def test_group_shares_one_first_turn_then_samples_go_alone(make_rig) -> No
     completions = rig.vllm.completions()
     assert completions[0]["n"] == 4 and all(c["n"] == 1 for c in completions[1:])
     assert len(completions) == 1 + 4 * 2  # then two more turns per sample
-    assert all(c["cache_salt"] == "policy-v0" for c in completions)
+    assert all(c["cache_salt"].startswith("policy-v0-") for c in completions)
     assert len({tuple(t.prompt_token_ids) for t in trajs}) == 1
     assert len(trajs[0].prompt_token_ids) == FIRST_PROMPT_LEN
     for t in trajs:

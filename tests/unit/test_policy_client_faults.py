@@ -45,8 +45,9 @@ GOOD_URL, DEAD_URL = "http://good:8000", "http://dead:8000"
 
 
 class Faulty:
-    """/v1/completions answers from a script of behaviours, one per request, last one repeats.
-    Host `dead` refuses every connection."""
+    """/v1/completions answers from a script of behaviours, one per request, last one repeats;
+    the generate route and the control routes are missing (a vLLM without --enable-scale-out and
+    dev mode). Host `dead` refuses every connection. `hosts`: where each generation went."""
 
     def __init__(self) -> None:
         self.script: list[str] = ["ok"]
@@ -56,11 +57,18 @@ class Faulty:
         self.transport = httpx.MockTransport(self.handle)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
-        self.hosts.append(request.url.host)
+        generation = request.url.path in ("/v1/completions", "/inference/v1/generate")
         if request.url.host == "dead":
+            if generation:
+                self.hosts.append(request.url.host)
             raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        if request.url.path == "/v1/completions":
+            self.hosts.append(request.url.host)
         if request.url.path == "/health":
             return httpx.Response(200)
+        if request.url.path != "/v1/completions":  # a vLLM without dev mode and scale-out
+            status = 403 if request.url.path == "/inference/v1/generate" else 404
+            return httpx.Response(status, json={"detail": "Not available"})
         self.bodies.append(json.loads(request.content))
         kind = self.script[min(self.hits, len(self.script) - 1)]
         self.hits += 1

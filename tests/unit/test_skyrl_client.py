@@ -97,6 +97,25 @@ def test_masked_samples_train_nothing_and_get_the_neutral_reward() -> None:
     assert out["trajectory_generation_times"] == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
+def test_every_response_token_carries_its_policy_version() -> None:
+    """SkyRL's per-sample extras: `response_policy_versions` aligned with `response_ids` (a turn
+    that spans an update changes version at the token; -1 where the mask is 0), and
+    `policy_versions` the oldest weights behind the sample (staleness counts from there)."""
+    spanning = traj("r.g0", 0, response=[5, 6, 7, 8, 9, 10])
+    spanning = spanning.model_copy(
+        update={"response_policy_versions": [3, 4, -1, 4, 4, -1], "policy_version_start": 3}
+    )
+    ts = [spanning, *mixed_group()[1:]]
+    out = cs.generator_output(ts, pad_token_id=9)
+    assert out["response_policy_versions"][0] == [3, 4, -1, 4, 4, -1]
+    assert out["policy_versions"][0] == 3
+    for response, versions in zip(
+        out["response_ids"], out["response_policy_versions"], strict=True
+    ):
+        assert len(response) == len(versions)
+    assert out["response_policy_versions"][3] == [-1]  # the padded empty response
+
+
 def test_a_group_with_no_graded_sample_and_context_length() -> None:
     failed = [traj("r.g1", i, Status.policy_error, None, response=[], prompt=[]) for i in range(2)]
     out = cs.generator_output(failed)

@@ -17,36 +17,57 @@ from service.agent.tokens import (
 
 def test_generation_and_observation_alignment():
     ledger = TokenLedger(prompt_ids=[1, 2, 3])
-    ledger.add_generation([1, 2, 3], [10, 11, 2], [-0.5, -0.25, -0.125])
+    ledger.add_generation([1, 2, 3], [10, 11, 2], [-0.5, -0.25, -0.125], [0, 0, 0])
     ledger.add_observation([7, 8])
-    ledger.add_generation([1, 2, 3, 10, 11, 2, 7, 8], [12], [-1.0])
+    ledger.add_generation([1, 2, 3, 10, 11, 2, 7, 8], [12], [-1.0], [1])
     ledger.validate()
     assert ledger.response_ids == [10, 11, 2, 7, 8, 12]
     assert ledger.loss_mask == [1, 1, 1, 0, 0, 1]
     assert ledger.logprobs == [-0.5, -0.25, -0.125, 0.0, 0.0, -1.0]
+    assert ledger.versions == [0, 0, 0, -1, -1, 1]
+
+
+def test_a_turn_continued_after_an_abort_is_one_turn_of_two_generations():
+    """A pause with mode abort cut the turn after 2 tokens (version 3); the rest came from the
+    sequence so far under version 4: no observation between, the versions change at the token,
+    and prompt + response is still what the engine saw last plus what it generated."""
+    ledger = TokenLedger(prompt_ids=[1, 2])
+    ledger.add_generation([1, 2], [10, 11], [-0.5, -0.25], [3, 3])
+    ledger.add_generation([1, 2, 10, 11], [12, 2], [-0.125, -1.0], [4, 4])
+    ledger.validate()
+    assert ledger.response_ids == [10, 11, 12, 2] and ledger.loss_mask == [1, 1, 1, 1]
+    assert ledger.versions == [3, 3, 4, 4] and ledger.generated == 4
+
+
+def test_versions_are_one_per_generated_token_and_never_negative():
+    ledger = TokenLedger(prompt_ids=[1])
+    with pytest.raises(InvariantError):
+        ledger.add_generation([1], [5, 6], [-1.0, -2.0], [0])
+    with pytest.raises(InvariantError):
+        ledger.add_generation([1], [5], [-1.0], [-1])
 
 
 def test_engine_prompt_must_be_the_ledger_sequence():
     ledger = TokenLedger(prompt_ids=[1, 2])
     with pytest.raises(InvariantError):
-        ledger.add_generation([1, 2, 99], [5], [-1.0])
+        ledger.add_generation([1, 2, 99], [5], [-1.0], [0])
 
 
 def test_trailing_observation_breaks_the_invariant_until_rewound():
     ledger = TokenLedger(prompt_ids=[1])
-    ledger.add_generation([1], [5, 6], [-1.0, -2.0])
+    ledger.add_generation([1], [5, 6], [-1.0, -2.0], [0, 0])
     ledger.add_observation([7])
     with pytest.raises(InvariantError):
         ledger.validate()
     ledger.rewind_to_last_generation()
     ledger.validate()
-    assert ledger.response_ids == [5, 6]
+    assert ledger.response_ids == [5, 6] and ledger.versions == [0, 0]
 
 
 def test_logprob_count_must_match():
     ledger = TokenLedger(prompt_ids=[1])
     with pytest.raises(InvariantError):
-        ledger.add_generation([1], [5, 6], [-1.0])
+        ledger.add_generation([1], [5, 6], [-1.0], [0, 0])
 
 
 SPECIAL = {"<|im_start|>": 1, "<|im_end|>": 2, "<think>": 3, "</think>": 4}
@@ -123,7 +144,7 @@ def test_invariant_error_is_raised_under_python_dash_o():
         "from service.agent.tokens import InvariantError, TokenLedger\n"
         "ledger = TokenLedger(prompt_ids=[1])\n"
         "try:\n"
-        "    ledger.add_generation([2], [5], [-1.0])\n"
+        "    ledger.add_generation([2], [5], [-1.0], [0])\n"
         "except InvariantError:\n"
         "    print('raised')\n"
     )

@@ -33,11 +33,24 @@ def test_masked_status_derives_exclusion_and_drops_reward():
         {"loss_mask": [1, 0]},
         {"rollout_logprobs": [-0.5, -0.1, -1.0]},  # logprob where mask is 0
         {"loss_mask": [1, 2, 1]},
+        {"response_policy_versions": [0, -1]},  # one per response token
+        {"response_policy_versions": [0, 0, 1]},  # a version on an observation token
+        {"response_policy_versions": [-1, -1, 1]},  # a generated token without one
+        {"response_policy_versions": [0, -2, 1]},
     ],
 )
 def test_invariants_rejected(kw):
     with pytest.raises(ValueError):
         make(**kw)
+
+
+def test_policy_versions_per_token_and_for_old_records():
+    t = make(response_policy_versions=[4, -1, 5], policy_version_start=4, policy_version_end=5)
+    assert from_arrow(to_arrow([t]))[0].response_policy_versions == [4, -1, 5]
+    # A record without the field (written before it existed): its start version on every
+    # generated token.
+    old = make(policy_version_start=3).model_dump(exclude={"response_policy_versions"})
+    assert Trajectory.model_validate(old).response_policy_versions == [3, -1, 3]
 
 
 def test_float32_logprobs_survive_arrow():

@@ -130,7 +130,10 @@ def test_recorded_completion_facts_hold_in_our_models() -> None:
 
 
 class Replay:
-    """Serves recorded responses; each request pops the next queued (status, body) per path."""
+    """Serves recorded responses; each request pops the next queued (status, body) per path.
+    With nothing queued, a path answers as the recorded server did for what it did not offer:
+    the generate route 403 (no --enable-scale-out, inference_generate.json), the dev-mode
+    routes 404 (no VLLM_SERVER_DEV_MODE)."""
 
     def __init__(self) -> None:
         self.queue: dict[str, list[tuple[int, Any]]] = {}
@@ -141,7 +144,13 @@ class Replay:
         async def serve(path: str, request: Request) -> Response:
             body = await request.body()
             self.requests.append(("/" + path, json.loads(body) if body else None))
-            status, payload = self.queue["/" + path].pop(0)
+            queued = self.queue.get("/" + path)
+            if not queued:
+                if path == "inference/v1/generate":
+                    rec = recording("inference_generate.json")
+                    return JSONResponse(rec["response"], status_code=rec["status"])
+                return JSONResponse({"detail": "Not Found"}, status_code=404)
+            status, payload = queued.pop(0)
             if payload == "":
                 return Response(status_code=status)
             return JSONResponse(payload, status_code=status)
@@ -284,20 +293,15 @@ async def test_recorded_errors(replay: tuple[Replay, str], name: str, error: typ
     finally:
         await client.aclose()
     assert rec["response"]["error"]["message"][:40] in str(info.value)
-    assert len(r.requests) == 1  # 4xx errors are not retried
+    completions = [p for p, _ in r.requests if p == "/v1/completions"]
+    assert len(completions) == 1  # 4xx errors are not retried
 
 
-async def test_bad_cache_salt_rejected_before_sending(replay: tuple[Replay, str]) -> None:
-    r, url = replay
-    client = PolicyClient([url], model="tiny", max_model_len=4096)
-    await client.start()
-    try:
-        for salt in ["model@v3", "a/b", "a\\b", "nul\x00", "x" * 129]:
-            with pytest.raises(ValueError, match="cache_salt"):
-                await client.complete([1], SamplingParams(), server=url, cache_salt=salt)
-    finally:
-        await client.aclose()
-    assert r.requests == []
+def test_cache_salt_rules_are_vllms() -> None:
+    """The salts vLLM 0.32 refuses (shared/vllm-wire: `model@v3` got a 400); ours pass."""
+    for salt in ["model@v3", "a/b", "a\\b", "nul\x00", "x" * 129, ""]:
+        assert w.cache_salt_problem(salt) is not None, salt
+    assert w.cache_salt_problem(f"policy-v{2**62}") is None
 
 
 def test_recorded_multi_turn_episode_replays_token_exact() -> None:
@@ -311,7 +315,7 @@ def test_recorded_multi_turn_episode_replays_token_exact() -> None:
         shown = int(step["request"]["prompt"].split()[0].lstrip("<"))
         assert len(ledger) == shown, f"turn {step['turn']}: prompt of {shown} ids recorded"
         ids, lps = step["generated_token_ids"], step["generated_logprobs"]
-        ledger.add_generation(ledger.sequence(), ids, lps)
+        ledger.add_generation(ledger.sequence(), ids, lps, [0] * len(ids))
         assert step["finish_reason"] == "length" and len(ids) == step["request"]["max_tokens"]
         obs = step.get("observation_token_ids") or []
         if obs:
@@ -326,3 +330,98 @@ def test_recorded_multi_turn_episode_replays_token_exact() -> None:
     frame = TemplateFrame(base=(7,), close=tuple(close or ()))
     rest = rec["steps"][0]["observation_token_ids"][2:]
     assert frame.delta([7, *rest], turn_closed=False) == rec["steps"][0]["observation_token_ids"]
+
+
+# ---------------------------------------------------------------- the weight-update routes
+
+UPDATES = WIRE / "updates"  # recorded by scripts/record_update_wire.py (see its README)
+UPDATE_MODELS: dict[str, type[w.BaseModel]] = {
+    "/inference/v1/generate": w.GenerateResponse,
+    "/v1/completions": w.CompletionResponse,
+    "/collective_rpc": w.CollectiveRpcResponse,
+    "/update_weight_version": w.UpdateWeightVersionResponse,
+    "/weight_info": w.WeightInfoResponse,
+    "/pause": w.StatusResponse,
+}
+
+
+def update_recording(name: str) -> dict[str, Any]:
+    return json.loads((UPDATES / name).read_text())
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in UPDATES.glob("*.json")))
+def test_every_recorded_update_answer_parses(name: str) -> None:
+    rec = update_recording(name)
+    path = rec["request"]["path"].split("?")[0]
+    model = w.ErrorResponse if rec["status"] >= 400 else UPDATE_MODELS[path]
+    model.model_validate(rec["response"])
+    unknown = set(undeclared_keys(model, rec["response"])) - UNMODELLED
+    assert not unknown, f"{name}: keys our wire models do not declare: {sorted(unknown)}"
+
+
+def replay_update(r: Replay, name: str) -> dict[str, Any]:
+    rec = update_recording(name)
+    r.queue.setdefault(rec["request"]["path"], []).append((rec["status"], rec["response"]))
+    return rec
+
+
+async def test_versions_per_token_come_from_the_recorded_spans(
+    replay: tuple[Replay, str],
+) -> None:
+    """A request frozen across an update: the client hands on the engine's tokens and
+    logprobs, and one version per token from its spans ("1" then "2"), exact to the token."""
+    r, url = replay
+    rec = replay_update(r, "generate_spans_across_update.json")
+    client = PolicyClient([url], model="tiny", max_model_len=4096, backoff_s=0.01)
+    await client.start()
+    try:
+        sent = rec["request"]["json"]
+        sampling = SamplingParams(max_tokens=120, seed=3)
+        gens = await client.complete(sent["token_ids"], sampling, n=2, server=url)
+    finally:
+        await client.aclose()
+    for gen, choice in zip(gens, rec["response"]["choices"], strict=True):
+        assert gen.token_ids == choice["token_ids"]
+        assert gen.logprobs == [e["logprob"] for e in choice["logprobs"]["content"]]
+        first, second = choice["weight_versions"]
+        assert gen.versions == [1] * first["end"] + [2] * (second["end"] - second["start"])
+    body = next(b for p, b in r.requests if p == "/inference/v1/generate")
+    assert body["output_mode"] == "text" and body["return_token_ids"] is True
+    assert set(w.SAMPLING_FIELDS) <= set(body["sampling_params"])
+    assert body["cache_salt"].startswith("policy-v0-")  # the version the client knew (none yet)
+
+
+@pytest.mark.parametrize("name", ["generate_aborted.json", "completions_aborted.json"])
+async def test_an_aborted_answer_is_handed_on_with_its_partial_output(
+    replay: tuple[Replay, str], name: str
+) -> None:
+    """finish_reason "abort" is an answer to continue from, not a fault to retry: on both
+    routes the partial tokens and logprobs come back as the engine sent them."""
+    r, url = replay
+    rec = replay_update(r, name)
+    client = PolicyClient([url], model="tiny", max_model_len=4096, backoff_s=0.01)
+    await client.start()
+    try:
+        gens = await client.complete([1, 2, 3], SamplingParams(max_tokens=120), n=2, server=url)
+    finally:
+        await client.aclose()
+    generations = [p for p, _ in r.requests if p in ("/inference/v1/generate", "/v1/completions")]
+    assert generations[-1] == rec["request"]["path"] and len(generations) <= 2  # no retry
+    for gen, choice in zip(gens, rec["response"]["choices"], strict=True):
+        assert gen.finish_reason == "abort" and gen.token_ids == choice["token_ids"]
+        assert len(gen.versions) == len(gen.token_ids) == len(gen.logprobs) > 0
+    assert client.stats.aborted_generations == 2 and client.stats.discarded_tokens == 0
+
+
+async def test_a_prompt_too_long_on_the_generate_route_is_context_length(
+    replay: tuple[Replay, str],
+) -> None:
+    r, url = replay
+    replay_update(r, "generate_too_long.json")
+    client = PolicyClient([url], model="tiny", max_model_len=100_000, backoff_s=0.01)
+    await client.start()
+    try:
+        with pytest.raises(ContextLengthError, match="maximum model length"):
+            await client.complete([1] * 10_000, SamplingParams(max_tokens=4), server=url)
+    finally:
+        await client.aclose()

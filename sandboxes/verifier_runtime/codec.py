@@ -1,0 +1,363 @@
+"""Frames and values between the tests' process and the tested code's (see rpc.py).
+
+A frame is a 4-byte big-endian length and one JSON object. Values inside a message:
+
+- None, bool, float, str, and ints of at most 53 bits are JSON themselves; every JSON list is a
+  tagged node, so nothing is ambiguous: ["i", hex] a larger int, ["b", base64] bytes,
+  ["c", re, im] a complex, ["v", kind, data] a standard library value (Decimal, datetime,
+  UUID, Path, range, ...);
+- composites (list, tuple, dict, set, frozenset, bytearray, OrderedDict, Counter, deque,
+  defaultdict of a builtin factory) are ["@", n]: entry n of the message's table "t". Their
+  items are again leaves or ["@", m], so a value nested ten thousand deep is a flat table,
+  and shared and cyclic references come out as they went in. Both directions are loops,
+  never recursion;
+- ["R", n] (only in a copy-back) is the receiver's own container n of the request;
+- everything else is a reference, encoded and decoded by the endpoint (rpc.py).
+
+Decoding builds plain values and asks the endpoint for references; it runs no code the other
+side chose (a dict key's __hash__ aside, when the key is a proxy: then the other side is asked).
+
+Standard library only, Python >= 3.8.
+"""
+
+import base64
+import collections
+import json
+import struct
+
+MAX_FRAME = 64 << 20
+_JSON_INT = 1 << 53  # larger ints travel as hex (json's int parsing is capped in digits)
+
+
+class ProtocolError(RuntimeError):
+    """The other side sent something that is not a valid message."""
+
+
+class PeerGone(RuntimeError):
+    """The other process ended, or the channel to it broke: every later call fails."""
+
+
+def send_frame(sock, msg):
+    data = json.dumps(msg, separators=(",", ":")).encode()
+    if len(data) > MAX_FRAME:
+        raise ValueError("a message of %d bytes is over the %d byte limit" % (len(data), MAX_FRAME))
+    sock.sendall(struct.pack(">I", len(data)) + data)
+
+
+def recv_frame(sock):
+    size = struct.unpack(">I", _read(sock, 4))[0]
+    if size > MAX_FRAME:
+        raise ProtocolError("frame of %d bytes" % size)
+    try:
+        msg = json.loads(_read(sock, size))
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError("not JSON: %s" % e) from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("a message must be an object")
+    return msg
+
+
+def _read(sock, n):
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise PeerGone("the other process closed the channel")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+# ---- standard library values, by (module, class name): kind, to JSON, from JSON ---------------
+# Their modules are imported only when such a value is sent or received (the tested process
+# starts with the tests waiting for it).
+
+
+def _value_codecs():
+    import datetime
+    import decimal
+    import fractions
+    import pathlib
+    import uuid
+
+    def delta(d):
+        return datetime.timedelta(int(d[0]), int(d[1]), int(d[2]))
+
+    return {
+        decimal.Decimal: ("Decimal", str, decimal.Decimal),
+        fractions.Fraction: ("Fraction", str, fractions.Fraction),
+        datetime.date: ("date", lambda v: v.isoformat(), datetime.date.fromisoformat),
+        datetime.time: ("time", lambda v: v.isoformat(), datetime.time.fromisoformat),
+        datetime.timedelta: ("timedelta", lambda v: [v.days, v.seconds, v.microseconds], delta),
+        uuid.UUID: ("UUID", lambda v: v.hex, uuid.UUID),
+        pathlib.PurePosixPath: ("PurePosixPath", str, pathlib.PurePosixPath),
+        pathlib.PosixPath: ("PosixPath", str, pathlib.PosixPath),
+    }
+
+
+_VALUE_MODULES = {"decimal", "fractions", "datetime", "uuid", "pathlib"}
+_loaded = {}
+
+
+def _values():
+    if not _loaded:
+        by_type = _value_codecs()
+        _loaded["by_type"] = by_type
+        _loaded["by_kind"] = {kind: dec for _t, (kind, _enc, dec) in by_type.items()}
+    return _loaded
+
+
+_FACTORIES = {"list": list, "dict": dict, "set": set, "int": int, "str": str}
+# Composites whose items may refer back to them: made empty first, filled last.
+MUTABLE = (
+    list,
+    dict,
+    set,
+    bytearray,
+    collections.OrderedDict,
+    collections.Counter,
+    collections.deque,
+    collections.defaultdict,
+)
+_MUTABLE_TAGS = ("l", "d", "s", "B", "od", "ct", "dq", "dd")
+
+
+def _is_composite(v, t):
+    if t in (
+        list,
+        tuple,
+        dict,
+        set,
+        frozenset,
+        bytearray,
+        collections.OrderedDict,
+        collections.Counter,
+        collections.deque,
+    ):
+        return True
+    return t is collections.defaultdict and (
+        v.default_factory is None or v.default_factory in _FACTORIES.values()
+    )
+
+
+class Memo:
+    """The composites of one message: the table being written or read, and by whom."""
+
+    def __init__(self, table=None):
+        self.ids = {}  # id(composite) -> n (encoding)
+        self.objects = {}  # n -> composite: sent (encoding) or built (decoding)
+        self.pending = []  # (n, composite) still to encode
+        self.table = [] if table is None else table
+        self.refs = None  # id(container) -> n: encoded as ["R", n] (a copy-back)
+        self.originals = {}  # n -> our own container of the request (decoding a copy-back)
+
+
+def encode(v, memo, reference):
+    """The node of `v`; its composites go to memo.table. `reference(v)` encodes the rest."""
+    node = leaf(v, memo, reference)
+    drain(memo, reference)
+    return node
+
+
+def leaf(v, memo, reference):
+    t = type(v)
+    if v is None or t is bool or t is str or t is float:
+        return v
+    if t is int:
+        return v if -_JSON_INT < v < _JSON_INT else ["i", format(v, "x")]
+    if _is_composite(v, t):
+        key = id(v)
+        if memo.refs is not None and key in memo.refs:
+            return ["R", memo.refs[key]]
+        n = memo.ids.get(key)
+        if n is None:
+            memo.table.append(None)
+            n = len(memo.table)
+            memo.ids[key] = n
+            memo.objects[n] = v
+            memo.pending.append((n, v))
+        return ["@", n]
+    if t is bytes:
+        return ["b", base64.b64encode(v).decode()]
+    if t is complex:
+        return ["c", v.real, v.imag]
+    if t is range:
+        return ["v", "range", [v.start, v.stop, v.step]]
+    if v is NotImplemented:  # a one-sided operator's "ask the other operand" (rpc.py)
+        return ["v", "NotImplemented", 0]
+    if t.__module__ in _VALUE_MODULES:
+        value = _values()["by_type"].get(t)
+        if value is not None:
+            return ["v", value[0], value[1](v)]
+        if t.__qualname__ == "datetime" and t.__module__ == "datetime":
+            if v.tzinfo is None or type(v.tzinfo).__qualname__ == "timezone":
+                return ["v", "datetime", [v.isoformat(), v.fold]]
+    return reference(v)
+
+
+def drain(memo, reference):
+    while memo.pending:
+        n, v = memo.pending.pop()
+        memo.table[n - 1] = composite(v, memo, reference)
+
+
+def composite(v, memo, reference):
+    """The table entry of composite `v` (its items as leaves)."""
+    t = type(v)
+
+    def one(x):
+        return leaf(x, memo, reference)
+
+    def pairs():
+        return [[one(k), one(x)] for k, x in v.items()]
+
+    if t is list:
+        return ["l", [one(x) for x in v]]
+    if t is tuple:
+        return ["t", [one(x) for x in v]]
+    if t is dict:
+        return ["d", pairs()]
+    if t is set:
+        return ["s", [one(x) for x in v]]
+    if t is frozenset:
+        return ["F", [one(x) for x in v]]
+    if t is bytearray:
+        return ["B", base64.b64encode(bytes(v)).decode()]
+    if t is collections.OrderedDict:
+        return ["od", pairs()]
+    if t is collections.Counter:
+        return ["ct", pairs()]
+    if t is collections.deque:
+        return ["dq", [one(x) for x in v], v.maxlen]
+    factory = getattr(v.default_factory, "__name__", None)
+    return ["dd", pairs(), factory]
+
+
+def decode_leaf(node, memo, reference):
+    """The value of a leaf node; composites must be built already (`build`)."""
+    if not isinstance(node, list):
+        if isinstance(node, dict):
+            raise ProtocolError("bare JSON object")
+        return node
+    if not node or not isinstance(node[0], str):
+        raise ProtocolError("untagged list")
+    tag = node[0]
+    try:
+        if tag == "@":
+            return memo.objects[node[1]]
+        if tag == "R":
+            return memo.originals[node[1]]
+        if tag == "b":
+            return base64.b64decode(node[1], validate=True)
+        if tag == "i":
+            return int(node[1], 16)
+        if tag == "c":
+            return complex(float(node[1]), float(node[2]))
+        if tag == "v":
+            if node[1] == "NotImplemented":
+                return NotImplemented
+            if node[1] == "range":
+                return range(int(node[2][0]), int(node[2][1]), int(node[2][2]))
+            if node[1] == "datetime":
+                import datetime
+
+                return datetime.datetime.fromisoformat(node[2][0]).replace(fold=int(node[2][1]))
+            return _values()["by_kind"][node[1]](node[2])
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise ProtocolError("bad %r node: %s" % (tag, e)) from None
+    return reference(node)
+
+
+def build(memo, reference, extra=()):
+    """Build every composite of memo.table (and the `extra` raw entries, numbered after it):
+    mutable ones empty first, then immutable ones children first, then fill the mutable
+    ones. No recursion, whatever the nesting."""
+    raw = list(memo.table) + list(extra)
+    for i, node in enumerate(raw, 1):
+        if not (isinstance(node, list) and node and isinstance(node[0], str)):
+            raise ProtocolError("table entry %d" % i)
+        if node[0] in _MUTABLE_TAGS:
+            memo.objects[i] = _empty(node)
+    for i in range(1, len(raw) + 1):
+        if i not in memo.objects:
+            _build_immutable(i, raw, memo, reference)
+    for i, node in enumerate(raw, 1):
+        if node[0] in _MUTABLE_TAGS:
+            _fill(memo.objects[i], node, memo, reference)
+    return [memo.objects[i] for i in range(len(memo.table) + 1, len(raw) + 1)]
+
+
+def _empty(node):
+    tag = node[0]
+    try:
+        if tag == "l":
+            return []
+        if tag == "d":
+            return {}
+        if tag == "s":
+            return set()
+        if tag == "B":
+            return bytearray(base64.b64decode(node[1], validate=True))
+        if tag == "od":
+            return collections.OrderedDict()
+        if tag == "ct":
+            return collections.Counter()
+        if tag == "dq":
+            maxlen = node[2]
+            if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+                raise ValueError("maxlen")
+            return collections.deque(maxlen=maxlen)
+        return collections.defaultdict(None if node[2] is None else _FACTORIES[node[2]])
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise ProtocolError("bad %r entry: %s" % (tag, e)) from None
+
+
+def _build_immutable(start, raw, memo, reference):
+    stack = [start]
+    visiting = set()
+    while stack:
+        i = stack[-1]
+        if i in memo.objects:
+            stack.pop()
+            continue
+        node = raw[i - 1]
+        if node[0] not in ("t", "F") or not isinstance(node[1], list):
+            raise ProtocolError("bad table entry %r" % (node[0],))
+        missing = [
+            x[1]
+            for x in node[1]
+            if isinstance(x, list) and len(x) == 2 and x[0] == "@" and x[1] not in memo.objects
+        ]
+        if missing:
+            if i in visiting:
+                raise ProtocolError("a cycle through immutable values")
+            visiting.add(i)
+            for n in missing:
+                if not (type(n) is int and 1 <= n <= len(raw)):
+                    raise ProtocolError("reference to entry %r" % (n,))
+            stack.extend(missing)
+            continue
+        items = [decode_leaf(x, memo, reference) for x in node[1]]
+        try:
+            memo.objects[i] = tuple(items) if node[0] == "t" else frozenset(items)
+        except TypeError as e:
+            raise ProtocolError("frozenset item: %s" % e) from None
+        stack.pop()
+
+
+def _fill(target, node, memo, reference):
+    tag = node[0]
+    try:
+        if tag == "B":
+            return
+        if tag in ("l", "s", "dq"):
+            items = [decode_leaf(x, memo, reference) for x in node[1]]
+            if tag == "s":
+                target.update(items)
+            else:
+                target.extend(items)
+            return
+        for k, x in node[1]:
+            target[decode_leaf(k, memo, reference)] = decode_leaf(x, memo, reference)
+    except (TypeError, ValueError) as e:
+        raise ProtocolError("bad %r entry: %s" % (tag, e)) from None

@@ -1,0 +1,888 @@
+"""Objects shared by reference between two Python processes: the tests' and the tested code's.
+
+The verifier runs the tests in one process (trusted: it holds the verdict) and the agent's
+code in another (unprivileged; see trusted.py and tested.py). This module is what both sides
+speak over one socket: each side exports its objects by id, and the other sees them as
+proxies (instances of "mirror" classes named after the real ones), so `solution.fn(x)` in a
+test calls the function in the tested process and gets back plain data or a proxy.
+
+Messages (JSON frames, values encoded by codec.py; "t" is a message's table of composites):
+  {"q": n, "op": name, "a": [args], "t": [...]}            a request (n counts up per sender)
+  {"r": n, "v": value, "t": [...]} or {"r": n, "e": exc}   its answer; "u": copy-back
+  {"w": 1 | 2, "s": text}                                  the tested code's output (one way)
+  {"log": [name, level, message]}                          its log records (one way)
+
+Plain values and standard library values travel by value. A list, dict, set or bytearray
+sent as an argument comes back in the answer ("u") with what the callee did to it and is
+updated in place, so in-place changes behave as in one process. Everything else travels by
+reference: ["o", oid, class] an object of the sender's, ["C", oid, meta] a class, ["x", oid]
+the receiver's own object coming back, ["m"/"g", module, qualname, oid, class] a module or
+function the receiver may already have under that name, ["E", ...] an exception.
+
+Decoding never runs code the other side chose: it builds plain values, proxies, references to
+our own exported objects, or, for names of modules, classes and functions already imported
+here, our own objects. Exceptions from the other side become builtin exceptions (the
+`Exception` subclasses of builtins) or mirror classes derived from one, so no exception from
+the tested code can be one that a test runner treats as a skip, an exit or an interrupt
+(`PeerExit` for SystemExit).
+
+Standard library only, Python >= 3.8: it runs under the task image's interpreter.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import importlib.util
+import os
+import socket
+import sys
+import threading
+import traceback
+import types
+import weakref
+
+
+def _load(name):
+    key = "_rollouts_" + name
+    if key not in sys.modules:
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(key, os.path.join(here, name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+codec = _load("codec")
+ProtocolError = codec.ProtocolError
+PeerGone = codec.PeerGone
+
+TEXT_CAP = 8 << 10  # an exception's text and traceback, each
+
+# Exceptions that may be raised here as themselves when the other side raised them.
+SAFE_EXCEPTIONS = {
+    name: cls
+    for name, cls in vars(builtins).items()
+    if isinstance(cls, type) and issubclass(cls, Exception)
+}
+_FUNCTION_TYPES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+)
+
+
+class PeerExit(SystemExit):
+    """A SystemExit raised by the other side. Tests that catch it see its code; an interpreter
+    about to exit because of it (no Python frame asks: the exit handler reads `code`) gets 1,
+    so code under test cannot end the tests' process with a success status."""
+
+    on_escape = None  # set by the trusted side: records the attempt
+
+    @property
+    def code(self):
+        try:
+            sys._getframe(1)
+        except ValueError:
+            if PeerExit.on_escape is not None:
+                PeerExit.on_escape(self)
+            return 1
+        return self.args[0] if len(self.args) == 1 else (self.args or None)
+
+
+class AsReference:
+    """An answer that travels as a reference where a name would do (an imported module)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+
+class RemoteClassMeta(type):
+    """Metaclass of mirror classes: attribute access, calls and item access on the class go to
+    the real class on the other side."""
+
+    def __call__(cls, *args, **kwargs):
+        ep = cls.__dict__.get("_rollouts_ep")
+        if ep is None:  # a subclass defined locally: an ordinary class
+            return super().__call__(*args, **kwargs)
+        return ep.request("call", cls, args, tuple(kwargs.items()))
+
+    def __getattr__(cls, name):
+        ep = cls.__dict__.get("_rollouts_ep")
+        if ep is None or name.startswith("_rollouts_") or name in _LOCAL_DUNDERS:
+            raise AttributeError(name)
+        return ep.request("getattr", cls, name)
+
+    def __setattr__(cls, name, value):
+        if (
+            "_rollouts_ep" not in cls.__dict__
+            or name.startswith("__")
+            or name.startswith("_rollouts_")
+        ):
+            super().__setattr__(name, value)
+        else:
+            cls._rollouts_ep.request("setattr", cls, name, value)
+
+    def __delattr__(cls, name):
+        if "_rollouts_ep" not in cls.__dict__ or name.startswith("__"):
+            super().__delattr__(name)
+        else:
+            cls._rollouts_ep.request("delattr", cls, name)
+
+    def __bool__(cls):  # a class is true (without this, truth would ask for its len)
+        return True
+
+    def __getitem__(cls, key):
+        return cls._rollouts_ep.request("op", "getitem", cls, key)
+
+    def __iter__(cls):
+        return cls._rollouts_ep.request("op", "iter", cls)
+
+    def __len__(cls):
+        return cls._rollouts_ep.request("op", "len", cls)
+
+    def __contains__(cls, item):
+        return cls._rollouts_ep.request("op", "contains", cls, item)
+
+    def __repr__(cls):
+        return "<class '%s.%s' (in the other process)>" % (cls.__module__, cls.__qualname__)
+
+
+# Attributes answered here, never asked of the other side (the interpreter and exception
+# machinery probe or set them).
+_LOCAL_DUNDERS = frozenset(
+    {
+        "__notes__",
+        "__traceback__",
+        "__cause__",
+        "__context__",
+        "__suppress_context__",
+        "__dict__",
+        "__class__",
+        "__weakref__",
+        "__slots__",
+        "__orig_bases__",
+        "__mro_entries__",
+        "__set_name__",
+        "__init_subclass__",
+        "__class_getitem__",
+        "__getstate__",
+        "__reduce__",
+        "__reduce_ex__",
+    }
+)
+
+
+class RemoteObject:
+    """Base of every mirror class: a proxy of an object in the other process."""
+
+    def __getattr__(self, name):
+        if name.startswith("_rollouts_") or name in _LOCAL_DUNDERS:
+            raise AttributeError(name)
+        return self._rollouts_ep.request("getattr", self, name)
+
+    def __setattr__(self, name, value):
+        if name.startswith("__") or name.startswith("_rollouts_"):
+            object.__setattr__(self, name, value)
+        else:
+            self._rollouts_ep.request("setattr", self, name, value)
+
+    def __delattr__(self, name):
+        if name.startswith("__") or name.startswith("_rollouts_"):
+            object.__delattr__(self, name)
+        else:
+            self._rollouts_ep.request("delattr", self, name)
+
+    def __del__(self):
+        try:
+            self._rollouts_ep.dropped(self)
+        except Exception:
+            pass
+
+    def __call__(self, *args, **kwargs):
+        return self._rollouts_ep.request("call", self, args, tuple(kwargs.items()))
+
+    def __str__(self):
+        text = self.__dict__.get("_rollouts_text")
+        if text is not None:
+            return text
+        return self._rollouts_ep.request("op", "str", self)
+
+    def __repr__(self):
+        text = self.__dict__.get("_rollouts_repr")
+        if text is not None:
+            return text
+        return self._rollouts_ep.request("op", "repr", self)
+
+    def __eq__(self, other):
+        return self._rollouts_ep.compare(self, "eq", other)
+
+    def __ne__(self, other):
+        return self._rollouts_ep.compare(self, "ne", other)
+
+    def __lt__(self, other):
+        return self._rollouts_ep.compare(self, "lt", other)
+
+    def __le__(self, other):
+        return self._rollouts_ep.compare(self, "le", other)
+
+    def __gt__(self, other):
+        return self._rollouts_ep.compare(self, "gt", other)
+
+    def __ge__(self, other):
+        return self._rollouts_ep.compare(self, "ge", other)
+
+    def __contains__(self, item):
+        return self._rollouts_ep.contains(self, item)
+
+    def __hash__(self):
+        return self._rollouts_ep.request("op", "hash", self)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("an object of the other process cannot be pickled")
+
+    def __copy__(self):
+        return self._rollouts_ep.request("op", "copy", self)
+
+    def __deepcopy__(self, memo):
+        return self._rollouts_ep.request("op", "deepcopy", self)
+
+    def __dir__(self):
+        return self._rollouts_ep.request("op", "dir", self)
+
+    def __exit__(self, *exc):
+        return self._rollouts_ep.request("op", "exit", self, *exc)
+
+
+def _forwarder(op):
+    def method(self, *args):
+        return self._rollouts_ep.request("op", op, self, *args)
+
+    method.__name__ = "__%s__" % op
+    return method
+
+
+# Operators that go to the other side as they are: unary ones, item access, arithmetic (both
+# ways round and in place), conversions and protocols. Their names are the dunders without
+# underscores; `_OPERATORS` (below) is what the serving side does for each.
+_FORWARDED = (
+    "len bool iter next reversed getitem setitem delitem enter format bytes index int float "
+    "complex round trunc floor ceil neg pos abs invert "
+    "add radd iadd sub rsub isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
+    "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
+    "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
+).split()
+for _op in _FORWARDED:
+    setattr(RemoteObject, "__%s__" % _op, _forwarder(_op))
+
+
+def _arithmetic(op):
+    def method(self, other):
+        return self._rollouts_ep.arithmetic(self, op, other)
+
+    method.__name__ = "__%s__" % op
+    return method
+
+
+# Sums and differences with a number: the trusted side checks the answer (trusted.py).
+for _op in ("add", "radd", "sub", "rsub"):
+    setattr(RemoteObject, "__%s__" % _op, _arithmetic(_op))
+
+
+def _one_sided(name):
+    """`a.__name__(b)` alone. Binary operators are served one-sided: when the left operand
+    cannot answer, NotImplemented goes back and the caller's interpreter tries the reflected
+    method on its own side. (Served two-sided, `x == proxy` would bounce between the
+    processes for ever: each side's reflected method asks the other.)"""
+    dunder = "__%s__" % name
+
+    def apply(a, b):
+        method = getattr(type(a), dunder, None)
+        return NotImplemented if method is None else method(a, b)
+
+    return apply
+
+
+def _exit(obj, *exc):
+    return type(obj).__exit__(obj, *exc)
+
+
+_BINARY = (
+    "eq ne lt le gt ge add radd iadd sub rsub isub mul rmul imul matmul rmatmul imatmul "
+    "truediv rtruediv itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod "
+    "pow rpow ipow lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor "
+    "or ror ior"
+).split()
+_OPERATORS = {
+    "len": len,
+    "bool": bool,
+    "iter": iter,
+    "next": next,
+    "reversed": reversed,
+    "getitem": lambda a, k: a[k],
+    "setitem": lambda a, k, v: a.__setitem__(k, v),
+    "delitem": lambda a, k: a.__delitem__(k),
+    "contains": lambda a, b: b in a,
+    "enter": lambda a: type(a).__enter__(a),
+    "exit": _exit,
+    "format": format,
+    "bytes": bytes,
+    "index": lambda a: __import__("operator").index(a),
+    "int": int,
+    "float": float,
+    "complex": complex,
+    "round": round,
+    "trunc": lambda a: __import__("math").trunc(a),
+    "floor": lambda a: __import__("math").floor(a),
+    "ceil": lambda a: __import__("math").ceil(a),
+    "neg": lambda a: -a,
+    "pos": lambda a: +a,
+    "abs": abs,
+    "invert": lambda a: ~a,
+    "str": str,
+    "repr": repr,
+    "hash": hash,
+    "dir": lambda a: sorted(dir(a)),
+    "copy": lambda a: __import__("copy").copy(a),
+    "deepcopy": lambda a: __import__("copy").deepcopy(a),
+}
+for _name in _BINARY:
+    _OPERATORS[_name] = _one_sided(_name)
+
+
+def _qualified(obj):
+    """(module, qualname) when `obj` can be found by that name in an imported module."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return (module, qualname) if found is obj else None
+
+
+class Endpoint:
+    """One side of the channel: its exports, its proxies of the other side's objects, and the
+    request/serve loop (a request waits for its answer while serving the other side's
+    requests, so calls may nest both ways)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.send_lock = threading.Lock()
+        self.exports = {}  # oid -> object
+        self.export_ids = {}  # id(object) -> oid
+        self.sent = {}  # oid -> times sent (released when the other side drops as many)
+        self.next_oid = 1
+        self.next_q = 1
+        self.proxies = weakref.WeakValueDictionary()  # other side's oid -> proxy
+        self.received = {}  # other side's oid -> times received (for its release)
+        self.mirrors = {}  # other side's class oid -> mirror class
+        self.releases = []  # [oid, count] of proxies that died, sent with the next message
+        self.broken = None
+
+    def send(self, msg):
+        with self.send_lock:
+            codec.send_frame(self.sock, msg)
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def request(self, op, *args):
+        """Ask the other side to do `op` on `args`; return its answer decoded (or raise the
+        exception it answered with)."""
+        with self.lock:
+            if self.broken is not None:
+                raise PeerGone("the channel to the other process failed: %s" % self.broken)
+            if os.getpid() != self.pid:
+                raise PeerGone("a forked process cannot use its parent's channel")
+            q = self.next_q
+            self.next_q += 1
+            memo = codec.Memo()
+            nodes = [self.encode(a, memo) for a in args]
+            msg = {"q": q, "op": op, "a": nodes, "t": memo.table}
+            self.before_request(msg)
+            try:
+                self.send(msg)
+                failed, outcome = self._wait(q, memo)
+            except (PeerGone, ProtocolError, OSError, RecursionError) as e:
+                if self.broken is None:  # a nested request may have recorded the first cause
+                    self.broken = e
+                raise PeerGone(
+                    "the channel to the other process failed: %s" % self.broken
+                ) from None
+        if failed:
+            raise outcome
+        return outcome
+
+    def _wait(self, q, sent):
+        """(failed, exception or value) of request `q`, serving the other side meanwhile."""
+        while True:
+            msg = codec.recv_frame(self.sock)
+            if "r" in msg:
+                if msg["r"] != q:
+                    raise ProtocolError("answer %r to request %r" % (msg["r"], q))
+                self.after_answer(msg)
+                memo = self._built(msg, sent)
+                if "e" in msg:
+                    return True, self.decode_exception(msg["e"], memo)
+                return False, self.decode(msg.get("v"), memo)
+            if "q" in msg:
+                self.serve_one(msg)
+            elif "w" in msg:
+                self.on_output(msg)
+            elif "log" in msg:
+                self.on_log(msg)
+            else:
+                raise ProtocolError("unknown message")
+
+    def _built(self, msg, sent=None):
+        """The message's composites built; for an answer, the copy-back applied to ours."""
+        table = msg.get("t") or []
+        back = msg.get("u") or []
+        if not isinstance(table, list) or not isinstance(back, list):
+            raise ProtocolError("table")
+        memo = codec.Memo(table)
+        if sent is not None:
+            memo.originals = sent.objects
+        try:
+            targets = [n for n, _node in back]
+            fresh = codec.build(memo, self._reference_decoder(memo), [node for _n, node in back])
+        except (TypeError, ValueError) as e:
+            raise ProtocolError("copy-back: %s" % e) from None
+        for i, new in enumerate(fresh):
+            n = targets[i]
+            original = sent.objects.get(n) if sent is not None else None
+            if original is None or type(original) is not type(new):
+                raise ProtocolError("copy-back of container %r" % (n,))
+            if isinstance(original, (list, bytearray)):
+                original[:] = new
+            elif isinstance(original, collections.deque):
+                original.clear()
+                original.extend(new)
+            else:
+                original.clear()
+                original.update(new)
+        return memo
+
+    def serve_forever(self):
+        while True:
+            msg = codec.recv_frame(self.sock)
+            if "q" not in msg:
+                raise ProtocolError("only requests are expected here")
+            self.serve_one(msg)
+
+    def serve_one(self, msg):
+        q, op, raw = msg.get("q"), msg.get("op"), msg.get("a")
+        if type(q) is not int or not isinstance(op, str) or not isinstance(raw, list):
+            raise ProtocolError("malformed request")
+        self.on_request(msg)
+        memo = self._built(msg)
+        args = [self.decode(a, memo) for a in raw]
+        out = codec.Memo()
+        # The caller's own containers, if they come back in the answer, stay theirs.
+        out.refs = {id(c): n for n, c in memo.objects.items() if isinstance(c, codec.MUTABLE)}
+        reply = {"r": q}
+        try:
+            reply["v"] = self.encode(self.dispatch(op, args), out)
+        except (PeerGone, ProtocolError):
+            raise
+        except BaseException as e:  # the callee's own exception (SystemExit too) goes back
+            reply.pop("v", None)
+            reply["e"] = self.encode_exception(e, out)
+            codec.drain(out, self._reference_encoder(out))
+        back = self._copy_back(memo, out)
+        reply["t"] = out.table
+        if back:
+            reply["u"] = back
+        self.before_answer(reply)
+        self.send(reply)
+
+    def _copy_back(self, request, out):
+        """[n, entry] for each of the caller's containers that the call changed."""
+        back = []
+        encoder = self._reference_encoder(out)
+        for n, container in request.objects.items():
+            if not isinstance(container, codec.MUTABLE):
+                continue
+            try:
+                node = codec.composite(container, out, encoder)
+                codec.drain(out, encoder)
+            except Exception:
+                continue
+            if not _same_entry(node, request.table[n - 1]):
+                back.append([n, node])
+        return back
+
+    def oneway(self, msg):
+        if self.broken is None:
+            self.send(msg)
+
+    # ---- hooks (the trusted and the tested side override these) --------------------------
+
+    def before_request(self, msg):
+        if self.releases:
+            msg["rel"], self.releases = self.releases, []
+
+    def after_answer(self, msg):
+        pass
+
+    def on_request(self, msg):
+        for item in msg.get("rel") or []:
+            self._release(item)
+
+    def before_answer(self, reply):
+        pass
+
+    def on_output(self, msg):
+        raise ProtocolError("unexpected output message")
+
+    def on_log(self, msg):
+        raise ProtocolError("unexpected log message")
+
+    def compare(self, proxy, op, other):
+        return self.request("op", op, proxy, other)
+
+    def contains(self, proxy, item):
+        return self.request("op", "contains", proxy, item)
+
+    def arithmetic(self, proxy, op, other):
+        return self.request("op", op, proxy, other)
+
+    def allowed_name(self, name):
+        """Attribute names the other side may get or set on our objects."""
+        return isinstance(name, str)
+
+    def check_target(self, obj):
+        """Raise unless the other side may act on `obj` (see trusted.py)."""
+
+    def dispatch(self, op, args):
+        if op in ("getattr", "setattr", "delattr"):
+            obj, name = args[0], args[1]
+            if not self.allowed_name(name):
+                raise AttributeError("attribute %r is not available to the other process" % (name,))
+            self.check_target(obj)
+            if op == "getattr":
+                return getattr(obj, name)
+            if op == "setattr":
+                setattr(obj, name, args[2])
+            else:
+                delattr(obj, name)
+            return None
+        if op == "call":
+            fn, pos, kw = args
+            if not isinstance(pos, tuple) or not isinstance(kw, tuple):
+                raise ProtocolError("call arguments")
+            self.check_target(fn)
+            return fn(*pos, **dict(kw))
+        if op == "op":
+            name = args[0]
+            if not isinstance(name, str) or name not in _OPERATORS:
+                raise ProtocolError("operator %r" % (name,))
+            self.check_target(args[1])
+            return _OPERATORS[name](*args[1:])
+        return self.dispatch_other(op, args)
+
+    def dispatch_other(self, op, args):
+        raise ProtocolError("unknown request %r" % op)
+
+    # ---- references ----------------------------------------------------------------------
+
+    def export(self, obj, value=True):
+        """Our object's id for the other side. `value`: handed over as a value (not only
+        described as some object's class)."""
+        key = id(obj)
+        oid = self.export_ids.get(key)
+        if oid is None or self.exports.get(oid) is not obj:
+            oid = self.next_oid
+            self.next_oid += 1
+            self.exports[oid] = obj
+            self.export_ids[key] = oid
+        self.sent[oid] = self.sent.get(oid, 0) + 1
+        return oid
+
+    def _release(self, item):
+        if not (isinstance(item, list) and len(item) == 2):
+            raise ProtocolError("release")
+        oid, count = item
+        if type(count) is not int:
+            raise ProtocolError("release")
+        left = self.sent.get(oid, 0) - count
+        if left > 0:
+            self.sent[oid] = left
+            return
+        self.sent.pop(oid, None)
+        obj = self.exports.pop(oid, None)
+        if obj is not None and self.export_ids.get(id(obj)) == oid:
+            del self.export_ids[id(obj)]
+
+    def dropped(self, proxy):
+        oid = proxy.__dict__.get("_rollouts_oid")
+        if oid is not None and self.proxies.get(oid) is None:
+            count = self.received.pop(oid, 0)
+            if count:
+                self.releases.append([oid, count])
+
+    def is_own_module(self, module):
+        """Modules of ours the other side imports by name from its own copy (see tested.py)."""
+        return False
+
+    def module_for(self, name, oid, class_node):
+        """The other side's module `name` (see trusted.py); a plain proxy by default."""
+        return self._proxy(oid, class_node)
+
+    # ---- encoding ------------------------------------------------------------------------
+
+    def encode(self, v, memo):
+        return codec.encode(v, memo, self._reference_encoder(memo))
+
+    def _reference_encoder(self, memo):
+        return lambda v: self.encode_reference(v, memo)
+
+    def encode_reference(self, v, memo):
+        if type(v) is AsReference:
+            return ["o", self.export(v.obj), self.class_node(type(v.obj))]
+        if (
+            isinstance(v, (RemoteObject, RemoteClassMeta))
+            and v.__dict__.get("_rollouts_ep") is self
+        ):
+            return ["x", v.__dict__["_rollouts_oid"]]  # the other side's own object, back
+        if isinstance(v, BaseException):
+            return self.encode_exception(v, memo)
+        if isinstance(v, types.ModuleType):
+            tag = "m" if self.is_own_module(v) else "g"
+            return [tag, getattr(v, "__name__", ""), "", self.export(v), self.class_node(type(v))]
+        if isinstance(v, type):
+            return self.class_node(v, named=True)
+        if isinstance(v, _FUNCTION_TYPES):
+            named = _qualified(v)
+            if named and not self._defined_here(v):
+                return ["g", named[0], named[1], self.export(v), self.class_node(type(v))]
+        return ["o", self.export(v), self.class_node(type(v))]
+
+    def _defined_here(self, obj):
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        return module is not None and self.is_own_module(module)
+
+    def class_node(self, cls, named=False):
+        """["C", oid, meta] for a class: its names, its non-builtin bases and, for exception
+        classes, the nearest builtin exception it derives from. `named`: a class sent as a
+        value also says where it can be imported from, so the receiver may use its own."""
+        builtin_exc = None
+        if issubclass(cls, BaseException):
+            for base in cls.__mro__:
+                if base.__module__ == "builtins":
+                    builtin_exc = base.__name__
+                    break
+        bases = [self.class_node(b) for b in cls.__bases__ if b.__module__ != "builtins"]
+        meta = {
+            "n": cls.__name__,
+            "q": getattr(cls, "__qualname__", cls.__name__),
+            "m": getattr(cls, "__module__", "?"),
+            "b": bases,
+            "x": builtin_exc,
+        }
+        if named and not self._defined_here(cls):
+            meta["g"] = _qualified(cls)
+        return ["C", self.export(cls, value=named), meta]
+
+    def encode_exception(self, e, memo):
+        encoder = self._reference_encoder(memo)
+        try:
+            args = [codec.leaf(a, memo, encoder) for a in e.args]
+        except Exception:
+            args = [_cap(repr(a)) for a in e.args]
+        try:
+            text = _cap(str(e))
+        except Exception:
+            text = "<unprintable %s>" % type(e).__name__
+        tb = _cap("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        return ["E", self.class_node(type(e)), args, text, tb, self.export(e)]
+
+    # ---- decoding ------------------------------------------------------------------------
+
+    def decode(self, node, memo):
+        return codec.decode_leaf(node, memo, self._reference_decoder(memo))
+
+    def _reference_decoder(self, memo):
+        return lambda node: self.decode_reference(node, memo)
+
+    def decode_reference(self, node, memo):
+        tag = node[0]
+        try:
+            if tag == "o":
+                return self._proxy(node[1], node[2])
+            if tag == "C":
+                return self.class_value(node)
+            if tag == "x":
+                return self.exports[node[1]]
+            if tag == "m":
+                return self.module_for(node[1], node[3], node[4])
+            if tag == "g":
+                return self._global(node)
+            if tag == "E":
+                return self.decode_exception(node, memo)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            raise ProtocolError("bad %r node: %s" % (tag, e)) from None
+        raise ProtocolError("unknown tag %r" % (tag,))
+
+    def _count(self, oid):
+        self.received[oid] = self.received.get(oid, 0) + 1
+
+    def _proxy(self, oid, class_node):
+        if type(oid) is not int:
+            raise ProtocolError("object id")
+        self._count(oid)
+        proxy = self.proxies.get(oid)
+        if proxy is not None:
+            return proxy
+        cls = self.mirror(class_node)
+        proxy = cls.__new__(cls) if issubclass(cls, BaseException) else object.__new__(cls)
+        object.__setattr__(proxy, "_rollouts_ep", self)
+        object.__setattr__(proxy, "_rollouts_oid", oid)
+        self.proxies[oid] = proxy
+        return proxy
+
+    def _global(self, node):
+        """A module or function named by module and qualified name: ours if that module is
+        already imported here and the name leads to one, else a proxy."""
+        module_name, qualname, oid, class_node = node[1], node[2], node[3], node[4]
+        if not isinstance(module_name, str) or not isinstance(qualname, str):
+            raise ProtocolError("global name")
+        found = _lookup(module_name, qualname)
+        if isinstance(found, types.ModuleType) or isinstance(found, _FUNCTION_TYPES):
+            self.releases.append([oid, 1])
+            return found
+        return self._proxy(oid, class_node)
+
+    def class_value(self, node):
+        """A class sent as a value: our own class of that name where it is imported here
+        (so `except ValueError` and `isinstance(x, OrderedDict)` work), else its mirror."""
+        meta = node[2] if isinstance(node, list) and len(node) == 3 else None
+        named = meta.get("g") if isinstance(meta, dict) else None
+        if isinstance(named, list) and len(named) == 2:
+            found = _lookup(str(named[0]), str(named[1]))
+            if isinstance(found, type) and not isinstance(found, RemoteClassMeta):
+                self.releases.append([node[1], 1])
+                return found
+        return self.mirror(node)
+
+    def mirror(self, node):
+        """The local mirror class of a class of the other side (made once per class)."""
+        if not (isinstance(node, list) and len(node) == 3 and node[0] == "C"):
+            raise ProtocolError("class node")
+        oid, meta = node[1], node[2]
+        cls = self.mirrors.get(oid)
+        if cls is not None:
+            return cls
+        if type(oid) is not int or not isinstance(meta, dict):
+            raise ProtocolError("class node")
+        bases = [self.mirror(b) for b in meta.get("b") or []]
+        builtin = self.exception_base(meta.get("x"))
+        if builtin is not None and not any(issubclass(b, builtin) for b in bases):
+            bases.append(builtin)
+        if not any(issubclass(b, RemoteObject) for b in bases):
+            bases.insert(0, RemoteObject)
+        name, qualname, module = str(meta.get("n")), str(meta.get("q")), str(meta.get("m"))
+        namespace = {"__module__": module, "__qualname__": qualname, "__doc__": None}
+        try:
+            cls = RemoteClassMeta(name, tuple(bases), namespace)
+        except TypeError:  # an MRO the local bases cannot form: keep what matters
+            fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
+            cls = RemoteClassMeta(name, fallback, namespace)
+        type.__setattr__(cls, "_rollouts_ep", self)
+        type.__setattr__(cls, "_rollouts_oid", oid)
+        self.mirrors[oid] = cls
+        return cls
+
+    def exception_base(self, name):
+        """The local base of a mirrored exception class whose nearest builtin is `name`."""
+        if name is None:
+            return None
+        if name == "SystemExit":
+            return PeerExit
+        return SAFE_EXCEPTIONS.get(name, Exception)
+
+    def decode_exception(self, node, memo):
+        if not (isinstance(node, list) and len(node) == 6 and node[0] == "E"):
+            raise ProtocolError("exception node")
+        _, class_node, raw_args, text, tb, oid = node
+        if not isinstance(raw_args, list) or type(oid) is not int:
+            raise ProtocolError("exception node")
+        known = self.proxies.get(oid)
+        if known is not None:
+            self._count(oid)
+            return known
+        args = tuple(self.decode(a, memo) for a in raw_args)
+        meta = class_node[2] if isinstance(class_node, list) and len(class_node) == 3 else {}
+        if not isinstance(meta, dict):
+            raise ProtocolError("exception class")
+        builtin_name = meta.get("x")
+        if meta.get("m") == "builtins" and builtin_name in SAFE_EXCEPTIONS:
+            cls = SAFE_EXCEPTIONS[builtin_name]
+            self.releases.append([oid, 1])
+            try:
+                exc = cls(*args)
+            except Exception:
+                exc = cls.__new__(cls)
+                exc.args = args
+        else:
+            if meta.get("m") == "builtins" and builtin_name == "SystemExit":
+                cls = PeerExit
+            else:
+                cls = self.mirror(class_node)
+            exc = cls.__new__(cls)
+            BaseException.__init__(exc, *args)
+            object.__setattr__(exc, "_rollouts_text", str(text))
+            if issubclass(cls, RemoteObject):
+                object.__setattr__(exc, "_rollouts_ep", self)
+                object.__setattr__(exc, "_rollouts_oid", oid)
+                self._count(oid)
+                self.proxies[oid] = exc
+            else:
+                self.releases.append([oid, 1])
+        if isinstance(tb, str) and tb and hasattr(exc, "add_note"):
+            exc.add_note("[in the other process]\n" + tb.rstrip())
+        return exc
+
+
+def _same_entry(new, old):
+    """Whether a copy-back entry equals the request's entry for that container. In the
+    request every ["@", n] is a request entry; in the answer that is ["R", n], and ["@", n] is
+    something new."""
+
+    def norm(x, answer):
+        if isinstance(x, list):
+            if len(x) == 2 and x[0] in ("@", "R"):
+                return ("new" if answer and x[0] == "@" else "req", x[1])
+            return [norm(y, answer) for y in x]
+        return x
+
+    return norm(new, True) == norm(old, False)
+
+
+def _lookup(module_name, qualname):
+    """The object `qualname` of the already imported module `module_name`, or None."""
+    found = sys.modules.get(module_name)
+    for part in qualname.split(".") if qualname else ():
+        if found is None or part.startswith("__"):
+            return None
+        found = getattr(found, part, None)
+    return found
+
+
+def _cap(text):
+    return (
+        text
+        if len(text) <= TEXT_CAP
+        else text[: TEXT_CAP // 2] + "\n[...]\n" + text[-TEXT_CAP // 2 :]
+    )
+
+
+def socket_from_fd(fd):
+    return socket.socket(fileno=fd)

@@ -1,0 +1,239 @@
+"""The tested code's process: the agent's modules run here, and nowhere near the verdict.
+
+trusted.py starts it (as another user where it can) with one end of a socket:
+
+    python3 -I -B tested.py serve FD          serve the tests' requests on FD
+    python3 -I -B tested.py main SETUP NAME   run workspace module NAME as __main__
+
+Before any code of the workspace is read it confines itself with Landlock where the kernel has
+it: writes only beneath /tmp, /var/tmp, /root and /dev, no signals to processes outside its
+domain (the tests, the verifier script), no connecting to their abstract sockets. Its
+`print`s and log records go to the tests' process (so capsys and caplog see them); its file
+descriptors 1 and 2 go nowhere.
+
+Standard library only: this runs under the task image's Python.
+"""
+
+import ctypes
+import importlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import random
+import runpy
+import sys
+import threading
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+WRITABLE = ("/tmp", "/var/tmp", "/root", "/dev")
+
+
+def _load(name):
+    key = "_rollouts_" + name
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(_HERE, name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+rpc = _load("rpc")
+
+# Linux Landlock ABI (include/uapi/linux/landlock.h); syscall numbers are the same on x86_64
+# and arm64.
+_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_WRITE_FILE = 1 << 1
+_DIR_WRITES = sum(1 << b for b in (4, 5, 6, 7, 8, 9, 10, 11, 12))  # remove_*, make_*
+_REFER = 1 << 13  # ABI 2
+_TRUNCATE = 1 << 14  # ABI 3
+_SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def confine():
+    """Apply the Landlock ruleset to this process and its future children. Returns the ABI
+    version it applied, or a string saying why none was."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+    if abi < 1:
+        return "landlock unavailable: " + os.strerror(ctypes.get_errno())
+    if threading.active_count() != 1:
+        return "more than one thread: landlock would confine only one"
+    handled = (
+        _WRITE_FILE | _DIR_WRITES | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    )
+    scoped = _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
+    attr = _RulesetAttr(handled, 0, scoped)
+    size = ctypes.sizeof(attr) if abi >= 6 else 16
+    ruleset = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if ruleset < 0:
+        return "landlock_create_ruleset: " + os.strerror(ctypes.get_errno())
+    try:
+        for path in WRITABLE:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = _PathBeneath(handled, fd)
+                if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0):
+                    return "landlock_add_rule %s: %s" % (path, os.strerror(ctypes.get_errno()))
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
+            return "prctl(NO_NEW_PRIVS): " + os.strerror(ctypes.get_errno())
+        if libc.syscall(_SYS_RESTRICT, ruleset, 0):
+            return "landlock_restrict_self: " + os.strerror(ctypes.get_errno())
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+class TestedEndpoint(rpc.Endpoint):
+    def __init__(self, sock, landlock):
+        super().__init__(sock)
+        self.landlock = landlock
+        self.workspace = None
+
+    def is_own_module(self, module):
+        if self.workspace is None:
+            return False
+        where = getattr(module, "__file__", None) or ""
+        paths = [where] + list(getattr(module, "__path__", None) or [])
+        root = self.workspace + os.sep
+        return any(isinstance(p, str) and os.path.abspath(p).startswith(root) for p in paths)
+
+    def on_request(self, msg):
+        super().on_request(msg)
+        env = msg.get("env")
+        if isinstance(env, dict):
+            os.environ.clear()
+            os.environ.update({str(k): str(v) for k, v in env.items()})
+        state = msg.get("rs")
+        if state is not None:
+            random.setstate((state[0], tuple(state[1]), state[2]))
+
+    def dispatch_other(self, op, args):
+        if op == "hello":
+            _apply_setup(args[0])
+            self.workspace = args[0]["workspace"]
+            return {"landlock": self.landlock, "uid": os.getuid()}
+        if op == "import":
+            return rpc.AsReference(importlib.import_module(args[0]))
+        if op == "exports":
+            names = getattr(args[0], "__all__", None)
+            if names is None:
+                names = [n for n in dir(args[0]) if not n.startswith("_")]
+            return [str(n) for n in names]
+        return super().dispatch_other(op, args)
+
+
+def _apply_setup(setup):
+    sys.path[:] = [p for p in setup["path"] if isinstance(p, str)]
+    try:
+        os.chdir(setup["cwd"])
+    except OSError:
+        os.chdir(setup["workspace"])
+
+
+class _Output(io.TextIOBase):
+    """sys.stdout / sys.stderr of the tested code: each write goes to the tests' process."""
+
+    def __init__(self, ep, fd):
+        self._ep = ep
+        self._fd = fd
+        self.buffer = _Bytes(self)
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        if s:
+            self._ep.oneway({"w": self._fd, "s": s})
+        return len(s)
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    @property
+    def errors(self):
+        return "replace"
+
+    def isatty(self):
+        return False
+
+
+class _Bytes(io.RawIOBase):
+    def __init__(self, text):
+        self._text = text
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self._text.write(bytes(b).decode("utf-8", "replace"))
+        return len(b)
+
+
+class _Logs(logging.Handler):
+    """Every record of the tested code, to the tests' process (whose loggers decide)."""
+
+    def __init__(self, ep):
+        super().__init__(logging.NOTSET)
+        self._ep = ep
+
+    def emit(self, record):
+        try:
+            self._ep.oneway({"log": [record.name, record.levelno, record.getMessage()]})
+        except Exception:
+            pass
+
+
+def serve(fd):
+    landlock = confine()
+    ep = TestedEndpoint(rpc.socket_from_fd(fd), landlock)
+    sys.stdout = _Output(ep, 1)
+    sys.stderr = _Output(ep, 2)
+    root = logging.getLogger()
+    root.addHandler(_Logs(ep))
+    root.setLevel(logging.NOTSET)
+    try:
+        ep.serve_forever()
+    except rpc.PeerGone:
+        pass
+
+
+def run_main(setup, name, args):
+    confine()
+    _apply_setup(setup)
+    spec = importlib.util.find_spec(name)
+    sys.argv = [getattr(spec, "origin", None) or name] + args
+    runpy.run_module(name, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(int(sys.argv[2]))
+    elif sys.argv[1] == "main":
+        run_main(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4:])
+    else:
+        sys.exit("usage: tested.py serve FD | main SETUP NAME [ARGS...]")

@@ -1,0 +1,492 @@
+"""The verifier runtime on this machine, without Docker: a workspace laid out by view.py, tests run
+by pytest (or a plain script) in one process, the workspace's code in the tested process.
+
+Here the tested process runs as the same user (the test machine's Python is not reachable by
+the verifier's unprivileged user), so Landlock is the layer that holds; tests/docker runs the
+same code in a verifier container under its own user id.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import sandboxes
+from sandboxes.tasks import iter_tasks
+from tests import task_styles
+
+RUNTIME = Path(sandboxes.__file__).parent / "verifier_runtime"
+BOUNDARY = Path(__file__).parents[1] / "fixtures" / "boundary"
+EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
+
+
+@dataclass
+class Run:
+    rc: int
+    output: str
+    events: list[dict]
+
+    def named(self, event: str) -> list[dict]:
+        return [e for e in self.events if e.get("event") == event]
+
+
+class Layout:
+    """The verifier container's folders under `root`: lib (the runtime), workspace, app,
+    tests and logs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for name in ("lib", "workspace", "app", "tests", "logs"):
+            (root / name).mkdir(parents=True)
+        for f in RUNTIME.glob("*.py"):
+            shutil.copy(f, root / "lib" / f.name)
+        self.report = root / "logs" / "report.jsonl"
+
+    def files(self, folder: str, files: dict[str, str | bytes]) -> None:
+        for name, content in files.items():
+            path = self.root / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+    def view(self) -> dict:
+        r = self.root
+        argv = [r / "workspace", r / "app", r / "tests", r / "view.json", self.report]
+        subprocess.run([sys.executable, "-I", r / "lib" / "view.py", *argv], check=True)
+        return json.loads((r / "view.json").read_text())
+
+    def run(self, *argv: str | Path, timeout: float = 120) -> Run:
+        env = {
+            "ROLLOUTS_VIEW_MANIFEST": str(self.root / "view.json"),
+            "PATH": "/usr/bin:/bin",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # this venv's plugins: seconds per start
+        }
+        p = subprocess.run(
+            [str(a) for a in argv],
+            cwd=self.root / "app",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        lines = self.report.read_text().splitlines() if self.report.exists() else []
+        return Run(p.returncode, p.stdout + p.stderr, [json.loads(line) for line in lines])
+
+    def pytest(self, *extra: str) -> Run:
+        """The bundled tasks' way: pytest in an isolated interpreter, /app last on sys.path."""
+        code = (
+            f"import sys; sys.path.append({str(self.root / 'app')!r}); import pytest; "
+            "sys.exit(pytest.main(sys.argv[1:]))"
+        )
+        tests = self.root / "tests"
+        return self.run(
+            sys.executable, "-I", "-c", code, "-q", "-p", "no:cacheprovider", *extra, tests
+        )
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout(tmp_path / "verifier")
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Layout]:
+    """A layout outside /tmp (which the tested process may write): for what it must not reach."""
+    root = Path(tempfile.mkdtemp(prefix="rollouts-runtime-", dir="/run"))
+    try:
+        yield Layout(root / "verifier")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _oracle_files(task_dir: Path) -> dict[str, str]:
+    """The files a bundled oracle writes (`cat > /app/NAME <<'EOF' ... EOF`)."""
+    solve = (task_dir / "solution" / "solve.sh").read_text()
+    found = re.findall(r"cat > /app/(\S+) <<'EOF'\n(.*?)\nEOF", solve, re.S)
+    assert found, f"{task_dir.name}: no file in its solve.sh"
+    return {name: body + "\n" for name, body in found}
+
+
+# ---- honest tests are unaffected ------------------------------------------------------------
+
+
+def test_honest_tests_see_the_solution_as_in_their_own_process(layout: Layout) -> None:
+    layout.files("workspace", {"solution.py": (BOUNDARY / "solution.py").read_text()})
+    layout.files("tests", {"test_semantics.py": (BOUNDARY / "semantics_cases.py").read_text()})
+    assert layout.view()["modules"] == ["solution"]
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    (isolated,) = run.named("isolated")
+    assert isolated["landlock"] >= 1 and isolated["tested_pid"] != isolated["pid"]
+    assert run.named("value_hack") == []
+
+
+def _oracle_run(root: Path, task_dir: Path, style: str) -> Run:
+    layout = Layout(root)
+    task = task_styles.styled(next(iter_tasks(task_dir)), style)
+    layout.files("workspace", _oracle_files(task_dir))
+    tests = {k: v for k, v in task.test_files.items() if k != "test.sh"}
+    if style == "plain":  # its script finds the solution in /app: here, in this layout's app
+        tests = {
+            k: v.replace(b'"/app"', repr(str(root / "app")).encode()) for k, v in tests.items()
+        }
+    layout.files("tests", tests)
+    layout.view()
+    if style == "plain":
+        return layout.run(sys.executable, root / "tests" / "run_checks.py")
+    return layout.pytest()
+
+
+def test_every_oracle_passes_unflagged(tmp_path: Path) -> None:
+    """The value-hack detector's false positives over every oracle in the repository (the
+    bundled tasks, and camel-to-snake in each test style): none."""
+    cases = [(t, "bundled") for t in sorted(EXAMPLES.iterdir())]
+    cases += [(EXAMPLES / "camel-to-snake", style) for style in task_styles.STYLES[1:]]
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda c: _oracle_run(tmp_path / f"{c[0].name}-{c[1]}", *c), cases))
+    failed = {
+        f"{task_dir.name} ({style})": run.output[-600:]
+        for (task_dir, style), run in zip(cases, runs, strict=True)
+        if run.rc != 0 or not run.named("isolated") or run.named("value_hack")
+    }
+    assert failed == {}
+
+
+# ---- value hacks ----------------------------------------------------------------------------
+
+_ALWAYS_EQUAL = """
+class Any:
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+
+def fn(x):
+    return Any()
+"""
+HACKS = {
+    "object equal to anything": _ALWAYS_EQUAL,
+    "str subclass equal to anything": """
+class S(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def fn(x):
+    return S("nope")
+""",
+    "never unequal": """
+class N:
+    def __ne__(self, other):
+        return False
+
+
+def fn(x):
+    return N()
+""",
+    "mock.ANY": "from unittest import mock\n\n\ndef fn(x):\n    return mock.ANY\n",
+    "both smaller and not smaller": """
+class O:
+    def __lt__(self, other):
+        return True
+
+    def __ge__(self, other):
+        return True
+
+
+def fn(x):
+    return O()
+""",
+    "contains everything": """
+class C:
+    def __contains__(self, item):
+        return True
+
+
+def fn(x):
+    return C()
+""",
+    "equal to the tests' own objects": _ALWAYS_EQUAL + "\n\nclass Token:\n    pass\n",
+    "equal by a truthy non-bool": """
+class T:
+    def __eq__(self, other):
+        return 1
+
+    __hash__ = object.__hash__
+
+
+def fn(x):
+    return T()
+""",
+    "no difference to anything": """
+class Z:
+    def __sub__(self, other):
+        return 0.0
+
+    __rsub__ = __sub__
+
+
+def fn(x):
+    return Z()
+""",
+}
+HACK_TESTS = """
+import unittest
+
+import pytest
+
+import solution
+
+
+def test_equal():
+    assert solution.fn("getValue") == "get_value"
+
+
+def test_not_equal():
+    assert not (solution.fn("getValue") != "get_value")
+
+
+def test_order():
+    assert solution.fn(3) < 5
+
+
+def test_contains():
+    assert "get" in solution.fn("getValue")
+
+
+def test_equal_to_an_object():
+    assert solution.fn("x") == solution.Token()
+
+
+def test_approx():
+    assert solution.fn(1) == pytest.approx(2.5)
+
+
+class TestAlmost(unittest.TestCase):
+    def test_almost(self):
+        self.assertAlmostEqual(solution.fn(1), 2.5)
+"""
+
+
+@pytest.mark.parametrize("hack", sorted(HACKS))
+def test_value_hacks_are_caught(layout: Layout, hack: str) -> None:
+    layout.files("workspace", {"solution.py": HACKS[hack]})
+    layout.files("tests", {"test_hack.py": HACK_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.named("value_hack"), f"{hack}: not caught\n{run.output}"
+    assert run.rc == 1, run.output  # a caught comparison is False: its test fails too
+
+
+def test_outcome_exceptions_of_the_tested_code_are_failures(layout: Layout) -> None:
+    """pytest's skip/xfail exceptions raised by the solution fail the test (a skipped test
+    counts as no failure to an exit-status-only test.sh)."""
+    solution = "import pytest\n\n\ndef fn(x):\n    pytest.skip('no')\n\n\n"
+    solution += "def gn(x):\n    pytest.xfail('no')\n"
+    tests = "import solution\n\n\ndef test_f():\n    solution.fn(1)\n\n\n"
+    tests += "def test_g():\n    solution.gn(1)\n"
+    layout.files("workspace", {"solution.py": solution})
+    layout.files("tests", {"test_outcomes.py": tests})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 1 and "2 failed" in run.output, run.output
+
+
+def test_a_system_exit_cannot_end_the_tests_with_success(layout: Layout) -> None:
+    layout.files("workspace", {"solution.py": "def fn(x):\n    raise SystemExit(0)\n"})
+    layout.files(
+        "tests",
+        {
+            "check.py": "import sys\nsys.path.insert(0, '.')\nimport solution\n"
+            "solution.fn(1)\nprint('all good')\n"
+        },
+    )
+    layout.view()
+    run = layout.run(sys.executable, layout.root / "tests" / "check.py")
+    assert run.rc == 1 and "all good" not in run.output
+    assert run.named("solution_exit"), run.events
+
+
+def test_a_workspace_module_run_as_a_program_runs_in_the_tested_process(layout: Layout) -> None:
+    prog = "import os, sys\nprint('args', sys.argv[1:], os.getpid())\nsys.exit(3)\n"
+    layout.files("workspace", {"prog.py": prog})
+    layout.view()
+    run = layout.run(sys.executable, layout.root / "app" / "prog.py", "a", "b")
+    assert run.rc == 3 and "args ['a', 'b']" in run.output, run.output
+    (isolated,) = run.named("isolated")
+    assert isolated["mode"] == "main" and str(isolated["tested_pid"]) in run.output
+
+
+# ---- what the tested process cannot reach ---------------------------------------------------
+
+REACH = """
+import os, signal
+
+
+def attempts():
+    out = {}
+    report = os.environ["REPORT"]
+    for name, act in (
+        ("write the report", lambda: open(report, "a").write("{}\\n")),
+        ("write the tests", lambda: open(os.environ["TESTS"] + "/test_reach.py", "a").write("#")),
+        ("signal the tests", lambda: os.kill(os.getppid(), signal.SIGSTOP)),
+        ("open the tests' descriptors", lambda: open("/proc/%d/fd/1" % os.getppid(), "w")),
+        ("read the tests' memory", lambda: open("/proc/%d/mem" % os.getppid(), "rb").read(1)),
+    ):
+        try:
+            act()
+            out[name] = "done"
+        except OSError as e:
+            out[name] = e.errno
+    return out
+"""
+
+
+def test_the_tested_process_reaches_nothing_of_the_tests(outside_tmp: Layout) -> None:
+    layout = outside_tmp
+    layout.files("workspace", {"solution.py": REACH})
+    test = (
+        "import os\n\nimport solution\n\n\ndef test_reach(monkeypatch):\n"
+        f"    monkeypatch.setenv('REPORT', {str(layout.report)!r})\n"
+        f"    monkeypatch.setenv('TESTS', {str(layout.root / 'tests')!r})\n"
+        "    print('ATTEMPTS', solution.attempts())\n    assert False\n"
+    )
+    layout.files("tests", {"test_reach.py": test})
+    layout.view()
+    run = layout.pytest()
+    (line,) = [x for x in run.output.splitlines() if x.startswith("ATTEMPTS")]
+    attempts = eval(line.removeprefix("ATTEMPTS "))  # a dict literal printed by the solution
+    assert "done" not in attempts.values(), attempts
+
+
+# ---- the view: nothing in /app that a runner loads on its own -------------------------------
+
+
+def test_the_view_holds_stubs_and_data_only(layout: Layout) -> None:
+    layout.files(
+        "workspace",
+        {
+            "solution.py": "x = 1\n",
+            "pkg/__init__.py": "",
+            "pkg/mod.py": "y = 2\n",
+            "ns/inner.py": "z = 3\n",
+            "data.txt": "plain data\n",
+            "conftest.py": "raise SystemExit\n",
+            "pytest.ini": "[pytest]\naddopts = -p evil\n",
+            "pyproject.toml": "[tool.pytest.ini_options]\n",
+            "sitecustomize.py": "raise SystemExit\n",
+            "pytest.py": "raise SystemExit\n",
+            "json.py": "raise SystemExit\n",
+            "test_planted.py": "def test_ok():\n    pass\n",
+            "evil.pth": "import os\n",
+            "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = solution\n",
+            "__pycache__/solution.cpython-311.pyc": b"\x00bytecode",
+            "helper.pyc": b"\x00bytecode",
+            "bad-name/x.py": "w = 4\n",
+        },
+    )
+    layout.files("tests", {"helpers.py": ""})
+    layout.files("workspace", {"helpers.py": "shadowing a module beside the tests\n"})
+    manifest = layout.view()
+    app = layout.root / "app"
+    present = sorted(str(p.relative_to(app)) for p in app.rglob("*") if p.is_file())
+    assert present == ["data.txt", "ns/inner.py", "pkg/__init__.py", "pkg/mod.py", "solution.py"]
+    assert sorted(manifest["modules"]) == ["ns.inner", "pkg", "pkg.mod", "solution"]
+    stub = (app / "solution.py").read_text()
+    assert "x = 1" not in stub and "attach(globals(), 'solution')" in stub
+    (view,) = [json.loads(line) for line in layout.report.read_text().splitlines()]
+    assert "./evil-1.0.dist-info" in view["left_out"] and "./conftest.py" in view["left_out"]
+    code = "from pkg import mod; import ns.inner, solution; print(mod.y, ns.inner.z, solution.x)"
+    run = layout.run(sys.executable, "-I", "-c", f"import sys; sys.path.append('.'); {code}")
+    assert run.rc == 0 and run.output.split() == ["2", "3", "1"], run.output
+
+
+# ---- the codec ------------------------------------------------------------------------------
+
+
+def _codec():
+    spec = importlib.util.spec_from_file_location("_rollouts_codec_test", RUNTIME / "codec.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _round_trip(codec, value):
+    def refuse(v):
+        raise AssertionError(f"not plain: {v!r}")
+
+    memo = codec.Memo()
+    node = codec.encode(value, memo, refuse)
+    msg = json.loads(json.dumps({"v": node, "t": memo.table}))
+    back = codec.Memo(msg["t"])
+    codec.build(back, refuse)
+    return codec.decode_leaf(msg["v"], back, refuse)
+
+
+def test_values_travel_exactly_however_deep_or_cyclic() -> None:
+    import collections
+    import datetime
+    import decimal
+    import fractions
+    import math
+    import pathlib
+    import uuid
+
+    codec = _codec()
+    deep: list = [7]
+    for _ in range(20_000):
+        deep = [deep]
+    back = _round_trip(codec, deep)
+    for _ in range(20_000):
+        back = back[0]
+    assert back == [7]
+
+    ring: list = [1]
+    ring.append(ring)
+    shared = {"k": ring}
+    out = _round_trip(codec, [shared, shared, (ring, frozenset({(1, 2)}))])
+    assert out[0] is out[1] and out[0]["k"][1] is out[0]["k"] and out[2][0] is out[0]["k"]
+    plain = [
+        True, 1, -(2**200), 2**64, 0.1, -0.0, math.inf, "é\ud800", b"\x00\xff", bytearray(b"ab"),
+        3 + 4j, {1, "a"}, frozenset(), (), {(1, 2): [3]}, None, range(1, 9, 2),
+        decimal.Decimal("1.10"), fractions.Fraction(1, 3), datetime.date(2026, 12, 2),
+        datetime.datetime(2026, 12, 2, 1, 2, 3, tzinfo=datetime.UTC),
+        datetime.timedelta(days=1, microseconds=5), uuid.UUID(int=5), pathlib.PurePosixPath("/a"),
+        collections.OrderedDict(a=1), collections.Counter("aab"), collections.deque([1], maxlen=3),
+        collections.defaultdict(list, {"x": [1]}),
+    ]  # fmt: skip
+    out = _round_trip(codec, plain)
+    assert out == plain and [type(x) for x in out] == [type(x) for x in plain]
+    assert math.copysign(1, out[5]) == -1 and out[-2].maxlen == 3 and out[-1]["new"] == []
+    nan = _round_trip(codec, float("nan"))
+    assert nan != nan
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        [["t", [["@", 1]]]],  # a tuple that contains itself
+        [["l", [["@", 9]]]],  # a reference to nothing
+        [["zz", []]],
+        [["d", [[["@", 1], 1]]]],  # an unhashable key
+        ["not a node"],
+        [["dq", [], -1]],
+    ],
+)
+def test_malformed_tables_are_protocol_errors(table: list) -> None:
+    codec = _codec()
+    with pytest.raises(codec.ProtocolError):
+        codec.build(codec.Memo(table), lambda node: None)
