@@ -14,46 +14,15 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import Results, render_markdown
+from benchmarks.plan import FULL, METHODS, QUICK, SECTIONS, Sizes
+from benchmarks.results_tables import render_markdown
+from benchmarks.run_results import Results
 from benchmarks.stats import Figure, figure, percentile
 
 RESULTS_DIR = Path(__file__).parent / "results"
-SECTIONS = ("sandbox", "command", "overlap", "datapath")
-# How this code measures, recorded with every run (docs/performance.md notes runs without it).
-METHODS = {
-    "baseline_warmup": "one unmeasured round for every system",
-    "token_arrays": "the same trajectories leased as Arrow, then as JSON, from the API",
-    "overlap": "decode speed calibrated to balance the halves; generation alone graded; "
-    "samples differ in length (stand-in --length-jitter); several waves",
-    "cpu_split": "CPU time by owner from cgroup accounting (engine, containers, harness)",
-    "datapath_warmup": "one unmeasured rollout through the service before its timed pipeline",
-}
-
-
-@dataclass(frozen=True)
-class Sizes:
-    repeats: int
-    sandbox_tasks: int
-    levels: tuple[int, ...]
-    harbor_levels: tuple[int, ...]  # Harbor runs once per level: its trials are slow
-    command_rounds: int
-    overlap_repeats: int  # each is three collect runs of the whole batch
-    overlap_tasks: int
-    overlap_n: int
-    overlap_concurrency: int
-    pipeline_trajectories: int
-    stored_trajectories: int
-    sqlite_blobs: int
-
-
-# The full run stays under 10 minutes on 2 cores. The overlap batch (2 tasks x 8 through 4
-# slots) is four waves, as an RL step's batch is several times the samples in flight.
-FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 2, 8, 4, 2048, 10_000, 1280)
-QUICK = Sizes(1, 2, (1, 2), (2,), 5, 1, 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease
 
 
 def log(message: str) -> None:
@@ -220,7 +189,7 @@ def _single(value: float) -> Figure:
 
 
 def overlap_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
-    from benchmarks.overlap import run_overlap_section
+    from benchmarks.overlap import LONG_TAIL, MAX_TOKENS, run_overlap_section
     from sandboxes.images import ensure_base_image
     from sandboxes.tasks import load_tasks
 
@@ -239,16 +208,51 @@ def overlap_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
             log=log,
         )
     )
-    results.add_figure("overlap", figure([r.ratio for r in rounds]), target="≤ 1.15")
+    slot = [r for r in rounds if r.dispatch == "slot"]
+    chunk = [r for r in rounds if r.dispatch == "chunk"]
+    results.add_figure("overlap", figure([r.ratio for r in slot]), target="≤ 1.15")
     # Generation alone / sandboxes alone: near 1 the ratio above can tell overlap (1) from
     # serialisation (2); far from 1 it cannot.
-    results.add_figure("overlap_balance", figure([r.gen_only_s / r.sandbox_only_s for r in rounds]))
+    results.add_figure("overlap_balance", figure([r.gen_only_s / r.sandbox_only_s for r in slot]))
+    results.add_figure("occupancy", figure([r.occupancy for r in slot]))
+    results.add_figure("overlap_chunk", figure([r.ratio for r in chunk]))
+    results.add_figure("occupancy_chunk", figure([r.occupancy for r in chunk]))
+    # Per repeat, the two dispatches' end-to-end runs of the same batch, one after the other.
+    pairs = list(zip(slot, chunk, strict=True))
+    results.add_figure(
+        "occupancy_vs_chunk",
+        figure([s.occupancy / c.occupancy for s, c in pairs]),
+        target="> 1",
+        higher_is_better=True,
+    )
+    results.add_figure(
+        "end_to_end_chunk_vs_slot",
+        figure([c.end_to_end_s / s.end_to_end_s for s, c in pairs]),
+        higher_is_better=True,
+    )
+
+    def runs(these: list[Any]) -> dict[str, Any]:
+        return {
+            "end_to_end_s": figure([r.end_to_end_s for r in these]).as_dict(),
+            "gen_only_s": figure([r.gen_only_s for r in these]).as_dict(),
+            "sandbox_only_s": figure([r.sandbox_only_s for r in these]).as_dict(),
+            # The end-to-end runs' timeline: seconds with generation, sandbox work, both in
+            # flight; and the policy occupancy.
+            "end_to_end_busy_s": {
+                k: figure([r.busy[k] for r in these]).as_dict() for k in these[0].busy
+            },
+            "occupancy": figure([r.occupancy for r in these]).as_dict(),
+            "ratio": figure([r.ratio for r in these]).as_dict(),
+        }
+
     results.details["overlap"] = {
         "tasks": len(tasks),
         "n_samples": sizes.overlap_n,
         "concurrency": sizes.overlap_concurrency,
         "tokens_per_s": cal.tokens_per_s,
         "ttft_ms": ttft_ms,
+        "long_tail": LONG_TAIL,
+        "max_tokens": MAX_TOKENS,
         "calibration": {
             "trial_tokens_per_s": cal.trial_tokens_per_s,
             "trial_gen_only_s": round(cal.trial_gen_s, 2),
@@ -256,13 +260,8 @@ def overlap_section(results: Results, tasks_path: str, sizes: Sizes) -> None:
             "sandbox_only_s": round(cal.sandbox_s, 2),
             "steps": [{"tokens_per_s": v, "gen_only_s": round(g, 2)} for v, g in cal.steps],
         },
-        "end_to_end_s": figure([r.end_to_end_s for r in rounds]).as_dict(),
-        "gen_only_s": figure([r.gen_only_s for r in rounds]).as_dict(),
-        "sandbox_only_s": figure([r.sandbox_only_s for r in rounds]).as_dict(),
-        # The end-to-end runs' timeline: seconds with generation, sandbox work, both in flight.
-        "end_to_end_busy_s": {
-            k: figure([r.busy[k] for r in rounds]).as_dict() for k in rounds[0].busy
-        },
+        **runs(slot),  # the scheduler's own dispatch
+        "chunk": runs(chunk),  # the dispatch before it, same batch, same runs
     }
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from benchmarks.synthetic import make_trajectory, synthetic_tasks
 from sandboxes.task import Task
-from service.app import Components, create_app
+from service.app import create_app
+from service.components import Components
 from service.sample import SampleSpec
 from service.settings import PolicySettings, ServiceSettings, Settings
-from service.trajectory import OnEpisodeEnd, OnTrajectory, Trajectory
+from service.trajectory import OnEpisodeEnd, OnStart, OnTrajectory, Trajectory
 
 # Distinct payloads: one lease (16 groups x 8) never holds the same record twice, so Arrow's
 # zstd buffers cannot shrink a batch by finding repeats. Costs ~75 MiB of the service's RSS.
@@ -41,6 +42,7 @@ class SyntheticRunner:
         samples: list[SampleSpec],
         on_trajectory: OnTrajectory,
         on_episode_end: OnEpisodeEnd | None = None,
+        on_start: OnStart | None = None,
     ) -> None:
         def one(spec: SampleSpec) -> Trajectory:
             self.served += 1
@@ -55,8 +57,13 @@ class SyntheticRunner:
                 }
             )
 
+        async def run(spec: SampleSpec) -> None:
+            if on_start is not None:
+                await on_start(spec.trajectory_id)
+            await on_trajectory(one(spec))
+
         # The samples of a group finish together, as parallel episodes would.
-        await asyncio.gather(*(on_trajectory(one(s)) for s in samples))
+        await asyncio.gather(*(run(s) for s in samples))
 
 
 def components_factory(prompt_tokens: int, response_tokens: int) -> Callable:

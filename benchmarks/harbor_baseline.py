@@ -41,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sandbox_throughput import RoundResult, TrialFailed
+from benchmarks.rounds import RoundResult, TrialFailed
 from sandboxes.task import Task
 
 HARBOR_VERSION = "0.25.0"

@@ -19,6 +19,7 @@ import uuid
 
 from sandboxes.backend import ExecResult, Upload, Verdict, VerifyResult
 from sandboxes.task import Task
+from sandboxes.workspace_snapshot import KnownBlobs, Snapshot, snapshot_of
 from sandboxes.workspace_tar import build_tar
 
 KEYSTROKE_LOG = "keystrokes.log"
@@ -84,6 +85,9 @@ class NoopBackend:
             solve += "\n"
         solved = bool(solve) and solution_typed(solve, typed)
         return VerifyResult(1.0 if solved else 0.0, Verdict.graded, f"oracle typed: {solved}")
+
+    async def snapshot(self, workspace_tar: bytes, known: KnownBlobs) -> Snapshot:
+        return await snapshot_of(workspace_tar, known)  # kept like a real sandbox's
 
     async def aclose(self) -> None:
         return None

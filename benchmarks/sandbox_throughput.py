@@ -17,7 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.cpu_cost import CpuCost, CpuMeter
+from benchmarks.cpu_cost import CpuMeter
+from benchmarks.rounds import RoundResult, TrialFailed
 from benchmarks.self_profile import SelfProfile
 from sandboxes.control import ControlChannel
 from sandboxes.docker_adapter import DockerAdapter
@@ -32,10 +33,6 @@ from sandboxes.verifier import merge_tars
 from sandboxes.workspace_tar import build_tar, sanitize_workspace
 
 BENCH_LABEL = "rollouts.bench_id"
-
-
-class TrialFailed(RuntimeError):
-    """A trial did not reach reward 1.0: the measurement would not be of a working system."""
 
 
 class TimedAdapter(DockerAdapter):
@@ -67,19 +64,6 @@ class TimedAdapter(DockerAdapter):
     def attach_socket(self, *args: Any, **kwargs: Any) -> Any:  # the control channel's
         self.calls["attach"] += 1
         return super().attach_socket(*args, **kwargs)
-
-
-@dataclass
-class RoundResult:
-    trials: int
-    seconds: float
-    stages: dict[str, list[float]] = field(default_factory=dict)
-    engine_calls: dict[str, int] = field(default_factory=dict)  # ours: creates, execs
-    cpu: CpuCost | None = None  # set by the section, around the whole round
-
-    @property
-    def per_min(self) -> float:
-        return 60.0 * self.trials / self.seconds
 
 
 async def _bounded(items: list[Task], concurrency: int, fn: Any) -> float:

@@ -7,6 +7,11 @@ seconds with at least one span of each kind open, with both open at once, and th
 work after the last request ended. Full overlap
 puts both near the shorter half's busy time; halves that alternate batch-wide (every sample
 generating, then every sample in its sandbox) put it near 0.
+
+`occupancy()` is the policy's side: the mean number of sequences in flight at the policy over
+the run, per sample slot (what a GPU's batch is made of). Each choice of a request counts from
+the request's start until its own last token: the stand-in decodes a request's choices at one
+pace, so a choice of l tokens ends l / longest of the way through its request.
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ KINDS = ("generation", "sandbox")
 class Timeline:
     def __init__(self) -> None:
         self.spans: dict[str, list[tuple[float, float]]] = {k: [] for k in KINDS}
+        self.choices: list[tuple[float, float]] = []  # (start, end) of every choice generated
+
+    def add_request(self, start: float, end: float, lengths: list[int]) -> None:
+        longest = max([*lengths, 1])
+        for n in lengths:
+            self.choices.append((start, start + (end - start) * max(n, 1) / longest))
+
+    def occupancy(self, seconds: float, slots: int) -> float:
+        """Mean sequences in flight at the policy over `seconds`, divided by `slots`."""
+        return sum(end - start for start, end in self.choices) / (seconds * slots)
 
     @contextlib.asynccontextmanager
     async def span(self, kind: str) -> AsyncIterator[None]:
@@ -84,8 +99,11 @@ class TimedPolicy(PolicyClient):
         self._timeline = timeline
 
     async def complete(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.monotonic()
         async with self._timeline.span("generation"):
-            return await super().complete(*args, **kwargs)
+            generations = await super().complete(*args, **kwargs)
+        self._timeline.add_request(t0, time.monotonic(), [len(g.token_ids) for g in generations])
+        return generations
 
 
 class _TimedSandbox:

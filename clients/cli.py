@@ -12,6 +12,7 @@ from clients.commands import (
     images,
     policy_stub,
     pull,
+    regrade,
     sandboxes,
     serve,
     tasks,
@@ -34,7 +35,7 @@ for _group, _name in (
 ):
     app.add_typer(_group.app, name=_name)
 
-for _module in (verify, collect, serve, pull, export, view, policy_stub, doctor):
+for _module in (verify, collect, regrade, serve, pull, export, view, policy_stub, doctor):
     _module.register(app)
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 
 Delivery is at-least-once until ack (docs/delivery.md). The client makes it exactly-once for
 its caller: it remembers the trajectory ids it has acked and silently acks and skips groups it
-sees again (after a lease expiry or a service restart). Connection errors, 5xx and 429 are
+sees again (after a lease expiry or a service restart). Groups regraded after a trainer had
+them come only to `lease(regraded=True)` / `batches(regraded=True)`, deduplicated by
+trajectory id and grading. Connection errors, 5xx and 429 are
 retried with exponential backoff. Every submit carries an Idempotency-Key, the same on each of
 its retries, so a retried submit never starts a second rollout.
 """
@@ -25,8 +27,16 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
+from clients.skyrl_output import generator_output
 from service.trajectory import Trajectory, to_arrow
-from service.wire import REMAINING_HEADER, Group, PolicyState, RolloutCreated, RolloutStatus
+from service.wire import (
+    REMAINING_HEADER,
+    Group,
+    PolicyState,
+    RegradeStatus,
+    RolloutCreated,
+    RolloutStatus,
+)
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -43,6 +53,9 @@ class Batch:
     lease_expires_at: float
     groups: list[Group]
     _ack: Callable[[Batch], Any] = field(repr=False, default=lambda b: None)
+    # Groups regraded after a trainer had them: their latest gradings (each trajectory's
+    # `gradings` keeps what it was trained on) and their advantages recomputed.
+    regraded: bool = False
 
     @property
     def trajectories(self) -> list[Trajectory]:
@@ -57,13 +70,11 @@ class Batch:
 
     def to_skyrl(self, pad_token_id: int = 0) -> dict[str, Any]:
         """SkyRL's GeneratorOutput for this batch, one entry per trajectory, as
-        `RolloutsGenerator` returns it (the same conversion, `clients.skyrl.generator_output`):
+        `RolloutsGenerator` returns it (the same conversion, `clients.skyrl_output`):
         `TrajectoryID`s and `uids` from the service's group ids, `rollout_metrics`, vLLM stop
         reasons, the service's `advantages`, `exclude_from_baseline`. A masked sample trains
         nothing (all-zero loss mask) and gets its group's neutral reward, never a 0; an empty
         response is one `pad_token_id` with mask 0. See docs/skyrl.md."""
-        from clients.skyrl import generator_output  # clients.skyrl imports this module
-
         return generator_output(self.trajectories, pad_token_id=pad_token_id)
 
 
@@ -103,6 +114,15 @@ def _rollout_body(
     return body
 
 
+def _lease_body(
+    max_groups: int, rollout_id: str | None, wait_s: float, regraded: bool
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_groups": max_groups, "wait_s": wait_s, "rollout_id": rollout_id}
+    if regraded:
+        body["regraded"] = True
+    return body
+
+
 def _error(r: httpx.Response) -> ServiceError:
     try:
         detail = r.json().get("detail", r.text)
@@ -112,16 +132,25 @@ def _error(r: httpx.Response) -> ServiceError:
 
 
 class _Dedupe:
-    """Trajectory ids this client has acked: groups seen again are not handed out twice."""
+    """Trajectory ids this client has acked: groups seen again are not handed out twice. Of
+    regraded groups, (trajectory id, gradings): a later regrade of the same group is new."""
 
     def __init__(self) -> None:
-        self.acked: set[str] = set()
+        self.acked: set[tuple[str, int]] = set()
 
-    def fresh(self, groups: list[Group]) -> list[Group]:
-        return [g for g in groups if not all(t.trajectory_id in self.acked for t in g.trajectories)]
+    @staticmethod
+    def _key(t: Trajectory, regraded: bool) -> tuple[str, int]:
+        return t.trajectory_id, len(t.gradings) if regraded else -1
+
+    def fresh(self, groups: list[Group], regraded: bool = False) -> list[Group]:
+        return [
+            g
+            for g in groups
+            if not all(self._key(t, regraded) in self.acked for t in g.trajectories)
+        ]
 
     def record(self, batch: Batch) -> None:
-        self.acked.update(t.trajectory_id for t in batch.trajectories)
+        self.acked.update(self._key(t, batch.regraded) for t in batch.trajectories)
 
 
 def _retryable(r: httpx.Response) -> bool:
@@ -210,6 +239,23 @@ class TrainerClient:
         r = self._ok(self._request("DELETE", f"/v1/rollouts/{rollout_id}"))
         return RolloutStatus.model_validate_json(r.content)
 
+    def regrade(
+        self,
+        rollout_id: str,
+        *,
+        tasks_path: str | None = None,
+        task_ids: list[str] | None = None,
+    ) -> RegradeStatus:
+        """Start grading the rollout's stored samples again (docs/regrade.md); follow it with
+        `regrade_status`, and lease its regraded groups with `batches(regraded=True)`."""
+        body = {"tasks_path": tasks_path, "task_ids": task_ids}
+        r = self._ok(self._request("POST", f"/v1/rollouts/{rollout_id}/regrade", json=body))
+        return RegradeStatus.model_validate_json(r.content)
+
+    def regrade_status(self, rollout_id: str) -> RegradeStatus:
+        r = self._ok(self._request("GET", f"/v1/rollouts/{rollout_id}/regrade"))
+        return RegradeStatus.model_validate_json(r.content)
+
     def set_policy(
         self,
         version: int,
@@ -244,19 +290,24 @@ class TrainerClient:
         self._dedupe.record(batch)
 
     def lease(
-        self, max_groups: int = 64, rollout_id: str | None = None, wait_s: float = 30.0
+        self,
+        max_groups: int = 64,
+        rollout_id: str | None = None,
+        wait_s: float = 30.0,
+        regraded: bool = False,
     ) -> tuple[Batch | None, int]:
         """One lease call: (batch or None, groups still to be delivered). Groups this client
-        already acked are acked again and left out; a batch of nothing but those is None."""
-        body = {"max_groups": max_groups, "wait_s": wait_s, "rollout_id": rollout_id}
+        already acked are acked again and left out; a batch of nothing but those is None.
+        `regraded`: groups regraded after a trainer had them instead (docs/delivery.md)."""
+        body = _lease_body(max_groups, rollout_id, wait_s, regraded)
         r = self._ok(self._request("POST", "/v1/batches/lease", json=body))
         remaining = int(r.headers.get(REMAINING_HEADER, "-1"))
         if r.status_code == 204:
             return None, remaining
         raw = r.json()
         groups = [Group.model_validate(g) for g in raw["groups"]]
-        batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack)
-        fresh = self._dedupe.fresh(groups)
+        batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack, regraded)
+        fresh = self._dedupe.fresh(groups, regraded)
         if len(fresh) < len(groups):
             if not fresh:
                 batch.ack()
@@ -270,11 +321,13 @@ class TrainerClient:
         rollout_id: str | None = None,
         wait_s: float = 30.0,
         stop_when_done: bool = True,
+        regraded: bool = False,
     ) -> Iterator[Batch]:
-        """Yield batches of complete groups. With stop_when_done, stop once nothing is left to
-        deliver (every group of the rollout, or of all rollouts, acked or dropped)."""
+        """Yield batches of complete groups (`regraded`: of regraded groups). With
+        stop_when_done, stop once nothing is left to deliver (every group of the rollout, or of
+        all rollouts, acked or dropped)."""
         while True:
-            batch, remaining = self.lease(max_groups, rollout_id, wait_s)
+            batch, remaining = self.lease(max_groups, rollout_id, wait_s, regraded)
             if batch is not None:
                 yield batch
             elif stop_when_done and remaining == 0:
@@ -361,6 +414,21 @@ class AsyncTrainerClient:
             await self._json("DELETE", f"/v1/rollouts/{rollout_id}")
         )
 
+    async def regrade(
+        self,
+        rollout_id: str,
+        *,
+        tasks_path: str | None = None,
+        task_ids: list[str] | None = None,
+    ) -> RegradeStatus:
+        body = {"tasks_path": tasks_path, "task_ids": task_ids}
+        raw = await self._json("POST", f"/v1/rollouts/{rollout_id}/regrade", json=body)
+        return RegradeStatus.model_validate_json(raw)
+
+    async def regrade_status(self, rollout_id: str) -> RegradeStatus:
+        raw = await self._json("GET", f"/v1/rollouts/{rollout_id}/regrade")
+        return RegradeStatus.model_validate_json(raw)
+
     async def set_policy(
         self,
         version: int,
@@ -390,9 +458,13 @@ class AsyncTrainerClient:
         self._dedupe.record(batch)
 
     async def lease(
-        self, max_groups: int = 64, rollout_id: str | None = None, wait_s: float = 30.0
+        self,
+        max_groups: int = 64,
+        rollout_id: str | None = None,
+        wait_s: float = 30.0,
+        regraded: bool = False,
     ) -> tuple[Batch | None, int]:
-        body = {"max_groups": max_groups, "wait_s": wait_s, "rollout_id": rollout_id}
+        body = _lease_body(max_groups, rollout_id, wait_s, regraded)
         r = await self._request("POST", "/v1/batches/lease", json=body)
         if r.status_code >= 400:
             raise _error(r)
@@ -401,8 +473,8 @@ class AsyncTrainerClient:
             return None, remaining
         raw = r.json()
         groups = [Group.model_validate(g) for g in raw["groups"]]
-        batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack)
-        fresh = self._dedupe.fresh(groups)
+        batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack, regraded)
+        fresh = self._dedupe.fresh(groups, regraded)
         if len(fresh) < len(groups):
             if not fresh:
                 await batch.ack()
@@ -416,9 +488,10 @@ class AsyncTrainerClient:
         rollout_id: str | None = None,
         wait_s: float = 30.0,
         stop_when_done: bool = True,
+        regraded: bool = False,
     ) -> AsyncIterator[Batch]:
         while True:
-            batch, remaining = await self.lease(max_groups, rollout_id, wait_s)
+            batch, remaining = await self.lease(max_groups, rollout_id, wait_s, regraded)
             if batch is not None:
                 yield batch
             elif stop_when_done and remaining == 0:

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from sandboxes.task import Task
+from sandboxes.workspace_snapshot import KnownBlobs, Snapshot
 
 
 class Verdict(StrEnum):
@@ -76,6 +77,10 @@ class VerifyResult:
     # The layers that kept the tested code from the verdict, as the tested process reported
     # them: {"user": its user id or None, "landlock": ABI version or why none} (rollouts doctor).
     isolation: dict[str, object] = field(default_factory=dict)
+    # Who graded and with what: the grader's version (verifier.Grader) and the sha256 of the
+    # task's tests (Task.tests_digest); empty when no verifier ran.
+    grader_version: str = ""
+    tests_digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,12 @@ class SandboxBackend(Protocol):
     ) -> VerifyResult:
         """Fresh container from the task's image; copy workspace to /app and tests/ to /tests;
         run tests/test.sh with the verifier timeout; read /logs/verifier/reward.json|txt."""
+        ...
+
+    async def snapshot(self, workspace_tar: bytes, known: KnownBlobs) -> Snapshot:
+        """`workspace_tar` (what `get_workspace` returned) as a manifest and the blobs that
+        `known` does not hold yet: how the final workspace is kept for regrading. Call it
+        before `verify`, which may release the workspace (on Ray it stays on its node)."""
         ...
 
     async def aclose(self) -> None:

@@ -14,6 +14,7 @@ import requests
 from sandboxes.backend import (
     AgentCausedSandboxFault,
     ExecResult,
+    KnownBlobs,
     SandboxExited,
     SandboxUnusable,
     Upload,
@@ -34,7 +35,8 @@ from sandboxes.pool import ContainerPool, PoolSettings
 from sandboxes.reaper import reap_orphans
 from sandboxes.task import Task
 from sandboxes.terminal import ServiceExecKilled, TerminalSession
-from sandboxes.verifier import run_verifier
+from sandboxes.verifier import Grader, default_grader, run_verifier
+from sandboxes.workspace_snapshot import Snapshot, snapshot_of
 from sandboxes.workspace_tar import (
     DEFAULT_MAX_WORKSPACE_BYTES,
     build_tar,
@@ -222,8 +224,11 @@ class DockerBackend:
         settings: BackendSettings | None = None,
         adapter: DockerAdapter | None = None,
         resolver: ImageResolver | None = None,
+        grader: Grader | None = None,
     ) -> None:
+        """`grader`: the rules and verifier runtime that grade (default: this code's)."""
         self.settings = settings or BackendSettings()
+        self.grader = grader or default_grader()
         self.adapter = adapter or default_adapter()
         self.resolver = resolver or ImageResolver(self.adapter)
         self.backend_id = uuid.uuid4().hex[:12]
@@ -265,9 +270,12 @@ class DockerBackend:
         except Exception as e:  # no image, no verdict: masked, never a fake zero
             return VerifyResult(None, Verdict.infrastructure, f"verifier image: {e}")
         image_s = time.monotonic() - t0
-        result = await run_verifier(self.adapter, self.pool, args, task, workspace_tar)
+        result = await run_verifier(self.adapter, self.pool, args, task, workspace_tar, self.grader)
         result.durations["image_s"] = image_s
         return result
+
+    async def snapshot(self, workspace_tar: bytes, known: KnownBlobs) -> Snapshot:
+        return await snapshot_of(workspace_tar, known)  # the sanitized tar get_workspace made
 
     async def aclose(self) -> None:
         await self.pool.aclose()

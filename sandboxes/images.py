@@ -48,6 +48,7 @@ APT_SOURCES = [Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d")]
 ALIASES_ENV = "ROLLOUTS_IMAGE_ALIASES"
 
 BuildMode = Literal["auto", "debootstrap", "dockerfile"]
+DEFAULT_BUILD_MODE: BuildMode = "auto"  # a Dockerfile if a registry answers, else debootstrap
 ENV_REPOSITORY = "rollouts-env"
 
 
@@ -194,7 +195,7 @@ async def registry_reachable(adapter: DockerAdapter) -> bool:
 
 
 async def build_base_image(
-    tag: str = BASE_TAG, mode: BuildMode = "auto", adapter: DockerAdapter | None = None
+    tag: str = BASE_TAG, mode: BuildMode = DEFAULT_BUILD_MODE, adapter: DockerAdapter | None = None
 ) -> str:
     """Build the base image; returns the mode used."""
     adapter = adapter or default_adapter()
@@ -209,7 +210,7 @@ async def build_base_image(
 
 async def ensure_base_image(
     tag: str = BASE_TAG,
-    mode: BuildMode = "auto",
+    mode: BuildMode = DEFAULT_BUILD_MODE,
     adapter: DockerAdapter | None = None,
     on_build: Callable[[str], None] | None = None,
 ) -> None:

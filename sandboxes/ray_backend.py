@@ -11,7 +11,8 @@ pinned to the node, driving the node's own Docker Engine. This backend:
 - hands the episode a `RaySandbox` that forwards exec and send_keys to the executor;
   `get_workspace` leaves the tar on the node and returns a `RemoteWorkspace` (its digest), and
   `verify` grades it on that node, so only outcomes, digests and verifier evidence cross the
-  wire;
+  wire; to keep it for regrading (`snapshot`), only the files the service's store lacks come
+  over (the final workspaces live in the service's store, not on nodes that come and go);
 - **polls** the cluster's node table: a node that joins gets an executor and adds capacity at
   once; a node that dies ends its in-flight calls at once with `SandboxLost` (masked:
   `sandbox_error`), and the survivors remove what it left on their engine, if they share it;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import signal
 import threading
@@ -37,6 +39,7 @@ from typing import Any
 from sandboxes.backend import (
     AgentCausedSandboxFault,
     ExecResult,
+    KnownBlobs,
     SandboxExited,
     SandboxUnusable,
     Upload,
@@ -48,6 +51,7 @@ from sandboxes.backend import (
 from sandboxes.images import BuildSettings, env_tag
 from sandboxes.ray_executor import BackendFactory, ExecutorConfig, SandboxExecutor
 from sandboxes.task import Task
+from sandboxes.workspace_snapshot import Snapshot, SnapshotError, snapshot_of
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +171,7 @@ class RemoteWorkspace(bytes):
     key: str
     size: int
     digest: str
+    manifest: dict[str, Any]  # its files by content digest (workspace_snapshot.py)
 
 
 def image_key(task: Task, override: str | None) -> str:
@@ -213,12 +218,13 @@ class RaySandbox:
 
     async def get_workspace(self) -> bytes:
         s = self._backend.settings
-        key, digest, size, notes = await self._call(
+        key, digest, size, notes, manifest = await self._call(
             "archive", s.control_timeout_s + s.call_margin_s
         )
         self.workspace_notes = list(notes)
         ws = RemoteWorkspace(digest.encode())
         ws.node_id, ws.key, ws.size, ws.digest = self.node_id, key, size, digest
+        ws.manifest = manifest
         if self.holds_slot:  # the verifier's container takes the sandbox's place on the node
             self.holds_slot = False
             self._backend._hold_workspace(self._node, key)
@@ -682,6 +688,28 @@ class RayBackend:
         result.durations.setdefault("remote_s", time.monotonic() - t0)
         return result
 
+    async def snapshot(self, workspace_tar: bytes, known: KnownBlobs) -> Snapshot:
+        """A workspace kept on its node: its manifest came with it; the files `known` lacks
+        are fetched from the node (checked against their digests). Plain bytes: split here."""
+        if not isinstance(workspace_tar, RemoteWorkspace):
+            return await snapshot_of(workspace_tar, known)
+        ws = workspace_tar
+        snap = Snapshot(ws.digest, ws.size, ws.manifest)
+        have = await known(snap.digests)
+        missing = [d for d in snap.digests if d not in have]
+        if not missing:
+            return snap
+        node = self.nodes.get(ws.node_id)
+        if node is None or not node.alive:
+            raise SandboxLost(f"node {ws.node_id[:12]} is gone")
+        ref = node.actor.workspace_blobs.remote(ws.key, missing)
+        outcome = await self._call(node, ref, self.settings.control_timeout_s, "workspace_blobs")
+        blobs: dict[str, bytes] = self._unwrap(node, outcome)
+        if set(blobs) != set(missing) or not await asyncio.to_thread(_blobs_match, blobs):
+            raise SnapshotError(f"node {ws.node_id[:12]} sent other files than were asked for")
+        snap.blobs = blobs
+        return snap
+
     # ---- health and placement, for /metrics and the API -----------------------------------
 
     def capacity(self) -> int:
@@ -709,6 +737,10 @@ class RayBackend:
     def placement(self, rollout_id: str) -> dict[str, int]:
         """Samples of this rollout placed per node."""
         return dict(self._by_rollout.get(rollout_id, {}))
+
+
+def _blobs_match(blobs: dict[str, bytes]) -> bool:
+    return all(hashlib.sha256(data).hexdigest() == d for d, data in blobs.items())
 
 
 def _cancel(ref: Any) -> None:

@@ -7,7 +7,9 @@ holds that node's sandboxes by id; the service drives them through it.
 
 What crosses the wire is small: a task (its files, a few KB), commands and their output,
 keystrokes and terminal output, and outcomes. The agent's workspace stays here: `archive`
-keeps the tar on the node and returns its digest, and `verify` grades it here. Token data never
+keeps the tar on the node and returns its digest and manifest (file names and content
+digests), and `verify` grades it here. To keep the final workspace for regrading, the service
+asks with `workspace_blobs` for just the files its store does not hold yet. Token data never
 reaches an executor.
 
 Every call returns an outcome tuple rather than raising, so the service can tell apart what
@@ -49,6 +51,7 @@ from sandboxes.backend import (
 from sandboxes.images import BuildSettings
 from sandboxes.runtimes import require_runtime
 from sandboxes.task import Task
+from sandboxes.workspace_snapshot import Snapshot, split
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,8 @@ class SandboxExecutor:
         self.hostname = socket.gethostname()
         self._backend: SandboxBackend | None = None
         self._sandboxes: dict[str, Sandbox] = {}
-        self._workspaces: dict[str, tuple[bytes, float]] = {}
+        # key -> (the tar, when it was archived, its split into manifest and blobs)
+        self._workspaces: dict[str, tuple[bytes, float, Snapshot]] = {}
         self._start_lock: asyncio.Lock | None = None
         self._started = False
         self._start_error: str | None = None
@@ -250,17 +254,28 @@ class SandboxExecutor:
         return await self._on(sandbox_id, lambda s: s.send_keys(keystrokes, wait_s))
 
     async def archive(self, sandbox_id: str) -> Outcome:
-        """Tar /app and keep it here: returns (key, sha256, size, notes), not the tar."""
+        """Tar /app and keep it here: returns (key, sha256, size, notes, manifest), not the
+        tar (the manifest lists its files by content digest: workspace_snapshot.py)."""
 
-        async def run(sandbox: Sandbox) -> tuple[str, str, int, list[str]]:
+        async def run(sandbox: Sandbox) -> tuple[str, str, int, list[str], dict[str, Any]]:
             data = await sandbox.get_workspace()
+            snap = await asyncio.to_thread(split, data)  # our sanitized tar, not the agent's
             self._drop_old_workspaces()
             key = uuid.uuid4().hex
-            self._workspaces[key] = (data, time.monotonic())
+            self._workspaces[key] = (data, time.monotonic(), snap)
             notes = list(getattr(sandbox, "workspace_notes", []) or [])
-            return key, hashlib.sha256(data).hexdigest(), len(data), notes
+            return key, hashlib.sha256(data).hexdigest(), len(data), notes, snap.manifest
 
         return await self._on(sandbox_id, run)
+
+    async def workspace_blobs(self, key: str, digests: list[str]) -> Outcome:
+        """The contents of an archived workspace's files with these digests (those the
+        service's store lacks): {sha256: bytes}."""
+        stored = self._workspaces.get(key)
+        if stored is None:
+            return _lost(f"the workspace is gone from node {self.node_id[:12]}")
+        blobs = stored[2].blobs
+        return _ok({d: blobs[d] for d in digests if d in blobs})
 
     async def get_workspace(self, sandbox_id: str) -> Outcome:
         """The tar itself, for callers that need the bytes (not used by the service)."""
@@ -268,7 +283,7 @@ class SandboxExecutor:
 
     def _drop_old_workspaces(self) -> None:
         now = time.monotonic()
-        for key, (_, at) in list(self._workspaces.items()):
+        for key, (_, at, _) in list(self._workspaces.items()):
             if now - at > self.config.workspace_ttl_s:
                 del self._workspaces[key]
         while len(self._workspaces) >= self.config.max_workspaces:

@@ -56,3 +56,12 @@ class Task:
         for name in sorted(self.environment_files):
             h.update(name.encode() + b"\0" + hashlib.sha256(self.environment_files[name]).digest())
         return h.hexdigest()[:16]
+
+    @property
+    def tests_digest(self) -> str:
+        """sha256 of the tests (every file under tests/, by name and content): which version of
+        a task's tests a grade used. Recorded with every trajectory and grading."""
+        h = hashlib.sha256()
+        for name in sorted(self.test_files):
+            h.update(name.encode() + b"\0" + hashlib.sha256(self.test_files[name]).digest())
+        return h.hexdigest()

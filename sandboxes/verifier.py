@@ -25,18 +25,21 @@ in only here. The agent's code does run here, so who decides the reward is the d
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import importlib.resources
 import io
 import secrets
 import tarfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
 from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
-from sandboxes.reward import VERDICT_FORGED, Evidence, grade
+from sandboxes.reward import VERDICT_FORGED, Evidence, Grade, grade
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar, sanitize_workspace_async
 
@@ -134,11 +137,38 @@ def _runtime_files() -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in folder.iterdir() if f.name.endswith(".py")}
 
 
-def verifier_upload(task: Task, workspace: bytes) -> bytes:
+@dataclass(frozen=True)
+class Grader:
+    """What decides a grade besides the tests: the grading rules (reward.py) and the verifier
+    runtime uploaded beside the tests (verifier_runtime/). `version` names the pair, so a
+    grading records which grader made it and a regrade after a fix to either shows."""
+
+    rules: Callable[[Evidence], Grade]
+    runtime: Mapping[str, bytes]  # file name -> content, uploaded under rollouts/lib/
+    version: str
+
+
+def grader_version(runtime: Mapping[str, bytes], rules_source: bytes) -> str:
+    """sha256 (16 hex digits) of the rules' source, the runtime files and the verifier script."""
+    h = hashlib.sha256(rules_source + b"\0" + _SCRIPT.encode())
+    for name in sorted(runtime):
+        h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(runtime[name]).digest())
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def default_grader() -> Grader:
+    """The grader this code ships: reward.grade and sandboxes/verifier_runtime/*.py."""
+    runtime = _runtime_files()
+    rules = importlib.resources.files("sandboxes").joinpath("reward.py").read_bytes()
+    return Grader(grade, runtime, grader_version(runtime, rules))
+
+
+def verifier_upload(task: Task, workspace: bytes, grader: Grader | None = None) -> bytes:
     """One tar: the sanitized workspace (already under rollouts/workspace/), the verifier
     runtime under rollouts/lib/, and the task's tests under tests/ with the pytest guard as
     tests/conftest.py (the task's own conftest renamed beside it)."""
-    runtime = _runtime_files()
+    runtime = dict((grader or default_grader()).runtime)
     tests = dict(task.test_files)
     if GUARD_CONFTEST in tests:
         tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
@@ -228,8 +258,24 @@ async def run_verifier(
     args: dict[str, Any],
     task: Task,
     workspace_tar: bytes,
+    grader: Grader | None = None,
 ) -> VerifyResult:
-    """Grade `workspace_tar` in a fresh container made from the agent container's `args`."""
+    """Grade `workspace_tar` in a fresh container made from the agent container's `args`,
+    with `grader` (default: this code's). The result names the grader and the tests used."""
+    grader = grader or default_grader()
+    result = await _run_verifier(adapter, pool, args, task, workspace_tar, grader)
+    result.grader_version, result.tests_digest = grader.version, task.tests_digest
+    return result
+
+
+async def _run_verifier(
+    adapter: DockerAdapter,
+    pool: ContainerPool,
+    args: dict[str, Any],
+    task: Task,
+    workspace_tar: bytes,
+    grader: Grader,
+) -> VerifyResult:
     durations: dict[str, float] = {}
     t_start = time.monotonic()
     if "test.sh" not in task.test_files:
@@ -241,10 +287,12 @@ async def run_verifier(
     except AgentCausedSandboxFault as e:
         return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
     # CPU work on our own small tars: off the event loop, which other samples are waiting on.
-    upload = await asyncio.to_thread(verifier_upload, task, workspace)
+    upload = await asyncio.to_thread(verifier_upload, task, workspace, grader)
 
     async with pool.verifying():
-        return await _verify_in_container(adapter, pool, args, task, upload, durations, t_start)
+        return await _verify_in_container(
+            adapter, pool, args, task, upload, durations, t_start, grader.rules
+        )
 
 
 async def _verify_in_container(
@@ -255,6 +303,7 @@ async def _verify_in_container(
     upload: bytes,
     durations: dict[str, float],
     t_start: float,
+    rules: Callable[[Evidence], Grade],
 ) -> VerifyResult:
     limit_s = task.config.verifier_timeout_sec
     cid: str | None = None
@@ -292,7 +341,7 @@ async def _verify_in_container(
             note = "graded 0: the workspace did not fit or unpack in the verifier"
             return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
         evidence = parse_evidence(header, tar_bytes, is_pytest_task(task))
-        g = grade(evidence)
+        g = rules(evidence)
         if g.note:
             output = _append(output, g.note)
         return VerifyResult(

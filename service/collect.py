@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from sandboxes.task import Task
 from sandboxes.tasks import load_tasks
 from service.events import Event, EventHub
 from service.export import export_parquet
+from service.sample import RETRY_MASKED
 from service.scheduler import GroupRunner, Scheduler, TaskLoader
 from service.store import Store
 from service.wire import RolloutRequest
@@ -82,14 +83,23 @@ async def collect(
     request: RolloutRequest,
     *,
     concurrency: int = CONCURRENCY,
+    retry_masked: int = RETRY_MASKED,
+    ready: Callable[[], Awaitable[bool]] | None = None,
     task_loader: TaskLoader | None = None,
     on_trajectory: Callable[[dict], None] | None = None,
+    keep_workspaces: bool = True,
 ) -> CollectSummary:
     """Runs every task x n samples with at most `concurrency` samples in flight, stores them in
-    `data_dir`, and writes the rollout to `out_file`. `task_loader` reloads tasks for samples to
-    re-run (default: sandboxes.tasks.load_tasks)."""
+    `data_dir`, and writes the rollout to `out_file`. `retry_masked`: re-runs of a masked sample
+    (unless the request names its own), each once `ready()` (the components' readiness
+    checks). `task_loader` reloads tasks for samples to re-run
+    (default: sandboxes.tasks.load_tasks). `keep_workspaces`: keep each verified sample's final
+    workspace for regrading (a runner that can: EpisodeRunner)."""
     store = Store(data_dir)
     store.open()
+    keep = getattr(runner, "keep_workspaces", None)
+    if keep is not None:
+        keep(store.known_blobs if keep_workspaces else None)
     events = EventHub()
     scheduler = Scheduler(
         store,
@@ -98,6 +108,8 @@ async def collect(
         max_concurrent_samples=concurrency,
         max_queued_samples=max(1, len(tasks) * request.n_samples),
         current_version=lambda: 0,
+        retry_masked=retry_masked,
+        ready=ready,
         events=events,
     )
     started = time.monotonic()

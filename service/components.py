@@ -9,10 +9,13 @@ Task loading is also where a request's task errors get their blame: the field of
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from sandboxes.backend import SandboxBackend
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, TaskRoots, UnknownTaskIds, select_tasks
 from service.errors import ClientError, InvalidRequest
@@ -24,6 +27,8 @@ from service.wire import TasksSpec
 log = logging.getLogger(__name__)
 
 ReadinessCheck = Callable[[], Awaitable[bool]]
+READY_TIMEOUT_S = 5.0  # a readiness check slower than this counts as failed
+SHARED_CHECKS_MAX_AGE_S = 2.0  # how old shared results may be (recent_checks)
 TASKS_PATH = ("body", "tasks", "path")
 TASKS_IDS = ("body", "tasks", "ids")
 
@@ -43,6 +48,37 @@ class Components:
     placement: Callable[[str], dict[str, int]] | None = None
     # The weight-update control plane over the policy servers (service/policy/fleet.py).
     fleet: PolicyFleet | None = None
+    # The sandbox backend, for regrades (service/regrade.py); None: this service cannot regrade.
+    sandboxes: SandboxBackend | None = None
+    _checks_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    _checked: tuple[float, dict[str, bool]] | None = field(default=None, repr=False)
+
+    async def checks(self) -> dict[str, bool]:
+        """Each readiness check (policy server, Docker or Ray), run at once; a failing or slow
+        check is False. What /readyz and the web view report."""
+
+        async def run(check: ReadinessCheck) -> bool:
+            try:
+                return bool(await asyncio.wait_for(check(), READY_TIMEOUT_S))
+            except Exception:  # noqa: BLE001 - a failing check means not ready
+                return False
+
+        results = await asyncio.gather(*(run(c) for c in self.readiness.values()))
+        return dict(zip(self.readiness, results, strict=True))
+
+    async def recent_checks(self, max_age_s: float) -> dict[str, bool]:
+        """The checks' results, run again only when the last run is older than `max_age_s`:
+        every event stream and waiting re-run shares one run (each check calls the policy
+        server or Docker)."""
+        async with self._checks_lock:
+            now = time.monotonic()
+            if self._checked is None or now - self._checked[0] > max_age_s:
+                self._checked = (now, await self.checks())
+            return self._checked[1]
+
+    async def ready(self) -> bool:
+        """Every readiness check passes: what a re-run of a masked sample waits for."""
+        return all((await self.recent_checks(SHARED_CHECKS_MAX_AGE_S)).values())
 
 
 ComponentsFactory = Callable[[Settings, Callable[[], int]], Awaitable[Components]]
@@ -206,6 +242,7 @@ async def build_components(
         sandbox_stats=getattr(backend, "stats", None),
         placement=getattr(backend, "placement", None),
         fleet=policy.fleet,
+        sandboxes=backend,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -12,6 +13,7 @@ from typing import Any
 
 from sandboxes.backend import (
     AgentCausedSandboxFault,
+    KnownBlobs,
     Sandbox,
     SandboxBackend,
     Verdict,
@@ -23,15 +25,20 @@ from service.agent.harnesses.sandbox_terminal import SandboxTerminal
 from service.agent.tokens import InvariantError, TokenLedger
 from service.policy.client import ContextLengthError, Generation, PolicyClient, PolicyFault
 from service.sample import SampleSpec
+from service.store.workspaces import KeptWorkspace, pack_snapshot
 from service.trajectory import (
+    Grading,
     Message,
     OnEpisodeEnd,
+    OnStart,
     OnTrajectory,
     Status,
     Timings,
     Trajectory,
     VerifierFile,
 )
+
+log = logging.getLogger(__name__)
 
 # Episodes that ended on the model's side are graded; infrastructure faults are not.
 _VERIFIED_STATUSES = frozenset({Status.ok, Status.agent_timeout, Status.context_length})
@@ -49,15 +56,35 @@ def status_of(verdict: Verdict) -> Status:
     return _STATUS_OF_VERDICT[verdict]
 
 
-def _turn_seed(base: int | None, trajectory_id: str, turn: int, part: int = 0) -> int | None:
-    """The seed of a turn's request. A turn continued after an abort (`part` 1, 2, ...) gets a
-    seed of its own: reusing the turn's would replay the random numbers its first part already
-    consumed, and the continuation would not be a fair sample given the partial output."""
-    if base is None:
+def _turn_seed(sample_seed: int | None, turn: int, part: int = 0) -> int | None:
+    """The seed of a turn's request, from the sample's seed alone (service.sample.sample_seed):
+    the first turn's is the sample's own (an n-sample request seeded s gives its choice j the
+    seed s + j, and a group's samples have consecutive seeds). A turn continued after an abort
+    (`part` 1, 2, ...) gets a seed of its own: reusing the turn's would replay the random numbers
+    its first part already consumed, and the continuation would not be a fair sample given the
+    partial output."""
+    if sample_seed is None:
         return None
-    key = f"{base}:{trajectory_id}:{turn}" + (f":{part}" if part else "")
-    digest = hashlib.sha256(key.encode()).digest()
+    if turn == 0 and part == 0:
+        return sample_seed
+    digest = hashlib.sha256(f"{sample_seed}:{turn}:{part}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def _seed_runs(samples: list[SampleSpec]) -> list[list[int]]:
+    """The samples' positions in runs that can share one n-sample first request: all of them
+    when unseeded, else runs of consecutive seeds (a group's samples started together, unless
+    some of them ran before)."""
+    if samples[0].seed is None:
+        return [list(range(len(samples)))]
+    runs: list[list[int]] = []
+    for i, spec in enumerate(samples):
+        prev = samples[runs[-1][-1]].seed if runs else None
+        if prev is not None and spec.seed == prev + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 @dataclass
@@ -84,6 +111,15 @@ class _Episode:
     stop_reason: str | None = None
     status: Status = Status.ok
     generated_tokens: int = 0
+    kept: KeptWorkspace | None = None  # its final workspace, kept for regrading
+
+
+def graded_status(status: Status, mask_agent_timeout: bool) -> Status:
+    """The status of a sample whose episode ended with `status` when its verifier grades it (a
+    timed-out agent is `cancelled` when its request masks agent timeouts). Regrades use it too."""
+    if status is Status.agent_timeout and mask_agent_timeout:
+        return Status.cancelled
+    return status
 
 
 class EpisodeRunner:
@@ -107,6 +143,12 @@ class EpisodeRunner:
         self.harnesses = dict(harnesses) if harnesses is not None else build_harnesses()
         self.default_harness = default_harness
         self.harness_for(None)  # the default must exist
+        self.known_blobs: KnownBlobs | None = None  # set: final workspaces are kept
+
+    def keep_workspaces(self, known_blobs: KnownBlobs | None) -> None:
+        """Keep each verified sample's final workspace with its trajectory (the store's
+        `known_blobs` says which files it holds already); None: keep none."""
+        self.known_blobs = known_blobs
 
     def harness_for(self, spec: SampleSpec | None) -> Harness:
         """The harness a sample speaks: its request's, or the service's default."""
@@ -131,14 +173,20 @@ class EpisodeRunner:
         samples: list[SampleSpec],
         on_trajectory: OnTrajectory,
         on_episode_end: OnEpisodeEnd | None = None,
+        on_start: OnStart | None = None,
     ) -> None:
+        """The samples' first turn is shared (one n-sample request); each sample's sandbox and
+        episode begin once `on_start(trajectory_id)` returns (its slot: the scheduler's)."""
         if not samples:
             return
         harness = self.harness_for(samples[0])  # one request: one harness for the group
         messages = [Message(**m) for m in harness.first_messages(task.instruction)]
         started = time.monotonic()
-        # Sandboxes start while the first turn generates: creation is off the critical path.
-        sandbox_tasks = [asyncio.create_task(self._create_sandbox(task, spec)) for spec in samples]
+        # Sandboxes start while the first turn generates (for the samples that hold their
+        # slot by then): creation is off the critical path.
+        sandbox_tasks = [
+            asyncio.create_task(self._create_sandbox(task, spec, on_start)) for spec in samples
+        ]
         try:
             first = await self._first_turn(samples, messages, harness)
         except BaseException:
@@ -177,7 +225,11 @@ class EpisodeRunner:
             if t.done() and not t.cancelled() and t.exception() is None:
                 await self.sandboxes.destroy(t.result()[0])
 
-    async def _create_sandbox(self, task: Task, spec: SampleSpec) -> tuple[Sandbox, float]:
+    async def _create_sandbox(
+        self, task: Task, spec: SampleSpec, on_start: OnStart | None
+    ) -> tuple[Sandbox, float]:
+        if on_start is not None:
+            await on_start(spec.trajectory_id)
         t0 = time.monotonic()
         labels = {
             "rollouts.rollout_id": spec.rollout_id,
@@ -189,7 +241,8 @@ class EpisodeRunner:
     async def _first_turn(
         self, samples: list[SampleSpec], messages: list[Message], harness: Harness
     ) -> _FirstTurn:
-        """One tokenize and one n-sample request share the prompt prefix of the whole group."""
+        """One tokenize and one n-sample request share the prompt prefix of the samples (one
+        request per run of consecutive seeds: see _seed_runs)."""
         spec0 = samples[0]
         group_key = f"{spec0.rollout_id}/{spec0.group_id}"
         first = _FirstTurn(server=self.policy.pin(group_key), version=self.current_version())
@@ -202,14 +255,19 @@ class EpisodeRunner:
                 tools=harness.tools(),
                 sample=group_key,
             )
-            params = replace(
-                spec0.sampling,
-                seed=_turn_seed(spec0.sampling.seed, spec0.group_id, 0),
-                max_tokens=self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens),
-            )
-            first.generations = await self.policy.complete(
-                first.prompt_ids, params, n=len(samples), sample=group_key
-            )
+            budget = self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens)
+
+            async def run(positions: list[int]) -> list[Generation]:
+                seed = _turn_seed(samples[positions[0]].seed, 0)
+                params = replace(spec0.sampling, seed=seed, max_tokens=budget)
+                return await self.policy.complete(
+                    first.prompt_ids, params, n=len(positions), sample=group_key
+                )
+
+            by_position: dict[int, Generation] = {}
+            for positions in _seed_runs(samples):  # one run, unless some samples ran before
+                by_position.update(zip(positions, await run(positions), strict=True))
+            first.generations = [by_position[i] for i in range(len(samples))]
         except PolicyFault as e:
             first.error = e
         finally:
@@ -247,7 +305,14 @@ class EpisodeRunner:
         self.policy.pin(spec.trajectory_id, first.server)
         try:
             try:
-                sandbox, ep.timings.create_s = await sandbox_task
+                if first.error is not None and not isinstance(first.error, ContextLengthError):
+                    # No episode and no grading to come: no need to wait for its slot.
+                    sandbox_task.cancel()
+                    (made,) = await asyncio.gather(sandbox_task, return_exceptions=True)
+                    if isinstance(made, tuple):  # made before the cancel landed: destroyed below
+                        sandbox = made[0]
+                else:
+                    sandbox, ep.timings.create_s = await sandbox_task
             except Exception as e:  # engine unreachable, image missing, container died
                 ep.status = Status.sandbox_error
                 ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
@@ -398,7 +463,7 @@ class EpisodeRunner:
         try:
             params = replace(
                 spec.sampling,
-                seed=_turn_seed(spec.sampling.seed, spec.trajectory_id, turn, part),
+                seed=_turn_seed(spec.seed, turn, part),
                 max_tokens=self._turn_budget(len(prompt), max_tokens),
             )
             (gen,) = await self.policy.complete(prompt, params, n=1, sample=spec.trajectory_id)
@@ -494,9 +559,24 @@ class EpisodeRunner:
             "rollouts.rollout_id": ep.spec.rollout_id,
             "rollouts.trajectory_id": ep.spec.trajectory_id,
         }
+        if self.known_blobs is not None:  # before verify: on Ray, verify releases it
+            ep.kept = await self._keep(workspace, ep, self.known_blobs)
         result = await self.sandboxes.verify(task, workspace, labels)
         ep.timings.verify_s += time.monotonic() - t0
         return result
+
+    async def _keep(
+        self, workspace: bytes, ep: _Episode, known_blobs: KnownBlobs
+    ) -> KeptWorkspace | None:
+        """The workspace the verifier is about to receive, for regrading. Failing to keep it
+        costs the sample nothing but its regrades."""
+        status = graded_status(ep.status, ep.spec.agent.mask_agent_timeout)
+        try:
+            snapshot = await self.sandboxes.snapshot(workspace, known_blobs)
+            return await asyncio.to_thread(pack_snapshot, snapshot, status.value)
+        except Exception as e:  # noqa: BLE001 - a node gone, a store hiccup: grade all the same
+            log.warning("%s: final workspace not kept: %s", ep.spec.trajectory_id, e)
+            return None
 
     def _trajectory(self, task: Task, ep: _Episode, verify: VerifyResult | None) -> Trajectory:
         status, reward = ep.status, None
@@ -507,13 +587,30 @@ class EpisodeRunner:
             if verify.verdict is not Verdict.graded:
                 # The verifier's verdict (timeout, error, crash) outranks how the agent ended.
                 status = status_of(verify.verdict)
-            elif status is Status.agent_timeout and ep.spec.agent.mask_agent_timeout:
-                status = Status.cancelled
+            else:
+                status = graded_status(status, ep.spec.agent.mask_agent_timeout)
         ep.ledger.validate()
         # The oldest and newest weights behind its generated tokens (staleness counts from the
         # oldest); a sample that generated nothing, the version it started under.
         generated = [v for v in ep.ledger.versions if v >= 0] or [ep.version]
-        return Trajectory(
+        files = [
+            VerifierFile(path=path, content=content)
+            for path, content in (verify.files.items() if verify is not None else ())
+        ]
+        gradings = []
+        if verify is not None and verify.verdict is not Verdict.infrastructure:
+            gradings.append(
+                Grading(
+                    reward=reward,
+                    status=status,
+                    reward_flags=list(verify.flags),
+                    verifier_files=files,
+                    grader_version=verify.grader_version,
+                    tests_digest=verify.tests_digest or task.tests_digest,
+                    graded_at=time.time(),
+                )
+            )
+        trajectory = Trajectory(
             trajectory_id=ep.spec.trajectory_id,
             rollout_id=ep.spec.rollout_id,
             group_id=ep.spec.group_id,
@@ -533,13 +630,15 @@ class EpisodeRunner:
             messages=ep.messages,
             verifier_output=output,
             reward_flags=list(verify.flags) if verify is not None else [],
-            verifier_files=[
-                VerifierFile(path=path, content=content)
-                for path, content in (verify.files.items() if verify is not None else ())
-            ],
+            verifier_files=files,
             timings=ep.timings,
             sampling=ep.spec.sampling,
             chat_template_kwargs=self.template_kwargs(ep.spec),
             harness=ep.harness.name,
             harness_profile_hash=ep.harness.profile.hash,
+            sample_seed=ep.spec.seed,
+            tests_digest=gradings[-1].tests_digest if gradings else task.tests_digest,
+            gradings=gradings,
         )
+        trajectory._workspace = ep.kept
+        return trajectory

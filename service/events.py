@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from service.errors import Busy
+
 SUBSCRIBER_QUEUE = 1024
 
 
@@ -23,12 +25,17 @@ class Event:
 
 
 class EventHub:
-    def __init__(self) -> None:
+    def __init__(self, max_subscribers: int | None = None) -> None:
         # Key None: subscribers to every rollout's events.
         self._subs: dict[str | None, set[asyncio.Queue[Event]]] = defaultdict(set)
+        self.max_subscribers = max_subscribers
 
     def subscribe(self, rollout_id: str | None) -> asyncio.Queue[Event]:
-        """A queue of one rollout's events, or of every rollout's (None)."""
+        """A queue of one rollout's events, or of every rollout's (None). Busy (429) past
+        `max_subscribers` (None: no cap), as each holds a connection and up to 1024 events."""
+        cap = self.max_subscribers
+        if cap is not None and sum(len(subs) for subs in self._subs.values()) >= cap:
+            raise Busy(f"{self.max_subscribers} event streams are open; close one, or retry later")
         q: asyncio.Queue[Event] = asyncio.Queue(SUBSCRIBER_QUEUE)
         self._subs[rollout_id].add(q)
         return q

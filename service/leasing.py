@@ -46,25 +46,32 @@ class Leasing:
         self._ready.set()
 
     async def lease(
-        self, max_groups: int, rollout_id: str | None, wait_s: float, lease_s: float | None
+        self,
+        max_groups: int,
+        rollout_id: str | None,
+        wait_s: float,
+        lease_s: float | None,
+        regraded: bool = False,
     ) -> LeaseResult | None:
+        """Complete groups, or with `regraded` groups regraded after a trainer had them."""
         deadline = time.monotonic() + wait_s
         while True:
             self._ready.clear()
-            result = await self.store.lease(
-                max_groups=max_groups,
-                rollout_id=rollout_id,
-                lease_s=lease_s or self.lease_ttl_s,
-                policy_version=self.policy.version,
-                max_staleness=self.policy.max_staleness,
-                stale_policy=self.policy.stale_policy,
+            # Shielded: a long poll cancelled (its client gone) while the store re-queued stale
+            # groups must still hand them to the scheduler, or they would wait, pending in the
+            # store but in no queue, until the next restart.
+            result = await asyncio.shield(
+                self._lease_once(max_groups, rollout_id, lease_s or self.lease_ttl_s, regraded)
             )
-            self._count(result)
-            if result.requeued:
-                await self.requeue(result.requeued)
             if result.batch_id is not None:
                 return result
             left = deadline - time.monotonic()
+            # A rollout whose every group was acknowledged or dropped will never offer another
+            # (a stale group re-run is not acknowledged yet): waiting would only hold the
+            # trainer up. Regraded groups may still come, from a regrade.
+            if rollout_id is not None and not regraded and left > 0:
+                if await self.store.remaining_groups(rollout_id) == 0:
+                    left = 0
             if left <= 0:
                 if self.metrics is not None:
                     self.metrics.leases.labels("empty").inc()
@@ -73,6 +80,27 @@ class Leasing:
                 await asyncio.wait_for(self._ready.wait(), timeout=min(left, POLL_S))
             except TimeoutError:
                 pass
+
+    async def _lease_once(
+        self, max_groups: int, rollout_id: str | None, lease_s: float, regraded: bool
+    ) -> LeaseResult:
+        if regraded:
+            result = await self.store.lease_regraded(
+                max_groups=max_groups, rollout_id=rollout_id, lease_s=lease_s
+            )
+        else:
+            result = await self.store.lease(
+                max_groups=max_groups,
+                rollout_id=rollout_id,
+                lease_s=lease_s,
+                policy_version=self.policy.version,
+                max_staleness=self.policy.max_staleness,
+                stale_policy=self.policy.stale_policy,
+            )
+        self._count(result)
+        if result.requeued:
+            await self.requeue(result.requeued)
+        return result
 
     def _count(self, result: LeaseResult) -> None:
         if self.metrics is None:

@@ -84,6 +84,10 @@ class Metrics:
             "rollouts_requests_refused", "Rollout requests refused for room", ["reason"],
             registry=r,
         )  # fmt: skip
+        self.sample_retries = Counter(
+            "rollouts_sample_retries", "Masked samples run again, by the status of the masked "
+            "run", ["reason"], registry=r,
+        )  # fmt: skip
 
     def bind_warm_pool(self, fn: Callable[[], float]) -> None:
         self.warm_pool.set_function(fn)

@@ -11,6 +11,7 @@ read to its end.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 
@@ -21,8 +22,9 @@ class _Rejected(Exception):
     """Raised inside `receive` after the middleware has sent its own error response."""
 
 
-async def _send_error(send: Send, status: int, detail: bytes) -> None:
-    body = b'{"detail":"' + detail + b'"}'
+async def send_error(send: Send, status: int, detail: bytes) -> None:
+    """A JSON error response {"detail": ...} straight from an ASGI middleware."""
+    body = json.dumps({"detail": detail.decode("latin-1")}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -53,7 +55,7 @@ async def _guarded(
         nonlocal rejected
         if not rejected and not started:
             rejected = True
-            await _send_error(send, status, detail)
+            await send_error(send, status, detail)
         raise _Rejected
 
     async def guarded_send(message: Message) -> None:
@@ -93,7 +95,7 @@ class BodySizeLimit:
                 except ValueError:
                     too_big = False
                 if too_big:
-                    await _send_error(send, 413, detail)
+                    await send_error(send, 413, detail)
                     return
 
         def make_receive(reject: Callable[[int, bytes], Awaitable[None]]) -> Receive:

@@ -1,18 +1,38 @@
 """What the scheduler hands the episode runner: plain dataclasses, built from the HTTP wire
 models (service/wire.py) or the CLI flags.
 
-The request defaults are defined here and nowhere else: the dataclass field defaults below and
-`N_SAMPLES`. The HTTP request models (service/wire.py) and the `collect` flags read them.
+The request defaults are defined here and nowhere else: the dataclass field defaults below,
+`N_SAMPLES` and `RETRY_MASKED`. The HTTP request models (service/wire.py) and the `collect` flags
+read them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxes.task import Task
 
 N_SAMPLES = 8  # samples per task: one group, what RLOO-n compares within
+# Re-runs of a sample masked by an infrastructure fault (a fresh sandbox each), so its group
+# reaches the trainer with every sample graded; 0: none (the masked sample is delivered).
+RETRY_MASKED = 2
+# Sample seeds stay below 2**31 (every engine takes them), with room for a group's
+# `seed + index` (vLLM seeds the choices of an n-sample request so).
+_SEED_SPACE = 2**31 - 2**10
+
+
+def sample_seed(seed: int | None, task_id: str, index: int) -> int | None:
+    """The seed of sample `index` of task `task_id` in a request seeded with `seed`: a function
+    of the three alone, so the same request samples the same tokens again (on the same weights)
+    however its samples were started, and a re-run keeps its sample's seed. A group's samples
+    get consecutive seeds: vLLM gives choice j of an n-sample request with seed s the seed s + j,
+    so samples that start together share one request. None without a request seed."""
+    if seed is None:
+        return None
+    digest = hashlib.sha256(f"{seed}:{task_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % _SEED_SPACE + index
 
 
 @dataclass(frozen=True)
@@ -45,7 +65,8 @@ class AgentLimits:
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """One sample of one task in one rollout. `trajectory_id` is stable across re-runs."""
+    """One sample of one task in one rollout. `trajectory_id` is stable across re-runs;
+    `attempt` counts them (1: the first run)."""
 
     trajectory_id: str
     rollout_id: str
@@ -57,6 +78,10 @@ class SampleSpec:
     # Keyword arguments of the chat template (e.g. {"enable_thinking": False}); None: the
     # service's default (settings.policy.chat_template_kwargs).
     chat_template_kwargs: dict[str, Any] | None = None
+    # The sample's seed (`sample_seed`, from the request's sampling.seed); its turns' seeds are
+    # derived from it. None: unseeded.
+    seed: int | None = None
+    attempt: int = 1
 
 
 def sample_specs(
@@ -80,6 +105,7 @@ def sample_specs(
             sampling=sampling,
             agent=agent,
             chat_template_kwargs=chat_template_kwargs,
+            seed=sample_seed(sampling.seed, task.id, i),
         )
         for i in range(n_samples)
     ]

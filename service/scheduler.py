@@ -1,13 +1,29 @@
 """Rollout requests -> groups of samples -> a group runner, under bounded concurrency.
 
-Higher `priority` runs first, then first come first served. A group whose n samples exceed the
-free sample slots is run in chunks, so `max_concurrent_samples` holds for any n. A sample holds
-its slot for its episode only: when the runner says the episode is over, the sample moves to
-one of as many slots for verifying and committing, and the next sample starts generating while
-it verifies (the policy server need not wait for the tests). Every sample
-ends as one committed trajectory: from the runner, or `cancelled` when its rollout is
-cancelled, or a masked `sandbox_error` if the runner broke its contract (raised, or returned
-without reporting a sample).
+Dispatch is by the slot. At most `max_concurrent_samples` samples are in their episode, each
+holding a slot; higher `priority` starts first, then first come first served. A group starts as
+soon as one slot is free: all of its samples not yet started go to the runner together, so that
+their first turn is one n-sample request (the shared prompt prefix), and each of them begins its
+episode (sandbox, later turns) once it holds a slot: those the group started with at once, the
+others as slots free, before any other group starts. A slot freed mid-wave thus starts a sample
+at once instead of waiting for the slowest episode of the wave, which keeps the policy busy
+through long-tail episodes; the price is that the policy may see up to n - 1 first turns beyond
+the bound while a group's shared first turn generates.
+
+A sample holds its slot for its episode only: when the runner says the episode is over, the
+sample moves to one of as many slots for verifying and committing, and the next sample starts
+generating while it verifies (the policy server need not wait for the tests).
+
+A sample masked by a fault a re-run can cure (service.trajectory.RETRYABLE_STATUSES: the
+sandboxes' or the policy servers', never the agent's) runs again in a fresh sandbox under the
+current policy, up to `retry_masked` times (the request's, else the service's), queued at its
+group's place: ahead of groups that came after it. It is not re-run when its rollout was
+cancelled, nor when max_staleness is set and its group is already too stale for it (its oldest
+committed token more than max_staleness versions behind the current one: the lease would drop or
+re-queue the group anyway). Every sample ends as one committed trajectory: from the runner (its
+`attempts` says how many runs it took), or `cancelled` when its rollout is cancelled, or a
+masked `sandbox_error` if the runner broke its contract (raised, or returned without reporting a
+sample).
 """
 
 from __future__ import annotations
@@ -15,16 +31,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sandboxes.task import Task
 from service.errors import Busy, InvalidRequest
 from service.events import EventHub
 from service.metrics import Metrics
-from service.sample import SampleSpec
+from service.sample import RETRY_MASKED, SampleSpec, sample_seed
 from service.store import (
     GroupPlan,
     PendingGroup,
@@ -34,7 +51,9 @@ from service.store import (
     sample_trajectory_id,
 )
 from service.trajectory import (
+    RETRYABLE_STATUSES,
     OnEpisodeEnd,
+    OnStart,
     OnTrajectory,
     Status,
     Trajectory,
@@ -46,6 +65,11 @@ log = logging.getLogger(__name__)
 
 # (path, ids, limit) -> tasks, read lazily as they are taken; blocking, run in a worker thread.
 TaskLoader = Callable[[str, list[str] | None, int | None], Iterable[Task]]
+# A re-run is queued once the service is ready again (every readiness check passes: a policy
+# server answers, the sandboxes can be created), so that an outage does not use up a sample's
+# re-runs in seconds; past this long it is delivered masked instead.
+RERUN_READY_TIMEOUT_S = 600.0
+RERUN_READY_POLL_S = 2.0
 
 
 class GroupRunner(Protocol):
@@ -55,11 +79,15 @@ class GroupRunner(Protocol):
         samples: list[SampleSpec],
         on_trajectory: OnTrajectory,
         on_episode_end: OnEpisodeEnd | None = None,
+        on_start: OnStart | None = None,
     ) -> None:
-        """Runs the samples, reporting each one's trajectory through `on_trajectory`. A runner
-        whose samples verify after their episode calls `on_episode_end(trajectory_id)` between
-        the two (at most once per sample); one that never calls it keeps each sample's slot
-        until its report."""
+        """Runs the samples, reporting each one's trajectory through `on_trajectory`. Their
+        first turn may be shared; before a sample's sandbox and episode begin, the runner
+        awaits `on_start(trajectory_id)`, which returns once the sample holds a slot (at once
+        for those that have one); a sample that ends before (its first turn failed) need not
+        call it. A runner whose samples verify after their episode calls
+        `on_episode_end(trajectory_id)` between the two (at most once per sample); one that
+        never calls it keeps each sample's slot until its report."""
         ...
 
 
@@ -86,16 +114,49 @@ class _Work:
     rollout: _Rollout
     group_id: str
     task_id: str
-    samples: list[SampleSpec]  # not yet dispatched: what this work counts in queued_samples
+    samples: list[SampleSpec]  # not yet started: what this work counts in queued_samples
+    order: int  # its place among the works of its priority; a group's re-runs keep it
 
 
 class _Slots:
-    """A counting semaphore that can take n permits at once (a group chunk)."""
+    """Counted slots. A group start takes what is free, and the samples it started without one
+    are owed the next free slots, one each, before another group may start."""
 
     def __init__(self, n: int) -> None:
         self.total = n
         self.free = n
+        self.owed = 0
         self._cond = asyncio.Condition()
+
+    async def startable(self) -> None:
+        """Wait until a group may start: a slot is free and none is owed. (Only the dispatcher
+        starts groups, so this stays true until it does.)"""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= 1 and self.owed == 0)
+
+    async def start_group(self, samples: int, least: int = 1) -> int:
+        """Wait until `least` slots are free and none is owed; take up to `samples` of them and
+        owe the group's other samples one each. Returns how many were taken."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= least and self.owed == 0)
+            taken = min(self.free, samples)
+            self.free -= taken
+            self.owed += samples - taken
+            return taken
+
+    async def take_owed(self) -> None:
+        """An owed sample takes the next free slot."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= 1)
+            self.free -= 1
+            self.owed -= 1
+            self._cond.notify_all()  # none owed any more: a group may start
+
+    async def forgive(self, owed: int = 1) -> None:
+        """Owed samples that end (or are handed back) without taking their slot."""
+        async with self._cond:
+            self.owed -= owed
+            self._cond.notify_all()
 
     async def acquire(self, n: int) -> None:
         async with self._cond:
@@ -118,23 +179,35 @@ class Scheduler:
         max_concurrent_samples: int,
         max_queued_samples: int,
         current_version: Callable[[], int],
+        max_staleness: Callable[[], int | None] = lambda: None,
+        retry_masked: int = RETRY_MASKED,
+        ready: Callable[[], Awaitable[bool]] | None = None,
+        ready_timeout_s: float = RERUN_READY_TIMEOUT_S,
         events: EventHub | None = None,
         metrics: Metrics | None = None,
         on_group_ready: Callable[[], None] = lambda: None,
     ) -> None:
+        """`retry_masked`: re-runs of a masked sample for requests that name none; `ready`:
+        whether the service can run samples now (components' readiness checks), which a re-run
+        waits for, up to `ready_timeout_s`."""
         self.store = store
         self.runner = runner
         self.load_tasks = load_tasks
         self.max_concurrent = max_concurrent_samples
         self.max_queued = max_queued_samples
         self.current_version = current_version
+        self.max_staleness = max_staleness
+        self.retry_masked = retry_masked
+        self.ready = ready
+        self.ready_timeout_s = ready_timeout_s
         self.events = events or EventHub()
         self.metrics = metrics
         self.on_group_ready = on_group_ready
         self.queued_samples = 0
         self.running_samples = 0
         self._rollouts: dict[str, _Rollout] = {}
-        self._queue: asyncio.PriorityQueue[tuple[int, int, _Work]] = asyncio.PriorityQueue()
+        # (-priority, order, sequence, work): a work put back keeps its place.
+        self._queue: asyncio.PriorityQueue[tuple[int, int, int, _Work]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self._slots = _Slots(max_concurrent_samples)  # samples in their episode
         self._finishing = _Slots(max_concurrent_samples)  # samples verifying or committing
@@ -220,7 +293,7 @@ class Scheduler:
         for plan in plans:
             specs = [self._spec(ctx, plan.group_id, plan.task_id, k, tid)
                      for k, tid in enumerate(plan.trajectory_ids)]  # fmt: skip
-            self._enqueue(_Work(ctx, plan.group_id, plan.task_id, specs))
+            self._enqueue(_Work(ctx, plan.group_id, plan.task_id, specs, next(self._seq)))
         return rollout_id
 
     async def cancel(self, rollout_id: str) -> None:
@@ -230,7 +303,7 @@ class Scheduler:
         if ctx is not None:
             ctx.cancelled = True
             for work in ctx.queued:
-                # Only what was not dispatched yet: a group cut in chunks may be half running.
+                # Only what was not started yet: a group may be half running.
                 self.queued_samples -= len(work.samples)
                 work.samples = []
             ctx.queued.clear()
@@ -276,13 +349,18 @@ class Scheduler:
             sampling=ctx.request.sampling.to_params(),
             agent=ctx.request.agent.to_limits(),
             chat_template_kwargs=ctx.request.chat_template_kwargs,
+            seed=sample_seed(ctx.request.sampling.seed, task_id, index),
         )
 
     def _enqueue(self, work: _Work) -> None:
         work.rollout.queued.add(work)
         self.queued_samples += len(work.samples)
-        self._queue.put_nowait((-work.rollout.request.priority, next(self._seq), work))
+        self._put(work)
         self._update_gauges()
+
+    def _put(self, work: _Work) -> None:
+        key = (-work.rollout.request.priority, work.order, next(self._seq))
+        self._queue.put_nowait((*key, work))
 
     async def _resume(self, pending: list[PendingGroup]) -> None:
         by_rollout: dict[str, list[PendingGroup]] = {}
@@ -308,84 +386,178 @@ class Scheduler:
                 ctx.tasks.update({t.id: t for t in loaded})
             for g in groups:
                 specs = [self._spec(ctx, g.group_id, g.task_id, k, tid) for tid, k in g.samples]
-                self._enqueue(_Work(ctx, g.group_id, g.task_id, specs))
+                self._enqueue(_Work(ctx, g.group_id, g.task_id, specs, next(self._seq)))
 
     async def _dispatch_loop(self) -> None:
         while True:
-            _, _, work = await self._queue.get()
+            # A free slot first, then the best work queued by then (a work that arrived while
+            # every slot was taken still goes by its priority).
+            await self._slots.startable()
+            *_, work = await self._queue.get()
             ctx = work.rollout
-            if ctx.cancelled or work not in ctx.queued:
+            if ctx.cancelled or work not in ctx.queued or not work.samples:
                 continue
-            while work.samples and not ctx.cancelled:
-                k = min(len(work.samples), self.max_concurrent)
-                await self._slots.acquire(k)
-                if ctx.cancelled:
-                    await self._slots.release(k)
-                    break
-                # work.samples stays what is still queued, for cancel() to count exactly.
-                chunk, work.samples = work.samples[:k], work.samples[k:]
-                self.queued_samples -= k
-                self.running_samples += k
-                self._update_gauges()
-                task = asyncio.create_task(
-                    self._run_chunk(ctx, work.task_id, chunk), name=f"group {work.group_id}"
-                )
-                ctx.running.add(task)
-                task.add_done_callback(ctx.running.discard)
-            ctx.queued.discard(work)
-
-    async def _run_chunk(self, ctx: _Rollout, task_id: str, chunk: list[SampleSpec]) -> None:
-        unreported = {s.trajectory_id: s for s in chunk}
-        finishing: set[str] = set()  # samples whose episode ended: they hold a finishing slot
-
-        async def release(trajectory_id: str) -> None:
-            if trajectory_id in finishing:
-                finishing.discard(trajectory_id)
-                await self._finishing.release(1)
+            handed, slotted = await self._take_slots(len(work.samples))
+            if ctx.cancelled or work not in ctx.queued:  # cancelled while it waited
+                await self._slots.release(slotted)
+                await self._slots.forgive(handed - slotted)
+                continue
+            # work.samples stays what is still queued, for cancel() to count exactly; the
+            # samples started without a slot count as queued until they take one.
+            started, work.samples = work.samples[:handed], work.samples[handed:]
+            self.queued_samples -= slotted
+            self.running_samples += slotted
+            self._update_gauges()
+            if work.samples:
+                self._put(work)
             else:
-                await self._slots.release(1)
+                ctx.queued.discard(work)
+            task = asyncio.create_task(
+                self._run_samples(ctx, work, started, slotted), name=f"group {work.group_id}"
+            )
+            ctx.running.add(task)
+            task.add_done_callback(ctx.running.discard)
+
+    async def _take_slots(self, samples: int) -> tuple[int, int]:
+        """Slots for a group start of `samples`: (how many samples start now, how many of them
+        hold a slot already). All of them start, with what is free; the rest are owed."""
+        return samples, await self._slots.start_group(samples)
+
+    async def _run_samples(
+        self, ctx: _Rollout, work: _Work, specs: list[SampleSpec], slotted: int
+    ) -> None:
+        """Run samples of one group that start together; the first `slotted` hold a slot, the
+        others take theirs in `on_start`."""
+        spec_of = {s.trajectory_id: s for s in specs}
+        # owed (no slot yet) -> running (a slot) -> finishing (a finishing slot) -> done
+        state = {s.trajectory_id: "running" if i < slotted else "owed" for i, s in enumerate(specs)}
+
+        async def on_start(trajectory_id: str) -> None:
+            if state.get(trajectory_id) != "owed":
+                return
+            await self._slots.take_owed()
+            state[trajectory_id] = "running"
+            self.queued_samples -= 1
+            self.running_samples += 1
+            self._update_gauges()
+
+        async def leave(trajectory_id: str) -> None:
+            """Give back what the sample holds, and count it out."""
+            held, state[trajectory_id] = state[trajectory_id], "done"
+            if held == "owed":
+                self.queued_samples -= 1
+                await self._slots.forgive()
+            else:
+                self.running_samples -= 1
+                await (self._finishing if held == "finishing" else self._slots).release(1)
 
         async def on_episode_end(trajectory_id: str) -> None:
-            if trajectory_id not in unreported or trajectory_id in finishing:
+            held = state.get(trajectory_id)
+            if held not in ("owed", "running"):
                 return
             # The finishing slot first: samples between episode and commit stay bounded.
             await self._finishing.acquire(1)
-            finishing.add(trajectory_id)
-            await self._slots.release(1)
+            state[trajectory_id] = "finishing"
+            if held == "owed":  # a runner that never awaited on_start
+                self.queued_samples -= 1
+                self.running_samples += 1
+                await self._slots.forgive()
+            else:
+                await self._slots.release(1)
 
         async def on_trajectory(t: Trajectory) -> None:
-            if unreported.pop(t.trajectory_id, None) is None:
+            spec = spec_of.get(t.trajectory_id)
+            if spec is None or state[t.trajectory_id] == "done":
                 log.warning("runner reported unknown or repeated trajectory %s", t.trajectory_id)
                 return
-            self.running_samples -= 1
-            # A slot is held until the commit returns: a runner faster than the store must
+            # The slot is held until the commit returns: a runner faster than the store must
             # wait, or encoded payloads (~140 KB each) pile up unbounded (1.2 GiB RSS at 2k
             # pending in the data-path benchmark, docs/performance.md).
             try:
-                await self._record(t)
+                await self._report(ctx, work, spec, t)
             finally:
-                await release(t.trajectory_id)
+                await leave(t.trajectory_id)
 
         error: BaseException | None = None
         try:
-            await self.runner.run_group(ctx.tasks[task_id], chunk, on_trajectory, on_episode_end)
+            await self.runner.run_group(
+                ctx.tasks[work.task_id], specs, on_trajectory, on_episode_end, on_start
+            )
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a runner bug must not lose the samples
-            log.exception("runner failed on task %s", task_id)
+            log.exception("runner failed on task %s", work.task_id)
             error = e
         finally:
-            left = list(unreported.values())
-            unreported.clear()
-            if left:
-                self.running_samples -= len(left)
-                for spec in left:
-                    await release(spec.trajectory_id)
-                self._update_gauges()
+            left = [s for s in specs if state[s.trajectory_id] != "done"]
+            for spec in left:
+                await leave(spec.trajectory_id)
+            self._update_gauges()
         if left and not ctx.cancelled:
             why = f"runner error: {error!r}" if error else "runner returned without this sample"
             for spec in left:
-                await self._record(_failed(spec, self.current_version(), why))
+                await self._report(ctx, work, spec, _failed(spec, self.current_version(), why))
+
+    async def _report(self, ctx: _Rollout, work: _Work, spec: SampleSpec, t: Trajectory) -> None:
+        """Commit a sample's trajectory, or queue it to run again."""
+        if t.attempts != spec.attempt:  # the scheduler counts the runs
+            t = t.model_copy(update={"attempts": spec.attempt})
+        again = await self._rerun(ctx, spec, t)
+        if again is None:
+            await self._record(t)
+            return
+        rerun = _Work(ctx, spec.group_id, spec.task_id, [again], work.order)
+        if self.ready is None:
+            self._enqueue_rerun(rerun, t)
+            return
+        task = asyncio.create_task(
+            self._rerun_when_ready(self.ready, rerun, t), name=f"rerun {spec.group_id}"
+        )
+        ctx.running.add(task)
+        task.add_done_callback(ctx.running.discard)
+
+    async def _rerun_when_ready(
+        self, ready: Callable[[], Awaitable[bool]], rerun: _Work, masked: Trajectory
+    ) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not await ready():
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "sample %s: %s, not run again: the service was not ready within %.0f s",
+                    masked.trajectory_id, masked.status.value, self.ready_timeout_s,
+                )  # fmt: skip
+                await self._record(masked)
+                return
+            await asyncio.sleep(RERUN_READY_POLL_S)
+        if not rerun.rollout.cancelled:
+            self._enqueue_rerun(rerun, masked)
+
+    def _enqueue_rerun(self, rerun: _Work, masked: Trajectory) -> None:
+        (spec,) = rerun.samples
+        log.info("sample %s: %s on attempt %d; running it again", masked.trajectory_id,
+                 masked.status.value, spec.attempt - 1)  # fmt: skip
+        if self.metrics is not None:
+            self.metrics.sample_retries.labels(masked.status.value).inc()
+        self._enqueue(rerun)
+
+    async def _rerun(self, ctx: _Rollout, spec: SampleSpec, t: Trajectory) -> SampleSpec | None:
+        """The sample's next run, if a masked `t` is to be run again (see the module's doc)."""
+        if t.status not in RETRYABLE_STATUSES or ctx.cancelled:
+            return None
+        limit = ctx.request.retry_masked
+        if spec.attempt > (self.retry_masked if limit is None else limit):
+            return None
+        bound = self.max_staleness()
+        if bound is not None:
+            oldest = await self.store.oldest_version(spec.group_id)
+            if oldest is not None and self.current_version() - oldest > bound:
+                log.info(
+                    "sample %s: %s, not run again: its group's oldest token (version %d) is "
+                    "over max_staleness %d behind version %d",
+                    spec.trajectory_id, t.status.value, oldest, bound, self.current_version(),
+                )  # fmt: skip
+                return None
+        return replace(spec, attempt=spec.attempt + 1)
 
     async def _record(self, t: Trajectory) -> None:
         result = await self.store.commit_trajectory(t)

@@ -19,13 +19,17 @@ import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sandboxes.images import BuildSettings
 from sandboxes.pool import PoolSettings
 from service.agent.harnesses import Harness, ProfileError, build_harnesses
 from service.policy.client import PolicyClient
-from service.wire import check_chat_template_kwargs
+from service.sample import RETRY_MASKED
+from service.wire import MAX_RETRY_MASKED, check_chat_template_kwargs
+
+# Host names that reach this machine only (the web guard's default allowlist).
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 _CLIENT = inspect.signature(PolicyClient).parameters  # the client's own keyword defaults
 
@@ -48,6 +52,8 @@ class ServiceSettings(_Group):
     api_key: str | None = None
     max_concurrent_samples: int = Field(default=64, ge=1)
     max_queued_samples: int = Field(default=100_000, ge=1)
+    # Re-runs of a sample masked by an infrastructure fault, for requests that name none.
+    retry_masked: int = Field(default=RETRY_MASKED, ge=0, le=MAX_RETRY_MASKED)
     datasets: dict[str, str] = Field(default_factory=dict, description="name -> path")
     stale_policy: Literal["drop", "requeue"] = "drop"
     lease_ttl_s: float = Field(default=600.0, gt=0)
@@ -65,6 +71,15 @@ class ServiceSettings(_Group):
     # New rollouts get a 503 while free space on the data disk, less what queued work will
     # commit, is under this: commits of admitted work never meet a full disk.
     disk_reserve_mb: int = Field(default=1024, ge=0)
+    # Keep each verified sample's final workspace (its files stored once by content,
+    # compressed, deleted with its payload) so its rollouts can be regraded; off: none kept.
+    keep_workspaces: bool = True
+    # Names a browser may reach the service by (the Host header; service/web_guard.py), beside
+    # the loopback names and --host; "*": any. Listening beyond loopback (a key is required
+    # there, which a page cannot send) any name is accepted unless some are given.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Open event streams (GET /v1/events and /v1/rollouts/{id}/events) at once; 429 past it.
+    max_event_streams: int = Field(default=256, ge=1)
 
     @property
     def is_loopback(self) -> bool:
@@ -74,6 +89,13 @@ class ServiceSettings(_Group):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+    def host_allowlist(self) -> list[str] | None:
+        """The Host names requests may carry; None: any."""
+        if "*" in self.allowed_hosts or (not self.is_loopback and not self.allowed_hosts):
+            return None
+        wildcard = self.host in ("0.0.0.0", "::", "")
+        return [*LOOPBACK_NAMES, *([] if wildcard else [self.host]), *self.allowed_hosts]
 
     def check_exposure(self) -> None:
         """Raise ValueError when the service would listen beyond this host without a key."""
@@ -238,28 +260,8 @@ class AgentSettings(_Group):
         return out
 
 
-# Keywords of the former one-level Settings, still accepted flat: Settings(port=0, image="x").
-_FLAT = {"policy_urls": ("policy", "urls"), "model": ("policy", "model")}
-_FLAT |= {"image": ("sandboxes", "image")}
-_FLAT |= {name: ("service", name) for name in ServiceSettings.model_fields}
-
-
 class Settings(_Group):
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     sandboxes: SandboxSettings = Field(default_factory=SandboxSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nest_flat_keywords(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not _FLAT.keys() & data.keys():
-            return data
-        out = dict(data)
-        for key in _FLAT.keys() & data.keys():
-            group, name = _FLAT[key]
-            section = out.get(group, {})
-            if isinstance(section, BaseModel):
-                section = section.model_dump(exclude_unset=True)
-            out[group] = {**section, name: out.pop(key)}
-        return out

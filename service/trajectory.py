@@ -14,7 +14,14 @@ from enum import StrEnum
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, Field, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from service.sample import SamplingParams
 
@@ -41,6 +48,12 @@ def is_masked(status: Status | str) -> bool:
     return Status(status) in MASKED_STATUSES
 
 
+# Masked statuses a re-run in a fresh sandbox can cure (the scheduler re-runs them, up to
+# --retry-masked times): faults of the sandboxes' or the policy servers' side. Not `cancelled`
+# (it was asked for) nor `verifier_error` (the task's own tests gave no reward: they would again).
+RETRYABLE_STATUSES: frozenset[Status] = frozenset({Status.sandbox_error, Status.policy_error})
+
+
 class Timings(BaseModel):
     """Seconds spent per stage of one sample."""
 
@@ -62,6 +75,28 @@ class VerifierFile(BaseModel):
 
     path: str
     content: str
+
+
+class Grading(BaseModel):
+    """One verification of a sample's final workspace: the first when it was collected, one
+    more per regrade (service/regrade.py). The latest is what the trajectory serves."""
+
+    reward: float | None
+    status: Status  # what this grading makes of the sample (masked ones carry no reward)
+    reward_flags: list[str] = Field(default_factory=list)
+    verifier_files: list[VerifierFile] = Field(default_factory=list)
+    # The grading rules and verifier runtime (sandboxes/verifier.py Grader.version; "" when no
+    # verifier ran, e.g. a workspace the agent made impossible to take out) and the sha256 of
+    # the task's tests (sandboxes/task.py Task.tests_digest).
+    grader_version: str = ""
+    tests_digest: str = ""
+    graded_at: float = 0.0  # unix time
+
+    @model_validator(mode="after")
+    def _masked_has_no_reward(self) -> Grading:
+        if is_masked(self.status):
+            self.reward = None
+        return self
 
 
 class Trajectory(BaseModel):
@@ -103,6 +138,27 @@ class Trajectory(BaseModel):
     harness: str = "default"
     harness_profile_hash: str = ""
     advantage: float | None = None
+    # The tests the served reward came from (Task.tests_digest; for a sample never graded, the
+    # task's tests when it was collected), and every grading it received, oldest first: the
+    # served reward, status, flags and files are the latest one's. Older records: "", [].
+    tests_digest: str = ""
+    gradings: list[Grading] = Field(default_factory=list)
+    # How many times the sample ran: 1, or more when runs masked by an infrastructure fault were
+    # re-run (service/scheduler.py). The sample's seed, derived from the request's
+    # sampling.seed, its task id and its index (service.sample.sample_seed); None: unseeded.
+    attempts: int = 1
+    sample_seed: int | None = None
+    # The final workspace, kept for regrading: committed with the trajectory
+    # (service/store/workspaces.py), never serialized.
+    _workspace: Any = PrivateAttr(default=None)
+
+    @field_validator("tests_digest", "gradings", mode="before")
+    @classmethod
+    def _grading_defaults(cls, v: Any, info: Any) -> Any:
+        # Files written before gradings existed have no such columns (or nulls).
+        if v is None:
+            return "" if info.field_name == "tests_digest" else []
+        return v
 
     @field_validator("harness", "harness_profile_hash", mode="before")
     @classmethod
@@ -110,6 +166,11 @@ class Trajectory(BaseModel):
         if v is None:
             return "default" if info.field_name == "harness" else ""
         return v
+
+    @field_validator("attempts", mode="before")
+    @classmethod
+    def _attempts_default(cls, v: Any) -> Any:
+        return 1 if v is None else v  # records and files written before re-runs
 
     @model_validator(mode="before")
     @classmethod
@@ -169,6 +230,9 @@ OnTrajectory = Callable[[Trajectory], Awaitable[None]]
 # How a group runner says a sample's episode is over (by trajectory id): only its verification
 # and its report remain, so the scheduler can start the next sample's episode meanwhile.
 OnEpisodeEnd = Callable[[str], Awaitable[None]]
+# How a group runner waits, by trajectory id, until the scheduler gives a sample its slot: the
+# samples of a group share their first turn, and each begins its episode once it holds a slot.
+OnStart = Callable[[str], Awaitable[None]]
 
 
 def empty_trajectory(
@@ -205,6 +269,18 @@ def empty_trajectory(
 TIMINGS_TYPE = pa.struct([(name, pa.float64()) for name in Timings.model_fields])
 MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string())])
 VERIFIER_FILE_TYPE = pa.struct([("path", pa.string()), ("content", pa.string())])
+GRADING_TYPE = pa.struct(
+    [
+        ("reward", pa.float64()),
+        ("status", pa.string()),
+        ("reward_flags", pa.list_(pa.string())),
+        ("verifier_files", pa.list_(VERIFIER_FILE_TYPE)),
+        ("grader_version", pa.string()),
+        ("tests_digest", pa.string()),
+        ("graded_at", pa.float64()),
+    ]
+)
+assert GRADING_TYPE.names == list(Grading.model_fields), "GRADING_TYPE and Grading disagree"
 SAMPLING_TYPE = pa.struct(
     [
         ("temperature", pa.float64()),
@@ -252,6 +328,10 @@ ARROW_SCHEMA = pa.schema(
         ("harness", pa.string()),
         ("harness_profile_hash", pa.string()),
         ("advantage", pa.float64()),
+        ("tests_digest", pa.string()),
+        ("gradings", pa.list_(GRADING_TYPE)),
+        ("attempts", pa.int32()),
+        ("sample_seed", pa.int64()),
     ]
 )
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.advantages import AdvantageConfig
-from service.sample import N_SAMPLES, AgentLimits, SamplingParams
+from service.sample import N_SAMPLES, RETRY_MASKED, AgentLimits, SamplingParams
 from service.trajectory import Trajectory
 
 # Lease responses carry the number of groups not yet acknowledged (of the rollout asked for).
@@ -44,7 +44,14 @@ class SamplingSpec(_Strict):
     presence_penalty: float = Field(default=SamplingParams.presence_penalty, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=SamplingParams.frequency_penalty, ge=-2.0, le=2.0)
     max_tokens: int = Field(default=SamplingParams.max_tokens, ge=1, le=1_000_000)
-    seed: int | None = Field(default=SamplingParams.seed, ge=0, le=2**63 - 1)
+    seed: int | None = Field(
+        default=SamplingParams.seed,
+        ge=0,
+        le=2**63 - 1,
+        description="each sample's seed is derived from it, the task id and the sample index "
+        "(recorded as the trajectory's sample_seed): the same request samples the same tokens "
+        "on the same weights",
+    )
     stop: list[str] | None = Field(default=SamplingParams.stop, max_length=16)
 
     def to_params(self) -> SamplingParams:
@@ -63,6 +70,7 @@ class SamplingSpec(_Strict):
 
 
 MAX_CHAT_TEMPLATE_KWARGS_BYTES = 4096
+MAX_RETRY_MASKED = 16  # re-runs of one masked sample, at most (each a whole episode)
 
 
 def check_chat_template_kwargs(v: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -134,6 +142,13 @@ class RolloutRequest(_Strict):
             "null: the service's default (--chat-template-kwargs)"
         ),
     )
+    retry_masked: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_RETRY_MASKED,
+        description="re-runs of a sample masked by an infrastructure fault (a fresh sandbox "
+        f"each; 0: none); null: the service's --retry-masked (default {RETRY_MASKED})",
+    )
 
     _check_kwargs = field_validator("chat_template_kwargs")(check_chat_template_kwargs)
 
@@ -181,10 +196,21 @@ class RolloutStatus(BaseModel):
 
 class LeaseRequest(_Strict):
     max_groups: int = Field(default=64, ge=1, le=4096)
-    wait_s: float = Field(default=30.0, ge=0.0, le=600.0)
+    wait_s: float = Field(
+        default=30.0,
+        ge=0.0,
+        le=600.0,
+        description="how long to wait for a complete group; not at all for a rollout_id whose "
+        "groups were all acknowledged or dropped",
+    )
     rollout_id: str | None = Field(default=None, max_length=200)
     lease_s: float | None = Field(
         default=None, gt=0.0, le=86_400.0, description="lease duration; server default if null"
+    )
+    regraded: bool = Field(
+        default=False,
+        description="true: lease only groups regraded after a trainer had them (their latest "
+        "gradings and new advantages, docs/delivery.md); false: only groups never delivered",
     )
 
 
@@ -198,6 +224,7 @@ class Group(BaseModel):
 class LeaseResponse(BaseModel):
     batch_id: str
     lease_expires_at: float = Field(description="unix time (seconds)")
+    regraded: bool = Field(default=False, description="a batch of regraded groups")
     groups: list[Group]
 
 
@@ -272,3 +299,57 @@ class ErrorResponse(BaseModel):
     """Every 4xx/5xx body: `detail` is a message or, for field errors, pydantic-style items."""
 
     detail: str | list[ErrorItem]
+
+
+class RegradeRequest(_Strict):
+    """Grade a rollout's stored samples again (their kept final workspaces, fresh verifier
+    containers, this service's grader)."""
+
+    tasks_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="the tasks (inside the tasks roots, or a dataset name); null: the "
+        "rollout's own tasks path, as it is now",
+    )
+    task_ids: list[str] | None = Field(
+        default=None, max_length=100_000, description="only these tasks' samples; null: all"
+    )
+
+
+class RegradeChange(BaseModel):
+    trajectory_id: str
+    task_id: str
+    kind: str = Field(description="e.g. 1→0, 0→1, newly flagged, masked, unmasked")
+    before_reward: float | None
+    after_reward: float | None
+    before_status: str
+    after_status: str
+    added_flags: list[str]
+    removed_flags: list[str]
+
+
+class RegradeFailure(BaseModel):
+    trajectory_id: str
+    why: str
+
+
+class RegradeStatus(BaseModel):
+    """A rollout's latest regrade, as `rollouts regrade` reports it."""
+
+    rollout_id: str
+    state: Literal["running", "done", "failed"]
+    error: str | None = Field(default=None, description="why a regrade stopped (state failed)")
+    selected: int = Field(default=0, description="samples of the rollout with a payload")
+    regraded: int = Field(default=0, description="new gradings recorded")
+    already_graded: int = Field(
+        default=0, description="latest grading already by this grader on these tests"
+    )
+    no_workspace: int = Field(default=0, description="no final workspace kept")
+    failed: list[RegradeFailure] = Field(
+        default_factory=list, description="infrastructure faults: nothing recorded"
+    )
+    changes: list[RegradeChange] = Field(default_factory=list)
+    groups_offered: int = Field(
+        default=0, description="regraded groups offered to trainers that had them"
+    )

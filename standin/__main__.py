@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 from pydantic import ValidationError
 
-from standin.behaviour import ATTACKS
+from standin.attacks import ATTACKS
 
 
 def policy_stub(
@@ -34,6 +34,13 @@ def policy_stub(
     ),
     length_jitter: int = typer.Option(
         0, "--length-jitter", help="Up to N extra analysis words per reply (samples differ)."
+    ),
+    long_tail: float = typer.Option(
+        0.0,
+        "--long-tail",
+        help="Long-tail episodes: sigma of the lognormal of each sample's verbosity (reply "
+        "lengths and turns spent looking around; 0: off). At 8k tokens a turn, 1.3 gives "
+        "replies p99/p50 of about 10.",
     ),
     scale_out: bool = typer.Option(
         True,
@@ -63,6 +70,7 @@ def policy_stub(
             record=record,
             attack=attack,
             length_jitter=length_jitter,
+            long_tail=long_tail,
             scale_out=scale_out,
         )
         app = build_app(settings)

@@ -29,10 +29,12 @@ def to_float32(x: float) -> float:
 
 
 def choice_rng(seed: int | None, index: int, prompt_len: int) -> random.Random:
-    """Deterministic per (request seed, choice index, prompt length); random when seed is None."""
+    """Deterministic per (choice seed, prompt length); random when seed is None. A choice's
+    seed is the request's plus its index, as vLLM's: choice j of a request seeded s draws what
+    the only choice of a request seeded s + j would."""
     if seed is None:
         return random.Random(os.urandom(16))
-    digest = hashlib.sha256(f"{seed}:{index}:{prompt_len}".encode()).digest()
+    digest = hashlib.sha256(f"{seed + index}:{prompt_len}".encode()).digest()
     return random.Random(int.from_bytes(digest[:16], "big"))
 
 

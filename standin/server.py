@@ -63,7 +63,8 @@ from service.policy.vllm_wire import (
     WeightVersionSpan,
     cache_salt_problem,
 )
-from standin.behaviour import ATTACKS, BehaviourSettings, ScriptedAgent
+from standin.attacks import ATTACKS
+from standin.behaviour import BehaviourSettings, ScriptedAgent
 from standin.chat_template import render
 from standin.decoding import ChoiceDecoder, SamplingKnobs, Weights, weights_logit
 from standin.sampling import LogprobsMode, choice_rng
@@ -97,6 +98,8 @@ class StubSettings(BaseModel):
     record: str | None = None  # JSONL file, one line per served choice
     attack: str | None = None
     length_jitter: int = Field(default=0, ge=0)  # extra analysis words per reply, at most
+    # Long-tail episodes: sigma of the lognormal of each sample's verbosity (behaviour.py).
+    long_tail: float = Field(default=0.0, ge=0, le=4)
     # Strong enough that an unscripted token is ~1e-8 per position: p_correct=1 means every
     # sample passes, while logprobs stay real samples of this distribution.
     script_logit: float = Field(default=24.0, gt=0)
@@ -210,6 +213,7 @@ class StubEngine:
                 seed=settings.seed,
                 attack=settings.attack,
                 length_jitter=settings.length_jitter,
+                long_tail=settings.long_tail,
             ),
             self.tokenizer,
         )

@@ -13,16 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests.ci import unavailable
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 ARTIFACTS = Path(os.environ.get("ROLLOUTS_ARTIFACTS", "/tmp/rollouts-artifacts")) / "ui"
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the web view's browser tests need headless Chromium: {reason}")
-    pytest.skip(f"the web view's browser tests need headless Chromium: {reason}")
+    unavailable(f"the web view's browser tests need headless Chromium: {reason}")
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.ci import unavailable
 
 HARBOR = "harbor==0.25.0"
 # What `import harbor.agents.terminus_2` needs, found by importing it in a venv with --no-deps.
@@ -97,9 +97,7 @@ def _imports_harbor(python: str) -> bool:
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"terminus-2 parity needs Harbor: {reason}")
-    pytest.skip(f"terminus-2 parity needs Harbor: {reason}")
+    unavailable(f"terminus-2 parity needs Harbor: {reason}")
 
 
 def harbor_python() -> str:

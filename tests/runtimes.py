@@ -6,10 +6,11 @@ CI=true."""
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 
 import pytest
+
+from tests.ci import unavailable
 
 RUNTIMES = ("runc", "runsc")
 both_runtimes = pytest.mark.parametrize("runtime", RUNTIMES, indirect=True)
@@ -28,7 +29,5 @@ def usable_runtime(name: str) -> str:
     """`name`, or skip (fail in CI) when the engine does not offer it."""
     if name not in registered():
         why = f"runtime {name} is not registered with the Docker Engine (scripts/runsc_setup.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(why)
     return name

@@ -20,6 +20,7 @@ import typer
 
 from service.agent.harnesses import HARNESSES, ProfileError, build_harness, load_profile
 from service.agent.harnesses.base import Profile, dump_profile
+from service.agent.harnesses.terminus2 import VARIANTS
 from service.settings import AgentSettings
 
 app = typer.Typer(help="Agent harnesses and their profiles.", no_args_is_help=True)
@@ -116,7 +117,7 @@ def describe(settings: AgentSettings) -> list[str]:
 def import_harbor(
     out: Path = typer.Option(..., "--out", help="Where to write the profile (TOML)."),
     variant: str = typer.Option(
-        "json", "--variant", help="terminus-2's reply format: json or xml."
+        VARIANTS[0], "--variant", help="terminus-2's reply format: json or xml."
     ),
     python: str | None = typer.Option(
         None,
@@ -125,7 +126,7 @@ def import_harbor(
     ),
 ) -> None:
     """Write a terminus-2 profile from your own Harbor installation."""
-    if variant not in ("json", "xml"):
+    if variant not in VARIANTS:
         raise typer.BadParameter("must be json or xml", param_hint="--variant")
     python = python or find_harbor_python()
     if python is None:

@@ -89,6 +89,9 @@ async def _run(settings: Settings, request: RolloutRequest, out_file: Path) -> C
                 out_file,
                 request,
                 concurrency=settings.service.max_concurrent_samples,
+                retry_masked=settings.service.retry_masked,
+                ready=components.ready,
+                keep_workspaces=settings.service.keep_workspaces,
                 task_loader=components.load_tasks,
                 on_trajectory=lambda _event: progress.advance(bar),
             )
@@ -117,6 +120,8 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(
             CONCURRENCY, "--concurrency", min=1, help="Samples in flight."
         ),
+        retry_masked: int = options.RETRY_MASKED,
+        keep_workspaces: bool = options.KEEP_WORKSPACES,
         max_turns: int = typer.Option(AgentLimits.max_turns, "--max-turns", min=1),
         agent: str = options.AGENT,
         agent_profile: list[Path] = options.AGENT_PROFILE,
@@ -220,6 +225,8 @@ def register(app: typer.Typer) -> None:
                 service=ServiceSettings(
                     data_dir=out_file.with_suffix(".store"),
                     max_concurrent_samples=concurrency,
+                    retry_masked=retry_masked,
+                    keep_workspaces=keep_workspaces,
                     tasks_roots=[Path(tasks)],  # the path on the command line is its own root
                 ),
                 policy=policy,

@@ -8,7 +8,14 @@ from typing import Literal
 import typer
 
 from sandboxes.docker_adapter import default_adapter
-from sandboxes.images import BASE_TAG, BuildSettings, ImageError, build_base_image, prune_images
+from sandboxes.images import (
+    BASE_TAG,
+    DEFAULT_BUILD_MODE,
+    BuildSettings,
+    ImageError,
+    build_base_image,
+    prune_images,
+)
 
 app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 
@@ -17,7 +24,7 @@ app = typer.Typer(help="Sandbox images.", no_args_is_help=True)
 def build(
     tag: str = typer.Option(BASE_TAG, "--tag", help="Tag of the base image."),
     mode: str = typer.Option(
-        "auto",
+        DEFAULT_BUILD_MODE,
         "--mode",
         help="auto (Dockerfile if a registry is reachable, else debootstrap), "
         "debootstrap, or dockerfile.",

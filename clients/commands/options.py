@@ -7,10 +7,12 @@ from functools import partial
 import typer
 
 from clients.commands.agent import AGENT_HELP, PROFILE_HELP
-from service.settings import PolicySettings, SandboxSettings, default_of
+from service.settings import PolicySettings, SandboxSettings, ServiceSettings, default_of
+from service.wire import MAX_RETRY_MASKED
 
 _policy = partial(default_of, PolicySettings)
 _sandboxes = partial(default_of, SandboxSettings)
+_service = partial(default_of, ServiceSettings)
 
 AGENT = typer.Option(None, "--agent", help=AGENT_HELP + " serve: for requests that name none.")
 AGENT_PROFILE = typer.Option(
@@ -87,6 +89,22 @@ POLICY_URL = typer.Option(
     envvar="ROLLOUTS_POLICY_URL",
     help="vLLM base URL (repeatable, or comma-separated). collect: without it the "
     "stand-in policy is started.",
+)
+RETRY_MASKED = typer.Option(
+    _service("retry_masked"),
+    "--retry-masked",
+    min=0,
+    max=MAX_RETRY_MASKED,
+    help="Re-runs of a sample masked by an infrastructure fault (a removed container, a lost "
+    "node, a policy server down), each in a fresh sandbox; 0: deliver it masked. serve: for "
+    "requests that name none.",
+)
+KEEP_WORKSPACES = typer.Option(
+    _service("keep_workspaces"),
+    "--keep-workspaces/--no-keep-workspaces",
+    envvar="ROLLOUTS_KEEP_WORKSPACES",
+    help="Keep each verified sample's final workspace (files stored once by content, "
+    "compressed, deleted with its payload) so `rollouts regrade` can grade it again.",
 )
 RAY_ADDRESS = typer.Option(
     _sandboxes("ray_address"),

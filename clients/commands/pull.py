@@ -48,13 +48,21 @@ def register(app: typer.Typer) -> None:
         follow: bool = typer.Option(
             False, "--follow", help="Keep waiting after everything is delivered."
         ),
+        regraded: bool = typer.Option(
+            False,
+            "--regraded",
+            help="Pull groups regraded after a trainer had them instead (docs/regrade.md).",
+        ),
     ) -> None:
         """Pull complete groups until none remain (or forever with --follow)."""
         out.mkdir(parents=True, exist_ok=True)
         total = 0
         try:
             with TrainerClient(url, api_key) as client:
-                for batch in client.batches(max_groups, rollout, wait_s, stop_when_done=not follow):
+                batches = client.batches(
+                    max_groups, rollout, wait_s, stop_when_done=not follow, regraded=regraded
+                )
+                for batch in batches:
                     path = write_batch(batch, out)
                     batch.ack()
                     total += len(batch.trajectories)

@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         max_queued_samples: int = typer.Option(
             _service("max_queued_samples"), "--max-queued-samples", min=1
         ),
+        retry_masked: int = options.RETRY_MASKED,
         image: str = options.IMAGE,
         runtime: str = options.RUNTIME,
         dataset: list[str] = typer.Option(
@@ -67,6 +68,12 @@ def register(app: typer.Typer) -> None:
             "--tasks-root",
             help="A folder (or Parquet file) requests may name paths inside (repeatable); "
             "no other path on this host can be named.",
+        ),
+        allowed_host: list[str] = typer.Option(
+            None,
+            "--allowed-host",
+            help="A name browsers may reach the service by, beside loopback and --host "
+            "(repeatable; '*': any). Other Host headers get 421 (DNS rebinding).",
         ),
         retention_s: float = typer.Option(
             _service("retention_s"),
@@ -80,6 +87,7 @@ def register(app: typer.Typer) -> None:
             min=0,
             help="MiB of the data disk new work may not use (503 instead).",
         ),
+        keep_workspaces: bool = options.KEEP_WORKSPACES,
         stale_policy: str = typer.Option(
             _service("stale_policy"),
             "--stale-policy",
@@ -141,12 +149,14 @@ def register(app: typer.Typer) -> None:
                 service=ServiceSettings(
                     host=host, port=port, data_dir=data_dir, api_key=api_key or None,
                     max_concurrent_samples=max_concurrent_samples,
-                    max_queued_samples=max_queued_samples, datasets=_datasets(dataset or []),
+                    max_queued_samples=max_queued_samples, retry_masked=retry_masked,
+                    datasets=_datasets(dataset or []),
                     stale_policy=stale_policy, lease_ttl_s=lease_ttl_s,
                     body_read_timeout_s=body_timeout_s,
                     body_idle_timeout_s=min(_service("body_idle_timeout_s"), body_timeout_s),
-                    tasks_roots=tasks_root or [], retention_s=retention_s,
-                    disk_reserve_mb=disk_reserve_mb,
+                    tasks_roots=tasks_root or [], allowed_hosts=allowed_host or [],
+                    retention_s=retention_s,
+                    disk_reserve_mb=disk_reserve_mb, keep_workspaces=keep_workspaces,
                 ),
                 policy=PolicySettings(
                     urls=policy_url or [], model=model, timeout_s=policy_timeout_s,

@@ -24,6 +24,8 @@ from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, load_tasks
 from service.episode import status_of
 
+CONCURRENCY = 2  # tasks verified at once: each runs an agent and a verifier container
+
 
 async def _verify_all(
     tasks: list[Task],
@@ -81,7 +83,7 @@ def register(app: typer.Typer) -> None:
         ),
         image: str = typer.Option(None, "--image", help="Use this image for every task."),
         runtime: str = options.RUNTIME,
-        concurrency: int = typer.Option(2, "--concurrency", min=1),
+        concurrency: int = typer.Option(CONCURRENCY, "--concurrency", min=1),
         as_json: bool = typer.Option(False, "--json", help="Only JSON lines, summary as JSON."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid"),
     ) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from service.ui.viewer import VIEW_PORT
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -16,7 +18,7 @@ def register(app: typer.Typer) -> None:
         data_dir: Path = typer.Option(
             ..., "--data-dir", help="A service's --data-dir, or a Parquet file from export."
         ),
-        port: int = typer.Option(8090, "--port", min=0, max=65535),
+        port: int = typer.Option(VIEW_PORT, "--port", min=0, max=65535),
         log_level: str = typer.Option("warning", "--log-level"),
     ) -> None:
         """Browse rollouts and trajectories in a web browser (http://127.0.0.1:PORT/ui)."""

@@ -513,7 +513,7 @@ class RemoteModule(types.ModuleType):
 
     def __getattr__(self, name):
         remote = self.__dict__.get("__rollouts_remote__")
-        if remote is None or name.startswith("_rollouts_") or name in rpc._LOCAL_DUNDERS:
+        if remote is None or name.startswith("_rollouts_") or name in rpc.LOCAL_DUNDERS:
             raise AttributeError(name)
         return remote._rollouts_ep.request("getattr", remote, name)
 

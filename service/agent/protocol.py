@@ -27,13 +27,6 @@ class ReplyError(ValueError):
     """The reply could not be used; the message goes back to the model as its observation."""
 
 
-def _errors() -> Mapping[str, str]:
-    from service.agent.harnesses.default import default_profile
-
-    texts = default_profile().texts
-    return {k.removeprefix("errors."): v for k, v in texts.items() if k.startswith("errors.")}
-
-
 def _first_json_object(text: str, errors: Mapping[str, str]) -> str:
     start = text.find("{")
     if start < 0:
@@ -61,9 +54,8 @@ def _first_json_object(text: str, errors: Mapping[str, str]) -> str:
     raise ReplyError(errors["unclosed"].format())
 
 
-def parse_reply(text: str, errors: Mapping[str, str] | None = None) -> AgentReply:
-    """`errors`: the profile's [texts.errors] (default: the default profile's)."""
-    errors = _errors() if errors is None else errors
+def parse_reply(text: str, errors: Mapping[str, str]) -> AgentReply:
+    """`errors`: the harness profile's [texts.errors], by name without the prefix."""
     raw = _first_json_object(text, errors)
     try:
         data = json.loads(raw)

@@ -1,6 +1,7 @@
 """/v1/batches: lease complete groups, acknowledge them.
 
-Delivery is at-least-once until ack (docs/delivery.md). The stored trajectory bytes are sent
+Delivery is at-least-once until ack (docs/delivery.md); `regraded: true` leases the groups
+regraded after a trainer had them, as batches of their own. The stored trajectory bytes are sent
 as they are (decompressed, advantage spliced in), never re-validated or re-encoded per lease.
 A long poll whose client goes away stops waiting at once, and a lease granted to it that it
 can no longer receive is released, so its groups go to the next trainer without waiting for
@@ -16,7 +17,7 @@ import pyarrow as pa
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 
 from service.api.responses import errors
-from service.app import ServiceState, service_state
+from service.state import ServiceState, service_state
 from service.store import (
     LeasedGroup,
     LeaseResult,
@@ -34,12 +35,15 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 ARROW_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
-def _json_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> bytes:
+def _json_body(
+    batch_id: str, expires_at: float, groups: list[LeasedGroup], regraded: bool = False
+) -> bytes:
     parts = [
         b'{"batch_id":',
         json.dumps(batch_id).encode(),
         b',"lease_expires_at":',
         json.dumps(expires_at).encode(),
+        b',"regraded":true' if regraded else b"",
         b',"groups":[',
     ]
     for i, g in enumerate(groups):
@@ -52,10 +56,13 @@ def _json_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> b
     return b"".join(parts)
 
 
-def _arrow_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> bytes:
-    schema = ARROW_SCHEMA.with_metadata(
-        {"batch_id": batch_id, "lease_expires_at": repr(expires_at)}
-    )
+def _arrow_body(
+    batch_id: str, expires_at: float, groups: list[LeasedGroup], regraded: bool = False
+) -> bytes:
+    meta = {"batch_id": batch_id, "lease_expires_at": repr(expires_at)}
+    if regraded:
+        meta["regraded"] = "true"
+    schema = ARROW_SCHEMA.with_metadata(meta)
     # Token columns straight from the stored binary arrays (no per-token Python objects).
     table = payloads_to_arrow([row for g in groups for row in g.rows]).replace_schema_metadata(
         schema.metadata
@@ -71,9 +78,10 @@ def _arrow_body(batch_id: str, expires_at: float, groups: list[LeasedGroup]) -> 
     response_model=LeaseResponse,
     responses={
         200: {
-            "description": "Complete groups, leased until lease_expires_at. With "
-            f"`Accept: {ARROW_STREAM}`: an Arrow IPC stream of ARROW_SCHEMA rows, batch id "
-            "and expiry in the X-Batch-Id / X-Lease-Expires-At headers and schema metadata.",
+            "description": "Complete groups (with `regraded`: regraded groups), leased until "
+            f"lease_expires_at. With `Accept: {ARROW_STREAM}`: an Arrow IPC stream of "
+            "ARROW_SCHEMA rows, batch id and expiry in the X-Batch-Id / X-Lease-Expires-At "
+            "headers and schema metadata (and `regraded`).",
             "content": {ARROW_STREAM: {}},
         },
         204: {"description": "No complete group became ready within wait_s."},
@@ -89,7 +97,10 @@ async def lease(
     if body.rollout_id is not None and not await state.store.rollout_exists(body.rollout_id):
         raise UnknownRollout(body.rollout_id)
     result = await _lease_while_connected(state, body, request)
-    remaining = str(await state.store.remaining_groups(body.rollout_id))
+    if body.regraded:
+        remaining = str(await state.store.remaining_regraded(body.rollout_id))
+    else:
+        remaining = str(await state.store.remaining_groups(body.rollout_id))
     if result is None or result.batch_id is None:
         return Response(status_code=204, headers={REMAINING_HEADER: remaining})
     headers = {
@@ -99,10 +110,12 @@ async def lease(
     }
     if accept is not None and ARROW_STREAM in accept:
         data = await asyncio.to_thread(
-            _arrow_body, result.batch_id, result.expires_at, result.groups
+            _arrow_body, result.batch_id, result.expires_at, result.groups, body.regraded
         )
         return Response(data, media_type=ARROW_STREAM, headers=headers)
-    data = await asyncio.to_thread(_json_body, result.batch_id, result.expires_at, result.groups)
+    data = await asyncio.to_thread(
+        _json_body, result.batch_id, result.expires_at, result.groups, body.regraded
+    )
     return Response(data, media_type="application/json", headers=headers)
 
 
@@ -119,7 +132,9 @@ async def _lease_while_connected(
     """The lease, unless the client leaves first: then the wait is cancelled, and a lease
     granted meanwhile (or by a store job already running) is released at once."""
     leasing = asyncio.ensure_future(
-        state.leasing.lease(body.max_groups, body.rollout_id, body.wait_s, body.lease_s)
+        state.leasing.lease(
+            body.max_groups, body.rollout_id, body.wait_s, body.lease_s, body.regraded
+        )
     )
     gone = asyncio.ensure_future(_disconnected(request))
     try:

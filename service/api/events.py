@@ -13,13 +13,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from service.api.health import readiness
-from service.app import ServiceState, service_state
 from service.events import Event
+from service.state import ServiceState, service_state
 
 router = APIRouter(tags=["events"])
 STATS_S = 2.0
-HEALTH_S = 10.0  # the checks call the policy server and Docker: not on every stats event
+HEALTH_S = 10.0  # the checks call the policy server and Docker: shared, and not every 2 s
 
 
 def sse(kind: str, data: object) -> bytes:
@@ -86,11 +85,9 @@ async def all_events(
     /v1/rollouts/{id}/events, each with its `rollout_id`). A live view: the durable record is
     the lease API."""
     queue = state.events.subscribe(None)
-    health = {"at": 0.0, "value": {}}
 
     async def stats() -> bytes:
-        if time.monotonic() - health["at"] > HEALTH_S:
-            health["value"], health["at"] = await readiness(state), time.monotonic()
+        health = await state.components.recent_checks(HEALTH_S)  # one run for every stream
         pool = state.components.warm_pool_size
         live = LiveStats(
             running_samples=state.scheduler.running_samples,
@@ -98,7 +95,7 @@ async def all_events(
             policy_version=state.policy.version,
             max_staleness=state.policy.max_staleness,
             warm_pool=pool() if pool is not None else None,
-            health=health["value"],
+            health=health,
         )
         return sse("stats", live.model_dump())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from service.api.responses import errors
-from service.app import ServiceState, service_state
+from service.state import ServiceState, service_state
 from service.wire import PolicyPause, PolicyState, PolicyUpdate
 
 router = APIRouter(prefix="/v1/policy", tags=["policy"])

@@ -1,4 +1,4 @@
-"""/v1/rollouts: submit, inspect, cancel, and follow a rollout's events."""
+"""/v1/rollouts: submit, inspect, cancel, follow a rollout's events, and regrade it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ from fastapi.responses import StreamingResponse
 
 from service.api.events import sse, stream
 from service.api.responses import errors
-from service.app import ServiceState, service_state
-from service.wire import ErrorResponse, RolloutCreated, RolloutRequest, RolloutStatus
+from service.errors import NotFound
+from service.state import ServiceState, service_state
+from service.wire import (
+    ErrorResponse,
+    RegradeRequest,
+    RegradeStatus,
+    RolloutCreated,
+    RolloutRequest,
+    RolloutStatus,
+)
 
 router = APIRouter(prefix="/v1/rollouts", tags=["rollouts"])
 HEARTBEAT_S = 15.0
@@ -61,6 +69,47 @@ async def cancel(rollout_id: str, state: ServiceState = Depends(service_state)) 
     `cancelled`. Cancelling a finished rollout changes nothing."""
     await state.scheduler.cancel(rollout_id)
     return await _summary(state, rollout_id)
+
+
+@router.post(
+    "/{rollout_id}/regrade",
+    status_code=202,
+    response_model=RegradeStatus,
+    responses={
+        **errors(
+            404,
+            409,
+            e404="No rollout with this id.",
+            e409="A regrade of this rollout is running, or the service has no sandboxes.",
+        ),
+        503: {"model": ErrorResponse, "description": "The data disk is below its reserve."},
+    },
+)
+async def regrade(
+    rollout_id: str,
+    body: RegradeRequest | None = None,
+    state: ServiceState = Depends(service_state),
+) -> RegradeStatus:
+    """Grade the rollout's stored samples again, without re-running the agent: each kept final
+    workspace goes to a fresh verifier container with the task's current tests (or
+    `tasks_path`'s) and this service's grader. Every trajectory keeps its gradings; groups a
+    trainer already had are offered as regraded groups (lease with `regraded: true`).
+    Answers once the tasks are read (errors name `tasks_path` / `task_ids`); follow it with
+    GET. Samples whose latest grading has this grader and these tests are not graded again, so
+    a regrade cut short (a restart) resumes when asked again."""
+    job = await state.regrade(rollout_id, body or RegradeRequest())
+    return RegradeStatus.model_validate(job.status())
+
+
+@router.get("/{rollout_id}/regrade", response_model=RegradeStatus, responses=errors(404))
+async def regrade_status(
+    rollout_id: str, state: ServiceState = Depends(service_state)
+) -> RegradeStatus:
+    """The rollout's latest regrade in this process: progress, then the changes it made."""
+    job = state.regrades.get(rollout_id)
+    if job is None:
+        raise NotFound(f"no regrade of rollout {rollout_id!r} since the service started")
+    return RegradeStatus.model_validate(job.status())
 
 
 @router.get(

@@ -7,6 +7,8 @@ The package, one job per module:
   and a lease is durable before its batch id reaches the trainer);
 - rollouts.py: rollouts and samples (create, commit with group advantages, cancel, summary);
 - leases.py: groups out to the trainer (lease, expiry, staleness, ack);
+- workspaces.py: final workspaces kept for regrading (manifests, blobs stored once);
+- regrades.py: gradings recorded by regrades, regraded groups settled and offered again;
 - facade.py: `Store`, the async way in (each method one job on the writer thread);
 - records.py: what those calls return, and the group/trajectory id scheme;
 - reader.py: committed trajectories read back through a read-only connection (export);

@@ -2,8 +2,9 @@
 reserve, cannot hold what queued and running samples will commit plus the new request, so an
 admitted sample never meets a full disk in the middle of its commit.
 
-A sample's size on disk is estimated from the payloads committed so far (their mean, rounded up
-to whole database pages, with slack for rows and indexes), and pessimistically before any.
+A sample's size on disk is estimated from the payloads committed so far and what their kept
+workspaces added (their mean, rounded up to whole database pages, with slack for rows and
+indexes), and pessimistically before any.
 The WAL (cut back to `schema.WAL_SIZE_LIMIT` after checkpoints) lives in the reserve.
 """
 
@@ -40,6 +41,7 @@ class DiskBudget:
         mean = self.store.mean_payload_bytes()
         if mean is None:
             return UNKNOWN_SAMPLE_BYTES
+        mean += self.store.mean_workspace_bytes()  # its kept workspace, what it newly stored
         pages = math.ceil(mean * 1.25 / PAGE_BYTES) + 1
         return max(pages * PAGE_BYTES, PAGE_BYTES * 2)
 

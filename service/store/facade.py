@@ -1,6 +1,7 @@
 """`Store`: the async way into the database. Each method is one job on the writer thread
 (service/store/writer.py), whose result comes back after its transaction commits; the SQL lives
-in rollouts.py (rollouts, samples, commits) and leases.py (leases, acks, staleness)."""
+in rollouts.py (rollouts, samples, commits), leases.py (leases, acks, staleness), workspaces.py
+(final workspaces kept for regrading) and regrades.py (gradings, regraded groups' offers)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from service.advantages import AdvantageConfig
 from service.payload_codec import encode_payload
-from service.store import leases, rollouts
+from service.store import leases, regrades, rollouts, workspaces
 from service.store.records import (
     AckResult,
     CommitResult,
@@ -24,9 +25,9 @@ from service.store.records import (
     PendingGroup,
     RolloutSummary,
 )
-from service.store.schema import DB_NAME, SCHEMA
+from service.store.schema import DB_NAME, SCHEMA, connect
 from service.store.writer import DbThread
-from service.trajectory import Trajectory
+from service.trajectory import Grading, Trajectory
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -39,10 +40,14 @@ VACUUM_ON_OPEN_MAX_BYTES = 1 << 30
 class Store:
     """Async facade; every method is one job on the database thread."""
 
-    def __init__(self, data_dir: Path, *, synchronous: str = "FULL") -> None:
+    def __init__(self, data_dir: Path, *, synchronous: str = "FULL", recover: bool = True) -> None:
+        """`recover`: on open, end the leases a previous process left (False: another process,
+        a running service, still holds them; `rollouts regrade` on its data dir)."""
         self.data_dir = Path(data_dir)
         self.path = self.data_dir / DB_NAME
         self._synchronous = synchronous
+        self._recover = recover
+        self._workspace_bytes = 0  # what kept workspaces added, for the disk estimate
         self._db: DbThread | None = None
         self._state = rollouts.WriterState()
         self._payload_bytes = 0  # committed payload sizes, for the disk estimate
@@ -77,9 +82,14 @@ class Store:
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM payloads"
         ).fetchone()
         self._payloads, self._payload_bytes = n, total
-        conn.execute("BEGIN IMMEDIATE")
-        leases.recover(conn)
-        conn.execute("COMMIT")
+        self._workspace_bytes = conn.execute(
+            "SELECT COALESCE(SUM(stored), 0) FROM workspaces"
+        ).fetchone()[0]
+        if self._recover:
+            conn.execute("BEGIN IMMEDIATE")
+            leases.recover(conn)
+            regrades.recover(conn)
+            conn.execute("COMMIT")
         seq = conn.execute("SELECT COALESCE(MAX(ready_seq), 0) FROM groups").fetchone()[0]
         self._state.ready_seq = seq
 
@@ -137,6 +147,10 @@ class Store:
     async def rollout_request(self, rollout_id: str) -> str:
         return await self._call(lambda conn: rollouts.request(conn, rollout_id))
 
+    async def oldest_version(self, group_id: str) -> int | None:
+        """The oldest policy version among the group's committed samples (None: none yet)."""
+        return await self._call(lambda conn: rollouts.oldest_version(conn, group_id))
+
     async def pending_groups(self) -> list[PendingGroup]:
         """Samples of running rollouts that have no committed trajectory yet."""
         return await self._call(rollouts.pending_groups)
@@ -145,17 +159,93 @@ class Store:
 
     async def commit_trajectory(self, trajectory: Trajectory) -> CommitResult:
         payload = encode_payload(trajectory)  # compress on the caller's side, not the db thread
-        result = await self._call(
-            lambda conn: rollouts.commit(conn, self._state, trajectory, payload)
-        )
+        # Its final workspace (KeptWorkspace), if kept: in the same transaction.
+        kept: workspaces.KeptWorkspace | None = trajectory._workspace
+
+        def job(conn: sqlite3.Connection) -> tuple[CommitResult, int]:
+            result = rollouts.commit(conn, self._state, trajectory, payload)
+            if kept is None or result.duplicate:
+                return result, 0
+            return result, workspaces.put_or_skip(conn, trajectory.trajectory_id, kept)
+
+        result, kept_bytes = await self._call(job)
         if not result.duplicate:
             self._payloads += 1
             self._payload_bytes += len(payload)
+            self._workspace_bytes += kept_bytes
         return result
 
     def mean_payload_bytes(self) -> float | None:
         """The mean size of the payloads committed (None before the first)."""
         return self._payload_bytes / self._payloads if self._payloads else None
+
+    def mean_workspace_bytes(self) -> float:
+        """What a trajectory's kept workspace added to the store on average (0 before any)."""
+        return self._workspace_bytes / self._payloads if self._payloads else 0.0
+
+    # -- final workspaces and regrades (workspaces.py, regrades.py)
+
+    async def known_blobs(self, digests: list[str]) -> set[str]:
+        """Which of these workspace blobs the store holds already."""
+        return await self._call(lambda conn: workspaces.known(conn, digests))
+
+    async def load_workspace(self, trajectory_id: str) -> workspaces.StoredWorkspace | None:
+        """A kept workspace rebuilt (None: none kept), read and decompressed on a worker
+        thread through a read-only connection, not on the writer."""
+
+        def read() -> workspaces.StoredWorkspace | None:
+            conn = connect(self.path, readonly=True)
+            try:
+                return workspaces.load(conn, trajectory_id)
+            finally:
+                conn.close()
+
+        return await asyncio.to_thread(read)
+
+    async def workspace_stats(self) -> workspaces.WorkspaceStats:
+        return await self._call(workspaces.stats)
+
+    async def regrade_candidates(
+        self, rollout_id: str | None, task_ids: list[str] | None
+    ) -> list[regrades.Candidate]:
+        return await self._call(lambda conn: regrades.candidates(conn, rollout_id, task_ids))
+
+    async def grading_history(self, trajectory_id: str) -> list[dict[str, Any]]:
+        """A trajectory's gradings, oldest first (dicts of Grading's fields)."""
+        return await self._call(lambda conn: regrades.grading_history(conn, trajectory_id))
+
+    async def record_grading(
+        self, trajectory_id: str, grading: Grading, output: str
+    ) -> regrades.Recorded | None:
+        """Append a regrade's grading (None: this grader already graded these tests)."""
+        return await self._call(lambda conn: regrades.record(conn, trajectory_id, grading, output))
+
+    async def settle_regraded(self, group_ids: list[str]) -> list[regrades.Settled]:
+        """Advantages again for groups with new gradings, and offers for those a trainer had."""
+
+        def job(conn: sqlite3.Connection) -> list[regrades.Settled]:
+            done = [regrades.settle(conn, self._state, g) for g in group_ids]
+            return [s for s in done if s is not None]
+
+        return await self._call(job)
+
+    async def lease_regraded(
+        self, *, max_groups: int, rollout_id: str | None, lease_s: float
+    ) -> LeaseResult:
+        """Lease regraded groups (see regrades.py); released at once if the caller leaves."""
+        fut = self._submit(
+            lambda conn: regrades.lease(
+                conn, max_groups=max_groups, rollout_id=rollout_id, lease_s=lease_s
+            )
+        )
+        try:
+            return await asyncio.shield(asyncio.wrap_future(fut))
+        except asyncio.CancelledError:
+            fut.add_done_callback(self._release_granted)
+            raise
+
+    async def remaining_regraded(self, rollout_id: str | None = None) -> int:
+        return await self._call(lambda conn: regrades.remaining(conn, rollout_id))
 
     async def cancel_rollout(self, rollout_id: str, policy_version: int) -> list[str]:
         """Mark the rollout cancelled and every unfinished sample `cancelled` (masked). Returns
@@ -200,14 +290,19 @@ class Store:
             return
         batch_id = fut.result().batch_id
         if batch_id is not None:
-            self._db.submit(lambda conn: leases.release(conn, batch_id))
+            self._db.submit(lambda conn: _release(conn, batch_id))
 
     async def release(self, batch_id: str) -> int:
         """Offer an active lease's groups again now (its client is gone); how many."""
-        return await self._call(lambda conn: leases.release(conn, batch_id))
+        return await self._call(lambda conn: _release(conn, batch_id))
 
     async def ack(self, batch_id: str) -> AckResult:
-        return await self._call(lambda conn: leases.ack(conn, batch_id))
+        def job(conn: sqlite3.Connection) -> AckResult:
+            result = leases.ack(conn, batch_id)
+            regrades.ack(conn, batch_id)  # a batch of regraded groups
+            return result
+
+        return await self._call(job)
 
     async def remaining_groups(self, rollout_id: str | None = None) -> int:
         """Groups that may still be delivered: not yet acked or dropped."""
@@ -229,7 +324,20 @@ class Store:
             total += n
             if n < PURGE_BATCH:
                 break
-        if total:
+        # Kept workspaces go with their payloads (and blobs with their last workspace).
+        gone = 0
+        while True:
+            n = await self._call(lambda conn: workspaces.purge_orphans(conn, PURGE_BATCH))
+            gone += n
+            if n < PURGE_BATCH:
+                break
+        if gone:
+            self._workspace_bytes = await self._call(
+                lambda conn: conn.execute(
+                    "SELECT COALESCE(SUM(stored), 0) FROM workspaces"
+                ).fetchone()[0]
+            )
+        if total or gone:
             await self.reclaim()
         return total
 
@@ -274,3 +382,8 @@ class Store:
             )
 
         await self._call(job)
+
+
+def _release(conn: sqlite3.Connection, batch_id: str) -> int:
+    """A lease handed back at once: its groups, or its regraded groups, offered again."""
+    return leases.release(conn, batch_id) + regrades.release(conn, batch_id)

@@ -66,6 +66,8 @@ def lease(
         f"UPDATE groups SET state='leased', batch_id=? WHERE group_id IN ({marks})",
         [batch_id, *ids],
     )
+    # A trainer has these now: a later regrade of them goes out as a batch of its own.
+    conn.executemany("INSERT OR IGNORE INTO delivered_groups VALUES (?)", [(g,) for g in ids])
     groups = {g: LeasedGroup(g, task, r, []) for g, task, r in picked}
     for gid, adv, codec, data in conn.execute(
         "SELECT s.group_id, s.advantage, p.codec, p.data FROM samples s"

@@ -138,6 +138,12 @@ def request(conn: sqlite3.Connection, rollout_id: str) -> str:
     return row[0]
 
 
+def oldest_version(conn: sqlite3.Connection, group_id: str) -> int | None:
+    """The oldest policy version among the group's committed samples (None: none yet)."""
+    row = conn.execute("SELECT version_min FROM groups WHERE group_id=?", (group_id,)).fetchone()
+    return None if row is None else row[0]
+
+
 def pending_groups(conn: sqlite3.Connection) -> list[PendingGroup]:
     """Samples of running rollouts that have no committed trajectory yet."""
     rows = conn.execute(

@@ -4,7 +4,9 @@ Tables: rollouts (request JSON, status), groups (pending/complete/leased/acked/d
 samples (one row per trajectory id: pending/done, status, reward, advantage), payloads (the
 trajectory record, compressed JSON, on disk; deleted `--retention` after their group was
 acknowledged or dropped), leases (batch_id, expires_at, state: active/acked/expired/released),
-idempotency (Idempotency-Key -> rollout), meta (policy version).
+idempotency (Idempotency-Key -> rollout), meta (policy version); workspaces and
+workspace_blobs (final workspaces kept for regrading), delivered_groups, regraded_groups and
+regrade_offers (regrades, and regraded groups offered to trainers).
 
 New databases use incremental auto-vacuum, so space freed by retention goes back to the file
 system (`reclaim`), not only to SQLite's free list.
@@ -84,6 +86,46 @@ CREATE TABLE IF NOT EXISTS idempotency (
     rollout_id TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+-- Final workspaces of samples that reached verification, kept for regrading (workspaces.py):
+-- a manifest per trajectory, the files by content digest, each stored once.
+CREATE TABLE IF NOT EXISTS workspaces (
+    trajectory_id TEXT PRIMARY KEY,
+    digest TEXT NOT NULL,            -- sha256 of the tar the verifier received
+    size INTEGER NOT NULL,           -- its bytes
+    stored INTEGER NOT NULL,         -- bytes it added to the store: manifest and new blobs
+    manifest BLOB NOT NULL,          -- compressed JSON (sandboxes/workspace_snapshot.py)
+    graded_status TEXT NOT NULL,     -- the sample's status when a verifier grades it
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workspace_blobs (
+    digest TEXT PRIMARY KEY,         -- sha256 of the file's content
+    refs INTEGER NOT NULL,           -- workspaces holding it; deleted at 0
+    size INTEGER NOT NULL,
+    codec TEXT NOT NULL,             -- zlib / raw
+    data BLOB NOT NULL
+);
+-- Regrades (regrades.py): groups ever leased (a regrade of one goes out as a new batch), the
+-- gradings regrades recorded per group and how many of them are settled (advantages, offer),
+-- and the regraded groups offered to trainers that ask for them.
+CREATE TABLE IF NOT EXISTS delivered_groups (group_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS regraded_groups (
+    group_id TEXT PRIMARY KEY,
+    gradings INTEGER NOT NULL,
+    settled INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS regrade_offers (
+    offer_id INTEGER PRIMARY KEY,    -- also the lease order within a priority
+    group_id TEXT NOT NULL,
+    rollout_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,        -- the group's attempt regraded (a re-run supersedes it)
+    state TEXT NOT NULL,             -- complete / leased / acked / superseded
+    batch_id TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS regrade_offers_ready ON regrade_offers (state, priority DESC, offer_id);
+CREATE INDEX IF NOT EXISTS regrade_offers_batch ON regrade_offers (batch_id);
 """
 
 

@@ -8,9 +8,13 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
+from service.settings import LOOPBACK_NAMES
 from service.store.schema import DB_NAME
 from service.ui.routes import api, pages
 from service.ui.sources import ParquetSource, Source, StoreSource
+from service.web_guard import WebGuard
+
+VIEW_PORT = 8090  # `rollouts view`'s default port
 
 
 def open_source(path: Path) -> Source:
@@ -27,6 +31,7 @@ def open_source(path: Path) -> Source:
 def create_view_app(source: Source) -> FastAPI:
     app = FastAPI(title="rollouts view", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.ui_source = source
+    app.add_middleware(WebGuard, allowed_hosts=list(LOOPBACK_NAMES))
     app.include_router(pages)
     app.include_router(api)
 

@@ -32,14 +32,14 @@ from service.episode import EpisodeRunner, status_of
 from service.policy.client import PolicyClient
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Trajectory, is_masked
-from standin.behaviour import ATTACKS, HOST_PROBE_PORT
+from standin.attacks import ATTACKS, HOST_PROBE_PORT
 from tests import task_styles
 from tests.resource_use import measured
 
 pytestmark = [pytest.mark.docker]
 
-AGENT_S = 15.0  # agent timeout of the attacked task copies
-VERIFIER_S = 20.0
+AGENT_S = 10.0  # agent timeout of the attacked task copies
+VERIFIER_S = 12.0
 # Generous: creation, turns and the verifier on a loaded 2-core machine. Not a timing assert,
 # a "did not hang" bound.
 BOUND_S = AGENT_S + VERIFIER_S + 150.0

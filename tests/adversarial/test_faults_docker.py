@@ -2,7 +2,8 @@
 
 - a sandbox container is removed from outside (`docker rm -f` by its trajectory label) while
   its sample runs (the stand-in holds the first turn, so the removal cannot miss): that sample
-  is masked (sandbox_error), its neighbour still scores 1;
+  is masked (sandbox_error), its neighbour still scores 1; through `collect` (the scheduler),
+  the masked sample runs again in a fresh sandbox and the group arrives whole (`attempts` 2);
 - the Docker Engine is briefly unreachable: DOCKER_HOST points at a unix-socket proxy that is
   stopped for a few seconds. Every sample comes back; the hit ones (at least one) are masked,
   none scores a fake 0, nothing hangs; what the outage left behind the reaper removes.
@@ -25,13 +26,17 @@ from harness import CaseLog, containers_labelled
 from sandboxes.docker_adapter import DockerAdapter
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import BASE_TAG, ensure_base_image
+from sandboxes.isolation import LABEL_BACKEND
 from sandboxes.pool import PoolSettings
 from sandboxes.reaper import reap_orphans
 from sandboxes.task import Task
+from service.collect import collect
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.sample import AgentLimits, SamplingParams, sample_specs
+from service.store.reader import iter_trajectory_rows
 from service.trajectory import Status, Trajectory, is_masked
+from service.wire import AdvantageSpec, AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
 
 pytestmark = [pytest.mark.docker]
 ENGINE_SOCKET = "/var/run/docker.sock"
@@ -118,6 +123,86 @@ async def test_container_removed_mid_episode(
     assert (neighbour.status, neighbour.reward) == (Status.ok, 1.0), rec.observed
     assert containers_labelled("rollouts.trajectory_id", victim_label) == []
     assert containers_labelled("rollouts.rollout_id", run_id) == []
+
+
+async def test_container_removed_during_collect_is_run_again(
+    tmp_path: Path,
+    backend: DockerBackend,
+    small_task: Callable[..., Task],
+    stand_in: Callable,
+    case: CaseLog,
+) -> None:
+    task = small_task("camel-to-snake", agent=60, verifier=60)
+    rec = case.add("container_removed_rerun", "docker rm -f by label, mid-episode, collect",
+                   "remove sample 0's agent container while its episode runs")  # fmt: skip
+    request = RolloutRequest(
+        tasks=TasksSpec(path=str(task.path)),
+        n_samples=2,
+        sampling=SamplingSpec(seed=5),
+        agent=AgentSpec(max_turns=6),
+        advantage=AdvantageSpec(estimator="rloo", min_group_size=1),
+    )
+    with stand_in(p_correct=1.0) as url:
+        policy = PolicyClient([url + "/v1"], backoff_s=0.05)
+        await policy.start()
+        runner = EpisodeRunner(policy, backend)
+
+        async def strike() -> None:
+            # Sample 0's first container (this backend's), while the stand-in holds the
+            # group's first turn: its episode is certainly running, no command run yet.
+            deadline = time.monotonic() + 120
+            while not (cid := await asyncio.to_thread(_first_sample_container, backend)):
+                assert time.monotonic() < deadline, "sample 0's container never appeared"
+                await asyncio.sleep(0.1)
+            while not await _stand_in_waiting(url):
+                assert time.monotonic() < deadline, "the first turn never reached the policy"
+                await asyncio.sleep(0.1)
+            removed = await asyncio.to_thread(
+                subprocess.run, ["docker", "rm", "-f", cid], capture_output=True, text=True
+            )
+            assert removed.returncode == 0, removed.stderr
+            async with httpx.AsyncClient() as http:
+                await http.post(url + "/resume", timeout=10)
+
+        try:
+            async with httpx.AsyncClient() as http:
+                await http.post(url + "/pause", params={"mode": "keep"}, timeout=10)
+            t0 = time.monotonic()
+            summary, _ = await asyncio.gather(
+                collect(
+                    str(task.path), [task], runner, tmp_path / "store", tmp_path / "out.parquet",
+                    request, concurrency=2,
+                ),
+                strike(),
+            )  # fmt: skip
+            rec.seconds = round(time.monotonic() - t0, 1)
+        finally:
+            await policy.aclose()
+    await backend.aclose()
+    got = [
+        Trajectory.model_validate(r)
+        for chunk in iter_trajectory_rows(tmp_path / "store", summary.rollout_id)
+        for r in chunk
+    ]
+    got.sort(key=lambda t: t.sample_index)
+    rec.observed = {"samples": [(t.status.value, t.reward, t.attempts) for t in got]}
+    # The group arrives whole: the victim ran again in a fresh sandbox and was graded.
+    assert [(t.status, t.reward, t.attempts) for t in got] == [
+        (Status.ok, 1.0, 2),
+        (Status.ok, 1.0, 1),
+    ], rec.observed
+    assert containers_labelled("rollouts.rollout_id", summary.rollout_id) == []
+
+
+def _first_sample_container(backend: DockerBackend) -> str | None:
+    """This backend's container of sample 0 (trajectory ids end in .s0), if there is one."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={LABEL_BACKEND}={backend.backend_id}",
+         "--format", '{{.ID}} {{.Label "rollouts.trajectory_id"}}'],
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    ids = [line.split()[0] for line in out.splitlines() if line.endswith(".s0")]
+    return ids[0] if ids else None
 
 
 class UnixSocketProxy:

@@ -1,6 +1,6 @@
 """What a flood and a decompression bomb from inside an agent container cost the service.
 
-The attacks are the stand-in's (`standin/behaviour.py::ATTACKS`), run here as the solve script
+The attacks are the stand-in's (`standin/attacks.py::ATTACKS`), run here as the solve script
 of a real sandbox with the service's own code in this process, measured around the request
 they attack: `channel_flood` writes `\\n@@rollouts ` and 128 MiB without a newline into every
 stream of PID 1's it can open (the landed reader buffered and rescanned it: 7-18 s of CPU,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes.backend import AgentCausedSandboxFault, Upload
-from standin.behaviour import ATTACKS
+from standin.attacks import ATTACKS
 from tests.resource_use import measured
 
 pytestmark = pytest.mark.docker

@@ -16,7 +16,7 @@ import pytest
 
 from sandboxes.docker_adapter import default_adapter
 from sandboxes.tasks import load_tasks
-from standin.behaviour import ATTACKS
+from standin.attacks import ATTACKS
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

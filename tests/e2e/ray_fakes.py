@@ -17,7 +17,13 @@ from sandboxes.backend import ExecResult, SandboxBackend, Upload, Verdict, Verif
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar
 from service.sample import SampleSpec
-from service.trajectory import OnEpisodeEnd, OnTrajectory, Status, empty_trajectory
+from service.trajectory import (
+    OnEpisodeEnd,
+    OnStart,
+    OnTrajectory,
+    Status,
+    empty_trajectory,
+)
 
 _EMPTY_TAR = build_tar({})
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,10 +158,15 @@ class LifecycleRunner:
         samples: list[SampleSpec],
         on_trajectory: OnTrajectory,
         on_episode_end: OnEpisodeEnd | None = None,
+        on_start: OnStart | None = None,
     ) -> None:
-        await asyncio.gather(*(self._one(task, s, on_trajectory) for s in samples))
+        await asyncio.gather(*(self._one(task, s, on_trajectory, on_start) for s in samples))
 
-    async def _one(self, task: Task, spec: SampleSpec, on_trajectory: OnTrajectory) -> None:
+    async def _one(
+        self, task: Task, spec: SampleSpec, on_trajectory: OnTrajectory, on_start: OnStart | None
+    ) -> None:
+        if on_start is not None:
+            await on_start(spec.trajectory_id)
         if self.first_start is None:
             self.first_start = time.monotonic()
         labels = {

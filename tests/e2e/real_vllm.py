@@ -36,23 +36,16 @@ from starlette.routing import Route
 
 from clients.commands.policy_stub import free_port
 from standin.background import BackgroundServer
+from tests.ci import IN_CI, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_VERSION = "0.32.0"
 CACHE = Path(os.environ.get("ROLLOUTS_CACHE", Path.home() / ".cache" / "rollouts"))
 VENV = Path(os.environ.get("ROLLOUTS_VLLM_VENV", CACHE / f"vllm-{VLLM_VERSION}"))
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TOKENIZER = Path(
     os.environ.get("ROLLOUTS_QWEN3_TOKENIZER", ROOT.parent / "shared" / "qwen3-tokenizer")
 )
 INSTALL_LOG = CACHE / "vllm_env.log"
-
-
-def unavailable(reason: str) -> None:
-    """Fail in CI (the real engine must run there), skip elsewhere."""
-    if IN_CI:
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
 
 
 def log_dir() -> Path:

@@ -172,7 +172,7 @@ def _answer(got: bytes) -> str:
 def test_slow_loris_does_not_starve_or_hang(service: str) -> None:
     started = time.monotonic()
     head = (
-        "POST /v1/rollouts HTTP/1.1\r\nHost: x\r\n"
+        "POST /v1/rollouts HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Authorization: Bearer {API_KEY}\r\nContent-Type: application/json\r\n"
         "Content-Length: 400\r\n\r\n"
     ).encode()
@@ -182,7 +182,7 @@ def test_slow_loris_does_not_starve_or_hang(service: str) -> None:
     ]
     try:
         for h in hogs:
-            h.sendall(b"POST /v1/rollouts HTTP/1.1\r\nHost: x\r\n")
+            h.sendall(b"POST /v1/rollouts HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         health = httpx.get(service + "/healthz", timeout=10).status_code
     finally:
         for h in hogs:

@@ -4,10 +4,10 @@ without a trajectory is committed as `cancelled` (masked, advantage 0); a group 
 had real trajectories is delivered with them, a group of nothing but cancelled samples is never
 offered.
 
-Deterministic without sleeps: a group of 8 runs in two chunks of 4 (four sample slots). A sample
-holds its slot for its episode only, so the second chunk is dispatched once the first chunk's
-episodes are over (they then only verify and commit, which needs no policy). The stand-in is
-paused as soon as the service's queue shows the second chunk dispatched: each of its episodes
+Deterministic without sleeps: a group of 8 with four sample slots. The group starts with all 8
+(one shared first request), four of them in their slots; the others take slots as the first
+four's episodes end (they then only verify and commit, which needs no policy). The stand-in is
+paused as soon as the service's queue shows all 8 in slots: each of the last four episodes
 needs a second policy request after a command in a sandbox that is still being created, so it
 cannot finish, and the group is cut part-way.
 """
@@ -39,11 +39,11 @@ def test_cancel_delivers_partly_cancelled_groups_and_removes_sandboxes(tmp_path:
                 "sampling": {"seed": 2},
             }
         )
-        # Both chunks of the first group dispatched: only the second group's N samples queue.
+        # Every sample of the first group in a slot: only the second group's N samples queue.
         dispatched = lambda: svc.metric("rollouts_queued_samples") <= N  # noqa: E731
-        wait_until("the second chunk to be dispatched", dispatched, 300, poll_s=0.02)
+        wait_until("the first group's last sample to start", dispatched, 300, poll_s=0.02)
         policy.pause()
-        # The first chunk's samples verify and commit; the second chunk's wait on the policy.
+        # The first four verify and commit; the last four wait on the policy.
         done = wait_until(
             "the group to stop making progress",
             lambda: _settled(svc, rid, policy),

@@ -192,7 +192,9 @@ async def _policy_dies(tmp_path: Path) -> None:
 
         policy.complete = complete_and_tell  # type: ignore[method-assign]
         run = asyncio.create_task(
-            collect(TASKS, tasks, runner, tmp_path / "store", out, request, concurrency=4)
+            # No re-runs: this is what a masked sample looks like (tests/e2e/test_reruns.py
+            # has them run again).
+            collect(TASKS, tasks, runner, tmp_path / "store", out, request, retry_masked=0)
         )
         await asyncio.wait_for(first_turn_back.wait(), timeout=180)
         stand_in.kill()

@@ -27,6 +27,7 @@ import pytest
 
 from clients.trainer import TrainerClient
 from service.trajectory import MASKED_STATUSES
+from tests.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "examples" / "tasks"
@@ -46,7 +47,7 @@ def _docker_answers() -> bool:
 
 
 if not _docker_answers():
-    pytest.skip("no Docker Engine answers `docker info`", allow_module_level=True)
+    unavailable("no Docker Engine answers `docker info`", allow_module_level=True)
 
 
 def _compose_command() -> list[str]:

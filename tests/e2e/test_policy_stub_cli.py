@@ -18,6 +18,7 @@ import pytest
 
 from service.policy.client import PolicyClient
 from service.sample import SamplingParams
+from tests.ci import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "examples" / "tasks"
@@ -42,7 +43,7 @@ def free_port() -> int:
 @pytest.fixture
 def stub_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     if not any(TASKS.glob("*/task.toml")):
-        pytest.skip(f"no example tasks in {TASKS}")
+        unavailable(f"no example tasks in {TASKS}")
     port, record = free_port(), tmp_path / "served.jsonl"
     cmd = [*stub_command(), "--tasks", str(TASKS), "--port", str(port), "--record", str(record)]
     cmd += ["--p-malformed", "0", "--seed", "3", "--max-model-len", "8192"]

@@ -67,7 +67,7 @@ def test_higher_priority_is_admitted_and_leased_first(tmp_path: Path) -> None:
     low_order = [t for t in admitted if t in LOW]
     assert low_order == LOW, admitted
     # ...but the high-priority group overtakes the low groups still queued: with FIFO it would
-    # come last. (One low group may already sit in the dispatcher, waiting for free slots.)
+    # come last. (The group that had started keeps its slots.)
     assert admitted.index(HIGH[0]) < admitted.index(low_order[-1]), admitted
 
     # Leases: the high-priority group first although it completed later than some low ones,

@@ -66,7 +66,12 @@ def test_the_ray_address_flag_defaults_to_the_setting(name: str) -> None:
 
 class OneSampleRunner:
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable, on_episode_end=None
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: Callable,
+        on_episode_end=None,
+        on_start=None,
     ) -> None:
         for s in samples:
             await on_trajectory(
@@ -102,7 +107,9 @@ def test_placement_and_node_health_reach_metrics_and_the_rollout_status(tmp_path
         )
 
     settings = Settings(
-        service=ServiceSettings(data_dir=tmp_path, api_key=KEY, tasks_roots=[Path(TASKS)])
+        service=ServiceSettings(
+            data_dir=tmp_path, api_key=KEY, tasks_roots=[Path(TASKS)], allowed_hosts=["testserver"]
+        )
     )
     headers = {"Authorization": f"Bearer {KEY}"}
     with TestClient(create_app(settings, factory), headers=headers) as c:

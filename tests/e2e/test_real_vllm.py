@@ -362,17 +362,20 @@ def test_multi_turn_collect_is_token_exact_and_sticky(
     )
 
 
+THINKING_OFF_RUN = (
+    "--limit", "1", "--n-samples", "2", "--min-group-size", "2", "--max-turns", "3",
+    "--max-tokens", "6", "--seed", "11", "--chat-template-kwargs", '{"enable_thinking": false}',
+)  # fmt: skip
+
+
 def test_thinking_off_and_turns_cut_by_max_tokens(
     engines: Engines, show_logs: None, tmp_path: Path
 ) -> None:
     """enable_thinking=false end to end: every generation prompt ends on the empty think block;
-    with max_tokens 6 most turns are cut and closed with untrained template tokens."""
+    with max_tokens 6 most turns are cut and closed with untrained template tokens. The same
+    seeded request, collected again, samples the same tokens."""
     (proxy,) = engines.ready("A")
-    trajs = run_collect(
-        tmp_path, [proxy], "--limit", "1", "--n-samples", "2", "--min-group-size", "2",
-        "--max-turns", "3", "--max-tokens", "6", "--seed", "11",
-        "--chat-template-kwargs", '{"enable_thinking": false}',
-    )  # fmt: skip
+    trajs = run_collect(tmp_path / "first", [proxy], *THINKING_OFF_RUN)
     exchanges = proxy.completions()
     ends: list[str] = []
     for t in trajs:
@@ -391,6 +394,38 @@ def test_thinking_off_and_turns_cut_by_max_tokens(
         r.get("chat_template_kwargs") == {"enable_thinking": False} for r in rendered
     )
     print(f"thinking off: {len(trajs)} samples, ends {ends}")
+    # Reproducible: the sample seeds come from (seed, task id, index) alone, not the rollout.
+    again = run_collect(tmp_path / "again", [proxy], *THINKING_OFF_RUN)
+
+    def tokens(ts: list[Trajectory]) -> list[tuple[Any, ...]]:
+        ts = sorted(ts, key=lambda t: t.sample_index)
+        return [(t.task_id, t.sample_index, t.sample_seed, t.response_token_ids) for t in ts]
+
+    assert tokens(again) == tokens(trajs)
+    a, b = sorted(trajs, key=lambda t: t.sample_index)
+    assert a.sample_seed is not None and b.sample_seed == a.sample_seed + 1
+    assert a.response_token_ids != b.response_token_ids  # two samples, not one twice
+
+
+def test_a_sample_started_alone_samples_what_it_would_in_its_group(
+    engines: Engines, show_logs: None
+) -> None:
+    """vLLM seeds choice j of an n-sample request seeded s with s + j: a sample started alone
+    with its own seed (a re-run, or a group started over several slots) gets the tokens it gets
+    in its group's request."""
+    (proxy,) = engines.ready("A")
+    params = SamplingParams(max_tokens=12, seed=4242)  # the full distribution (SAMPLED)
+
+    async def go() -> tuple[list[list[int]], list[int]]:
+        async with PolicyClient([proxy.url]) as client:
+            prompt = await client.tokenize_messages([{"role": "user", "content": "Say hi."}])
+            group = await client.complete(prompt, params, n=3)
+            (alone,) = await client.complete(prompt, replace(params, seed=4242 + 2), n=1)
+        return [g.token_ids for g in group], alone.token_ids
+
+    group, alone = asyncio.run(go())
+    assert alone == group[2]
+    assert len({tuple(g) for g in group}) == 3
 
 
 def test_turns_ending_on_endoftext(engines: Engines, show_logs: None, tmp_path: Path) -> None:

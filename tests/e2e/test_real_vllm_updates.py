@@ -158,14 +158,18 @@ def collect_with(
 
 
 def generating(server: VllmServer) -> None:
-    """Until a turn is being generated and some of its tokens are out."""
+    """Until a turn is being generated and some of its tokens are out. No fixed wait after it:
+    on a loaded machine a turn can end within a second, and the update must land inside it."""
+    out = server.metric("vllm:generation_tokens_total")
     wait_until(
         "a turn to be generated",
-        lambda: server.metric("vllm:num_requests_running") >= 1,
+        lambda: (
+            server.metric("vllm:num_requests_running") >= 1
+            and server.metric("vllm:generation_tokens_total") >= out + 8
+        ),
         300,
         poll_s=0.05,
     )
-    time.sleep(1.0)
 
 
 def turns(t: dict) -> list[tuple[int, int]]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from clients.commands.policy_stub import free_port, stand_in_policy, stop_process, wait_healthy
+from tests.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "skyrl"))
@@ -44,9 +45,7 @@ JUDGE_TIMEOUT_S = 900
 def skyrl_python() -> str:
     python312 = find_python312()
     if python312 is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI needs a Python 3.12 for the SkyRL judge (SkyRL requires >= 3.12)")
-        pytest.skip("no Python 3.12 here (set ROLLOUTS_PYTHON312): SkyRL needs Python >= 3.12")
+        unavailable("no Python 3.12 here (set ROLLOUTS_PYTHON312): SkyRL needs Python >= 3.12")
     return str(ensure_venv(python312))
 
 
@@ -59,6 +58,8 @@ def serve(data_dir: Path, policy_url: str, port: int, log: Path) -> Iterator[str
         # A dead policy server masks its samples quickly instead of being waited out.
         "--policy-retries", "1", "--policy-backoff", "0.1", "--policy-cooldown", "0",
         "--policy-timeout", "20",
+        # Masked samples stay masked (no re-runs): the judge checks how SkyRL's side takes them.
+        "--retry-masked", "0",
     ]  # fmt: skip
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +20,9 @@ import pytest
 from service.agent.harnesses import build_harness
 from service.agent.harnesses.tools import parse_tool_calls
 from service.agent.tokens import TemplateFrame, base_renderings, observation_messages
+from tests.ci import unavailable
+from tests.e2e.real_vllm import TOKENIZER as QWEN3  # honours ROLLOUTS_QWEN3_TOKENIZER
 from tests.e2e.real_vllm import vllm_python
-
-ROOT = Path(__file__).resolve().parents[2]
-QWEN3 = ROOT.parent / "shared" / "qwen3-tokenizer"
 
 RENDER = """
 import json, sys
@@ -41,7 +39,7 @@ print(json.dumps(out))
 
 def render_all(cases: list[dict[str, Any]]) -> list[str]:
     if not (QWEN3 / "tokenizer_config.json").exists():
-        pytest.skip(f"no Qwen3 tokenizer files at {QWEN3}")
+        unavailable(f"no Qwen3 tokenizer files at {QWEN3} (ROLLOUTS_QWEN3_TOKENIZER)")
     python = vllm_python()
     r = subprocess.run(
         [str(python), "-c", RENDER, str(QWEN3)],

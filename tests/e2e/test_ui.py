@@ -3,7 +3,8 @@
 - `/ui` on `rollouts serve` collecting with the stand-in (real Docker sandboxes and
   verifier): the key is asked for once; progress reaches completion through the event stream
   (the page is never reloaded); a filter finds failed samples; a group shows its samples side
-  by side; a failed sample shows its conversation, the verifier's output and the token view;
+  by side; a failed sample shows its conversation, the verifier's output, its grading history
+  and the token view;
 - `rollouts view` on a Parquet file written by `rollouts export`: no key, the same browser.
 
 Screenshots go to $ROLLOUTS_ARTIFACTS/ui (default /tmp/rollouts-artifacts/ui), for a person.
@@ -94,6 +95,13 @@ def _check_sample(driver, prefix: str) -> None:  # type: ignore[no-untyped-def]
     assert _css(driver, "#conversation .msg.user pre.terminal")
     output = driver.find_element("id", "verifier-output").text
     assert "failed" in output or "FAILED" in output, output[-500:]
+    # Its grading history: the one grading it got when collected, the one served.
+    gradings = _css(driver, "#gradings tbody tr")
+    assert (
+        len(gradings) == 1
+        and "collected" in gradings[0].text
+        and "served" in (gradings[0].get_attribute("class") or "")
+    )
     screenshot(driver, f"{prefix}-sample")
     driver.find_element("id", "toggle-tokens").click()
     generated = _wait_css(driver, "#tokens .tok.generated", "generated tokens")

@@ -51,6 +51,7 @@ from skyrl_train.inference_engines.utils import (  # noqa: E402
 )
 
 from clients import skyrl as cs  # noqa: E402
+from clients import skyrl_output as so  # noqa: E402
 from clients.trainer import AsyncTrainerClient, Batch  # noqa: E402
 from service.advantages import rloo  # noqa: E402
 
@@ -210,7 +211,7 @@ def check_ours(out: dict, input_batch: dict | None, groups: list | None, on: str
     counts["groups with masked and graded samples"] = len(mixed)
     # Advantages: RLOO per uid (SkyRL's `rloo`: (r_i - mean) * n / (n - 1), a lone sample 0)
     # over baseline_uids gives the service's rloo_n advantages.
-    grouped = cs.baseline_uids(uids, out["exclude_from_baseline"], out["advantages"])
+    grouped = so.baseline_uids(uids, out["exclude_from_baseline"], out["advantages"])
     members: dict[str, list[int]] = defaultdict(list)
     for i, u in enumerate(grouped):
         members[u].append(i)
@@ -571,7 +572,7 @@ def judge_hook(collected: Collected) -> None:
     hooked = hooked_cls.__new__(hooked_cls)  # SkyRL's __init__ builds models; not needed here
     for on, (o, _, _) in collected.items():
         got = hooked.convert_to_training_input(o, o["uids"])
-        check(got == cs.baseline_uids(o["uids"], o["exclude_from_baseline"], o["advantages"]), on)
+        check(got == so.baseline_uids(o["uids"], o["exclude_from_baseline"], o["advantages"]), on)
 
 
 def check_same(gen: dict, sky: dict, on: str) -> None:

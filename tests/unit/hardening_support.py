@@ -72,10 +72,13 @@ class Runner:
         samples: list[SampleSpec],
         on_trajectory: Callable[..., Any],
         on_episode_end: Any = None,
+        on_start: Any = None,
     ) -> None:
         self.tasks_run.append(task.id)
         self.started += len(samples)
         for s in samples:
+            if on_start is not None:
+                await on_start(s.trajectory_id)
             while not self.gate.is_set():
                 await asyncio.sleep(0.01)
             t = await asyncio.to_thread(trajectory, s, self.response_tokens, hash(s.trajectory_id))

@@ -1,6 +1,14 @@
 import pytest
 
-from service.agent.protocol import ReplyError, parse_reply
+from service.agent.harnesses.default import DefaultHarness
+from service.agent.protocol import ReplyError
+from service.agent.protocol import parse_reply as parse_with
+
+ERRORS = DefaultHarness().errors  # the default profile's texts
+
+
+def parse_reply(text: str):  # type: ignore[no-untyped-def]
+    return parse_with(text, ERRORS)
 
 
 def test_parses_reply_with_surrounding_text():

@@ -37,10 +37,17 @@ class GatedRunner:
         self.started = 0
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable, on_episode_end=None
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: Callable,
+        on_episode_end=None,
+        on_start=None,
     ) -> None:
         self.started += len(samples)
         for s in samples:
+            if on_start is not None:
+                await on_start(s.trajectory_id)
             while not self.gate.is_set():
                 await asyncio.sleep(0.01)
             masked = s.sample_index == 1

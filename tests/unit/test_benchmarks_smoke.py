@@ -25,6 +25,11 @@ HEADLINE = (
     "exec_rtt_p50_ms",
     "overlap",
     "overlap_balance",
+    "occupancy",
+    "overlap_chunk",
+    "occupancy_chunk",
+    "occupancy_vs_chunk",
+    "end_to_end_chunk_vs_slot",
     "datapath_traj_per_s",
     "arrow_vs_json_size",
     "rss_mib_10k",
@@ -106,8 +111,13 @@ def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
     assert busy["generation_s"]["median"] > 0 and busy["sandbox_s"]["median"] > 0
     assert busy["both_s"]["median"] <= min(busy[k]["median"] for k in ("generation_s", "sandbox_s"))
     assert 0 <= busy["drain_s"]["median"] <= busy["sandbox_s"]["median"]
+    # The chunk dispatch ran the same batch beside the scheduler's, with the same figures.
+    assert set(overlap["chunk"]) == {k for k in overlap if k in overlap["chunk"]} >= {
+        "end_to_end_s", "gen_only_s", "sandbox_only_s", "occupancy", "ratio", "end_to_end_busy_s"
+    }  # fmt: skip
     # The document renders from this run with every figure it needs: none "not in this run".
-    from benchmarks.report import NOT_RUN, render_doc
+    from benchmarks.doc_text import NOT_RUN
+    from benchmarks.report import render_doc
 
     assert NOT_RUN not in render_doc(result)
 

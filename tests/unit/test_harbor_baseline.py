@@ -20,7 +20,7 @@ from benchmarks.harbor_baseline import (
     read_job,
     write_harbor_dataset,
 )
-from benchmarks.sandbox_throughput import TrialFailed
+from benchmarks.rounds import TrialFailed
 from sandboxes.tasks import load_tasks
 
 REPO = Path(__file__).resolve().parents[2]

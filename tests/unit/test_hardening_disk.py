@@ -25,6 +25,7 @@ from sandboxes.tasks import load_tasks
 from service.advantages import AdvantageConfig
 from service.sample import AgentLimits, SampleSpec, SamplingParams
 from service.store import DB_NAME, GroupPlan, Store, group_id_for, sample_trajectory_id
+from tests.ci import unavailable
 
 
 def _db_bytes(data_dir: Path) -> int:
@@ -78,12 +79,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     disk = tmp_path / "disk"
     disk.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        unavailable("mounting a tmpfs needs root")
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(disk)], capture_output=True
     )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+        unavailable(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         yield disk
     finally:

@@ -17,6 +17,7 @@ from service.settings import SandboxSettings, ServiceSettings, Settings, default
 SERVE_FLAGS = {
     "--retention": (ServiceSettings, "retention_s"),
     "--disk-reserve": (ServiceSettings, "disk_reserve_mb"),
+    "--keep-workspaces": (ServiceSettings, "keep_workspaces"),
     "--warm-ttl": (SandboxSettings, "warm_ttl_s"),
     "--build-network": (SandboxSettings, "build_network"),
     "--allow-pull": (SandboxSettings, "allow_pull"),
@@ -71,11 +72,13 @@ def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None
     args += ["--tasks-root", "/data/two", "--retention", "60", "--disk-reserve", "10"]
     args += ["--build-network", "--allow-pull", "--build-memory", "512", "--image-budget", "2"]
     args += ["--warm-ttl", "30", "--build-timeout", "90", "--build-cpus", "1.5"]
+    args += ["--no-keep-workspaces"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     [s] = built
     assert s.service.tasks_roots == [Path("/data/one"), Path("/data/two")]
     assert (s.service.retention_s, s.service.disk_reserve_mb) == (60, 10)
+    assert s.service.keep_workspaces is False and Settings().service.keep_workspaces is True
     build = s.sandboxes.build()
     assert build == BuildSettings(
         network=True, allow_pull=True, cpus=1.5, memory_mb=512, timeout_s=90, budget_bytes=2 << 30

@@ -21,8 +21,9 @@ from service.agent.harnesses import ProfileError, build_harness, load_profile
 from service.agent.harnesses.base import Profile, dump_profile
 from service.agent.harnesses.terminus2 import required_texts
 from service.agent.harnesses.tools import ToolCallError, parse_tool_calls
-from standin.behaviour import BehaviourSettings, ScriptedAgent, detect_format
+from standin.behaviour import BehaviourSettings, ScriptedAgent
 from standin.chat_template import parse_transcript, render
+from standin.harness_formats import detect_format
 
 
 def synthetic_terminus_profile(variant: str) -> dict[str, Any]:
@@ -268,8 +269,9 @@ def test_standin_answers_every_harness_in_its_format(
     assert "def hello():\n    return 'hi'\n" in typed  # the oracle was typed once
     assert typed.count("def hello()") == 1
     assert "import solution" in typed
-    # solution, check, then the end (confirmation for the JSON/XML protocols)
-    assert turns >= 3 if harness != "tools" else turns >= 3
+    # The solution, its check, then the end (a confirmation or the tools' own end call); a
+    # malformed reply may cost a turn more.
+    assert turns == 3 if p_malformed == 0 else turns >= 3
 
 
 # ----------------------------------------------------------------------------- requests
@@ -286,9 +288,9 @@ def test_a_request_names_its_harness(tmp_path: Path) -> None:
     seen: list[str | None] = []
     original = runner.run_group
 
-    async def run_group(task, samples, on_trajectory, on_episode_end=None):  # type: ignore[no-untyped-def]
+    async def run_group(task, samples, on_trajectory, on_episode_end=None, on_start=None):  # type: ignore[no-untyped-def]
         seen.extend(s.agent.harness for s in samples)
-        await original(task, samples, on_trajectory, on_episode_end)
+        await original(task, samples, on_trajectory, on_episode_end, on_start)
 
     runner.run_group = run_group  # type: ignore[method-assign]
     with Server(make_settings(tmp_path), runner) as server, client(server) as c:
@@ -305,4 +307,5 @@ def test_a_request_names_its_harness(tmp_path: Path) -> None:
         end = time.monotonic() + 20
         while len(seen) < 4 and time.monotonic() < end:
             time.sleep(0.05)
-    assert seen == ["tools"] * 4
+    # Sample 1 is masked by the runner, so it may have been run again: still with "tools".
+    assert len(seen) >= 4 and set(seen) == {"tools"}

@@ -73,3 +73,102 @@ def test_the_check_catches_upward_imports():
     assert not violations("standin", "standin.x", "from service.policy.vllm_wire import Usage")
     assert not violations("clients", "clients.x", "from service.store import Store")
     assert not violations("service", "service.x", "from . import store")
+
+
+# ---------------------------------------------------------------- circles
+
+CIRCLE_PACKAGES = ("sandboxes", "service", "clients", "benchmarks", "standin")
+
+
+def import_graph(sources: dict[str, str], packages: frozenset[str] = frozenset()) -> dict:
+    """module -> the modules of `sources` it imports (at any depth of the file, lazy ones too).
+    `from a import b` counts as importing the module a.b where there is one. A package's
+    __init__ (a module in `packages`) importing its own parts is not an edge: the package is
+    made of them."""
+    graph: dict[str, set[str]] = {m: set() for m in sources}
+    for module, source in sources.items():
+        # A relative import in a package's __init__ is relative to the package itself.
+        anchor = module + ".__init__" if module in packages else module
+        for node in ast.walk(ast.parse(source)):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = anchor.split(".")[: -node.level]
+                    base = ".".join([*parent, node.module] if node.module else parent)
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base
+                    for a in node.names
+                ]
+            for name in targets:
+                if name in sources and name != module and not name.startswith(module + "."):
+                    graph[module].add(name)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _sources() -> tuple[dict[str, str], frozenset[str]]:
+    sources, packages = {}, set()
+    for package in CIRCLE_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if parts[-1] == "__init__":
+                packages.add(module)
+            sources[module] = path.read_text()
+    return sources, frozenset(packages)
+
+
+def test_no_two_modules_import_each_other():
+    found = circles(import_graph(*_sources()))
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_catches_lazy_and_from_imports():
+    sources = {
+        "p.a": "def f():\n    from p.b import g\n",
+        "p.b": "from p import c\n",  # the module p.c
+        "p.c": "import p.a\n",
+        "p.d": "from p.a import f\n",
+    }
+    assert circles(import_graph(sources)) == [["p.a", "p.b", "p.c"]]
+    assert circles(import_graph({"p.a": "import p.b\n", "p.b": "x = 1\n"})) == []
+    # A package's __init__ gathering its parts, which import each other's package: no circle.
+    package = {"p": "from . import a\n", "p.a": "from p.b import x\n", "p.b": "x = 1\n"}
+    assert circles(import_graph(package, frozenset({"p"}))) == []

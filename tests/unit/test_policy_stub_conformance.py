@@ -15,7 +15,8 @@ import pytest
 
 from sandboxes.task import Task, TaskConfig
 from service.policy import vllm_wire as w
-from standin.behaviour import ATTACKS, is_protocol_reply
+from standin.attacks import ATTACKS
+from standin.harness_formats import is_protocol_reply
 from standin.server import StubSettings, build_app
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-wire"

@@ -96,10 +96,15 @@ class RecordingRunner(GatedRunner):
         self.specs: list[SampleSpec] = []
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Callable, on_episode_end=None
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: Callable,
+        on_episode_end=None,
+        on_start=None,
     ):
         self.specs += samples
-        await super().run_group(task, samples, on_trajectory, on_episode_end)
+        await super().run_group(task, samples, on_trajectory, on_episode_end, on_start)
 
 
 def test_api_top_level_field_reaches_the_samples(tmp_path: Path) -> None:
@@ -114,6 +119,7 @@ def test_api_top_level_field_reaches_the_samples(tmp_path: Path) -> None:
             "advantage": {"min_group_size": 2},
             "chat_template_kwargs": OFF,
             "sampling": {"top_k": 20, "min_p": 0.1},
+            "retry_masked": 0,  # the runner's masked sample runs once
         }
         r = c.post("/v1/rollouts", json=body)
         assert r.status_code == 202, r.text

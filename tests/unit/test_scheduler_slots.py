@@ -26,9 +26,15 @@ class VerifyingRunner:
         self.most_verifying = 0
 
     async def run_group(
-        self, task: Task, samples: list[SampleSpec], on_trajectory: Any, on_episode_end: Any
+        self,
+        task: Task,
+        samples: list[SampleSpec],
+        on_trajectory: Any,
+        on_episode_end: Any,
+        on_start: Any,
     ) -> None:
         async def one(spec: SampleSpec) -> None:
+            await on_start(spec.trajectory_id)
             self.started.append(task.id)
             await on_episode_end(spec.trajectory_id)
             self.verifying += 1

@@ -16,7 +16,7 @@ from sandboxes.pool import PoolSettings
 from service.advantages import AdvantageConfig
 from service.collect import CONCURRENCY
 from service.policy.client import PolicyClient
-from service.sample import N_SAMPLES, AgentLimits, SamplingParams
+from service.sample import N_SAMPLES, RETRY_MASKED, AgentLimits, SamplingParams
 from service.settings import (
     PolicySettings,
     SandboxSettings,
@@ -38,6 +38,7 @@ SERVICE_FLAGS = {
     "--stale-policy": "stale_policy",
     "--lease-ttl": "lease_ttl_s",
     "--body-timeout": "body_read_timeout_s",
+    "--retry-masked": "retry_masked",
 }
 POLICY_FLAGS = {
     "--model": "model",
@@ -90,6 +91,7 @@ def test_collect_flags_default_to_the_request_and_settings_defaults() -> None:
     assert defaults["--max-turns"] == request.agent.max_turns == 32
     assert defaults["--n-samples"] == request.n_samples == N_SAMPLES == 8
     assert defaults["--concurrency"] == CONCURRENCY
+    assert defaults["--retry-masked"] == ServiceSettings().retry_masked == RETRY_MASKED == 2
     check(defaults, PolicySettings, POLICY_FLAGS)
     check(defaults, SandboxSettings, SANDBOX_FLAGS)
 
@@ -100,19 +102,53 @@ def test_pull_flags_default_to_the_lease_request() -> None:
     assert defaults["--wait"] == LeaseRequest().wait_s
 
 
+def _literal(e: ast.expr) -> bool:
+    """A default written out: a number, a string, True, -1, Path("..."), a list of them. Not
+    None (unset), ... (required), False (off), nor a name or a lookup of a settings default."""
+    if isinstance(e, ast.Constant):
+        return not any(e.value is v for v in (None, ..., False))
+    if isinstance(e, ast.UnaryOp):
+        return _literal(e.operand) or isinstance(e.operand, ast.Constant)
+    if isinstance(e, ast.Call) and ast.unparse(e.func) in ("Path", "pathlib.Path"):
+        return True
+    if isinstance(e, ast.List | ast.Tuple | ast.Set):
+        return any(_literal(x) for x in e.elts)
+    return False
+
+
+def literal_flag_defaults(source: str) -> list[str]:
+    """Flags of typer.Option / typer.Argument calls in `source` whose default is a literal."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func) in OPTION_CALLS):
+            continue
+        default = node.args[0] if node.args else None
+        default = next((k.value for k in node.keywords if k.arg == "default"), default)
+        if default is not None and _literal(default):
+            flag = next((a.value for a in node.args[1:] if isinstance(a, ast.Constant)), "?")
+            found.append(f"{flag}={ast.unparse(default)}")
+    return found
+
+
+OPTION_CALLS = ("typer.Option", "typer.Argument", "Option", "Argument")
+
+
 def test_flag_defaults_are_never_literals() -> None:
-    """A number written into a flag would be a second definition of a default."""
-    own = {"--p-correct", "--out", "--log-level"}  # not settings: the stand-in, output, uvicorn
-    for name in ("serve", "collect", "pull"):
-        tree = ast.parse((COMMANDS / f"{name}.py").read_text())
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and ast.unparse(node.func) == "typer.Option"):
-                continue
-            flag = next(a.value for a in node.args[1:] if isinstance(a, ast.Constant))
-            first = node.args[0]
-            value = first.value if isinstance(first, ast.Constant) else None
-            literal = not any(value is v for v in (None, ..., False))  # unset, required, off
-            assert not literal or flag in own, f"{name} {flag}: default {ast.unparse(first)}"
+    """A value written into a flag would be a second definition of a default: every CLI
+    module's flags default to a named constant or a settings default."""
+    own = {"--p-correct=0.5", "--out=Path('out')", "--log-level='info'", "--log-level='warning'"}
+    modules = sorted(COMMANDS.glob("*.py"))
+    assert len(modules) >= 14  # every command module, options.py included
+    found = {m.name: literal_flag_defaults(m.read_text()) for m in modules}
+    bad = {name: [f for f in flags if f not in own] for name, flags in found.items()}
+    assert not any(bad.values()), bad
+
+
+def test_the_literal_check_sees_every_form() -> None:
+    for default in ("2", "'x'", "-1", "Path('out')", "True", "[1]", "(1.5,)"):
+        assert literal_flag_defaults(f"typer.Option({default}, '--f')") == [f"--f={default}"]
+    for default in ("None", "...", "False", "CONCURRENCY", "_service('port')", "options.X"):
+        assert literal_flag_defaults(f"typer.Option({default}, '--f')") == [], default
 
 
 def test_request_models_default_to_the_dataclasses() -> None:
@@ -135,19 +171,12 @@ def test_policy_and_pool_settings_reach_their_classes() -> None:
     assert (tuned.warm_per_key, tuned.max_concurrent_creates) == (0, 3)
 
 
-def test_flat_keywords_still_build_nested_settings() -> None:
-    flat = Settings(port=9, policy_urls=["http://a, http://b/"], image="img", lease_ttl_s=5)
-    nested = Settings(
-        service=ServiceSettings(port=9, lease_ttl_s=5),
-        policy=PolicySettings(urls=["http://a", "http://b"]),
-        sandboxes=SandboxSettings(image="img"),
-    )
-    assert flat == nested
-    assert Settings(service=ServiceSettings(port=9), host="::1").service.port == 9
-    with pytest.raises(ValidationError):
-        Settings(no_such_setting=1)
-    with pytest.raises(ValidationError):
-        Settings(policy=PolicySettings(), port=70_000)
+def test_settings_take_their_groups_only() -> None:
+    """One way to build settings: nested groups. A flat keyword is an error, naming it."""
+    with pytest.raises(ValidationError, match="port"):
+        Settings(port=9)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="no_such_setting"):
+        Settings(no_such_setting=1)  # type: ignore[call-arg]
 
 
 def test_serve_flags_and_environment_fill_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:

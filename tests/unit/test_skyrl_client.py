@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from clients import skyrl as cs
+from clients import skyrl_output as so
 from clients.trainer import Batch
 from service.advantages import AdvantageConfig, compute_advantages, rloo
 from service.trajectory import Status, Timings, Trajectory
@@ -77,7 +78,7 @@ def mixed_group(group: str = "r.g0") -> list[Trajectory]:
 
 def test_masked_samples_train_nothing_and_get_the_neutral_reward() -> None:
     ts = mixed_group()
-    out = cs.generator_output(ts, pad_token_id=9)
+    out = so.generator_output(ts, pad_token_id=9)
     assert out["rewards"] == [1.0, 0.0, pytest.approx(2 / 3), pytest.approx(2 / 3), 1.0]
     assert out["loss_masks"][2] == [0, 0, 0] and out["rollout_logprobs"][2] == [0.0] * 3
     assert out["response_ids"][2] == [5, 6, 7]  # the tokens stay, untrained
@@ -106,7 +107,7 @@ def test_every_response_token_carries_its_policy_version() -> None:
         update={"response_policy_versions": [3, 4, -1, 4, 4, -1], "policy_version_start": 3}
     )
     ts = [spanning, *mixed_group()[1:]]
-    out = cs.generator_output(ts, pad_token_id=9)
+    out = so.generator_output(ts, pad_token_id=9)
     assert out["response_policy_versions"][0] == [3, 4, -1, 4, 4, -1]
     assert out["policy_versions"][0] == 3
     for response, versions in zip(
@@ -118,14 +119,14 @@ def test_every_response_token_carries_its_policy_version() -> None:
 
 def test_a_group_with_no_graded_sample_and_context_length() -> None:
     failed = [traj("r.g1", i, Status.policy_error, None, response=[], prompt=[]) for i in range(2)]
-    out = cs.generator_output(failed)
+    out = so.generator_output(failed)
     assert out["rewards"] == [0.0, 0.0] and out["prompt_token_ids"] == [[0], [0]]
     long = traj("r.g2", 0, Status.context_length, 0.0, stop="stop")
-    assert cs.generator_output([long])["stop_reasons"] == ["length"]
+    assert so.generator_output([long])["stop_reasons"] == ["length"]
 
 
 def test_rollout_metrics_as_skyrl_computes_them() -> None:
-    out = cs.generator_output(mixed_group())
+    out = so.generator_output(mixed_group())
     m = out["rollout_metrics"]
     lengths = [3, 3, 3, 1, 3]
     assert m["generate/min_num_tokens"] == 1 and m["generate/max_num_tokens"] == 3
@@ -147,7 +148,7 @@ def test_rollout_metrics_as_skyrl_computes_them() -> None:
 def test_to_skyrl_is_the_same_conversion() -> None:
     groups = [Group(group_id="r.g0", task_id="t", rollout_id="r", trajectories=mixed_group())]
     a = Batch("b", 0.0, groups).to_skyrl(pad_token_id=9)
-    b = cs.generator_output(mixed_group(), pad_token_id=9)
+    b = so.generator_output(mixed_group(), pad_token_id=9)
     assert a.keys() == b.keys()
     for key in a:
         assert a[key] == b[key], key
@@ -166,7 +167,7 @@ def test_baseline_uids_make_rloo_the_service_rloo_n() -> None:
         neutral = sum(r for r in rewards if r is not None) / sum(not e for e in excluded)
         filled = [neutral if r is None else r for r in rewards]
         uids = ["u"] * len(rewards)
-        grouped = cs.baseline_uids(uids, excluded, want)
+        grouped = so.baseline_uids(uids, excluded, want)
         got = [0.0] * len(rewards)
         for uid in set(grouped):
             idx = [i for i, g in enumerate(grouped) if g == uid]
@@ -202,9 +203,9 @@ def test_service_advantages_mixin_regroups_and_checks_the_config() -> None:
     with pytest.raises(ValueError, match="dynamic_sampling"):
         Hooked(cfg(dynamic="filter"))
     trainer = Hooked(cfg())
-    out = cs.generator_output(mixed_group())
+    out = so.generator_output(mixed_group())
     got = trainer.convert_to_training_input(out, out["uids"])
-    assert got == cs.baseline_uids(out["uids"], out["exclude_from_baseline"], out["advantages"])
+    assert got == so.baseline_uids(out["uids"], out["exclude_from_baseline"], out["advantages"])
     assert got[2] != "r.g0" and got[0] == "r.g0"
     with pytest.raises(ValueError, match="exclude_from_baseline"):
         trainer.convert_to_training_input({"response_ids": [[1]]}, ["u"])
@@ -212,9 +213,9 @@ def test_service_advantages_mixin_regroups_and_checks_the_config() -> None:
 
 def test_without_skyrl_the_look_alike_trajectory_id() -> None:
     try:
-        cs.skyrl_base()
+        so.skyrl_base()
     except ImportError:
-        assert cs.trajectory_id_class() is cs.TrajectoryID
+        assert so.trajectory_id_class() is so.TrajectoryID
         with pytest.raises(ImportError, match="rollouts\\[skyrl\\]"):
             cs.RolloutsGenerator  # noqa: B018
     else:
@@ -282,7 +283,7 @@ class FakeService:
 
 
 def generator(service: FakeService, **options: Any) -> Any:
-    base = SimpleNamespace(TrajectoryID=cs.TrajectoryID)
+    base = SimpleNamespace(TrajectoryID=so.TrajectoryID)
     cls = type("G", (cs._RolloutsGenerator,), {"_skyrl": base})
     gen = cls("http://x", tasks_path="/data/tasks", **options)
     gen._client = lambda: service  # type: ignore[method-assign]
@@ -295,7 +296,7 @@ def skyrl_input(tasks: list[str], n: int, step: int = 1, phase: str = "train") -
         "prompts": [[{"role": "user", "content": t}] for t in tasks for _ in range(n)],
         "env_extras": [{"task_id": t} for t in tasks for _ in range(n)],
         "trajectory_ids": [
-            cs.TrajectoryID(instance_id=str(u), repetition_id=k)
+            so.TrajectoryID(instance_id=str(u), repetition_id=k)
             for u in range(len(tasks))
             for k in range(n)
         ],
@@ -340,7 +341,7 @@ def test_bad_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="task_id"):
         asyncio.run(gen.generate(batch))
     batch = skyrl_input(["a", "b"], n=1)
-    batch["trajectory_ids"] = [cs.TrajectoryID("0", 0), cs.TrajectoryID("0", 1)]
+    batch["trajectory_ids"] = [so.TrajectoryID("0", 0), so.TrajectoryID("0", 1)]
     with pytest.raises(ValueError, match="two tasks"):
         asyncio.run(gen.generate(batch))
     with pytest.raises(TypeError, match="unknown RolloutsGenerator option"):

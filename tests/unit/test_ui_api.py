@@ -90,7 +90,7 @@ def test_a_10k_store_lists_filters_and_pages_without_reading_payloads(big_store:
     with conn:
         conn.execute("DELETE FROM payloads WHERE trajectory_id != ?", (KEPT,))
     conn.close()
-    with TestClient(create_view_app(open_source(big_store))) as c:
+    with TestClient(create_view_app(open_source(big_store)), base_url="http://localhost") as c:
         ov = c.get("/ui/api/overview").json()
         [r] = ov["rollouts"]
         assert (r["samples_completed"], r["groups_completed"], r["status"]) == (
@@ -128,7 +128,7 @@ def test_an_exported_parquet_file(tmp_path: Path) -> None:
     generate_store(tmp_path / "data", "small", n_groups=3, n_samples=4)
     out = tmp_path / "small.parquet"
     assert export_parquet(tmp_path / "data", out) == 12
-    with TestClient(create_view_app(open_source(out))) as c:
+    with TestClient(create_view_app(open_source(out)), base_url="http://localhost") as c:
         ov = c.get("/ui/api/overview").json()
         assert ov["source"] == "file small.parquet"
         [r] = ov["rollouts"]

@@ -75,6 +75,9 @@ LOOP_TEXTS: dict[str, set[str]] = {
 }
 
 
+VARIANTS = ("json", "xml")  # terminus-2's reply formats, the first its default
+
+
 def required_texts(variant: str) -> dict[str, set[str]]:
     parser = {"json": JSON_TEXTS, "xml": XML_TEXTS}.get(variant)
     if parser is None:

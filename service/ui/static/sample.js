@@ -1,5 +1,6 @@
 // One sample: the conversation turn by turn (harness messages, the commands typed, terminal
-// output), the verifier's stdout and files, reward flags, timings; or, toggled, its tokens:
+// output), the verifier's stdout and files, reward flags, the grading history (the first
+// grading at collection, one more per regrade), timings; or, toggled, its tokens:
 // generated ones (loss mask 1) highlighted against prompt and observation tokens and coloured
 // by the policy version of the weights that produced them, with each token's sampler logprob
 // and version on hover.
@@ -62,9 +63,42 @@ function verifier(t) {
     { id: "verifier" },
     el("h3", {}, "Verifier"),
     el("div", { id: "reward-flags" }, "flags: ", t.reward_flags.length ? t.reward_flags.map((f) => el("span", { class: "chip graded" }, f)) : el("span", { class: "muted" }, "none")),
+    gradings(t),
     el("h4", {}, "stdout"),
     el("pre", { id: "verifier-output", class: "terminal" }, t.verifier_output || "(empty)"),
     t.verifier_files.map((f) => el("details", { class: "verifier-file" }, el("summary", {}, f.path), el("pre", {}, f.content))),
+  );
+}
+
+// Every grading the sample received, oldest first; the last one is what it serves.
+function gradings(t) {
+  const history = t.gradings || [];
+  const when = (s) => (s ? new Date(s * 1000).toISOString().replace("T", " ").slice(0, 19) : "—");
+  const rows = history.map((g, i) =>
+    el(
+      "tr",
+      { class: i === history.length - 1 ? "served" : "" },
+      el("td", {}, i === 0 ? "collected" : `regrade ${i}`),
+      el("td", {}, when(g.graded_at)),
+      el("td", {}, num(g.reward)),
+      el("td", {}, statusChip(g.status)),
+      el("td", {}, g.reward_flags.length ? g.reward_flags.map((f) => el("span", { class: "chip graded" }, f)) : "—"),
+      el("td", { title: g.grader_version }, g.grader_version.slice(0, 12) || "—"),
+      el("td", { title: g.tests_digest }, g.tests_digest.slice(0, 12) || "—"),
+    ),
+  );
+  return el(
+    "section",
+    { id: "gradings" },
+    el("h4", {}, `Gradings (${history.length}; the last is served)`),
+    history.length
+      ? el(
+          "table",
+          { class: "facts" },
+          el("thead", {}, el("tr", {}, ["grading", "graded at", "reward", "status", "flags", "grader", "tests"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, rows),
+        )
+      : el("p", { class: "muted" }, "never graded (it ended before verification)"),
   );
 }
 
@@ -81,6 +115,10 @@ function facts(t) {
     // A JSON object, sent as a string (as in Parquet and Arrow).
     ["chat template kwargs", t.chat_template_kwargs],
     ["harness", `${t.harness} ${t.harness_profile_hash.slice(0, 12)}`],
+    ["tests digest", t.tests_digest ? t.tests_digest.slice(0, 16) : "—"],
+    // Runs masked by an infrastructure fault were run again (1: the first run stood).
+    ["attempts", String(t.attempts ?? 1)],
+    ["sample seed", t.sample_seed == null ? "—" : String(t.sample_seed)],
   ];
   return el("table", { class: "facts", id: "facts" }, el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))));
 }

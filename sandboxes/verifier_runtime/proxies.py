@@ -1,0 +1,305 @@
+"""What the other process's objects look like here: mirror classes and their proxies, and the
+operators a request may ask the serving side to apply (see rpc.py for the channel).
+
+A proxy (`RemoteObject`, or an instance of a mirror class derived from it) forwards attribute
+access, calls and operators to its endpoint; a mirror class (`RemoteClassMeta`) stands for a
+class of the other side, so `isinstance` and `type(x) is cls` hold for its proxies. Binary
+operators are served one-sided (`OPERATORS`): NotImplemented comes back and the asking side's
+interpreter tries the reflected method itself.
+
+Standard library only, Python >= 3.8.
+"""
+
+import sys
+
+
+class PeerExit(SystemExit):
+    """A SystemExit raised by the other side. Tests that catch it see its code; an interpreter
+    about to exit because of it (no Python frame asks: the exit handler reads `code`) gets 1,
+    so code under test cannot end the tests' process with a success status."""
+
+    on_escape = None  # set by the trusted side: records the attempt
+
+    @property
+    def code(self):
+        try:
+            sys._getframe(1)
+        except ValueError:
+            if PeerExit.on_escape is not None:
+                PeerExit.on_escape(self)
+            return 1
+        return self.args[0] if len(self.args) == 1 else (self.args or None)
+
+
+class AsReference:
+    """An answer that travels as a reference where a name would do (an imported module)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+
+class RemoteClassMeta(type):
+    """Metaclass of mirror classes: attribute access, calls and item access on the class go to
+    the real class on the other side."""
+
+    def __call__(cls, *args, **kwargs):
+        ep = cls.__dict__.get("_rollouts_ep")
+        if ep is None:  # a subclass defined locally: an ordinary class
+            return super().__call__(*args, **kwargs)
+        return ep.request("call", cls, args, tuple(kwargs.items()))
+
+    def __getattr__(cls, name):
+        ep = cls.__dict__.get("_rollouts_ep")
+        if ep is None or name.startswith("_rollouts_") or name in LOCAL_DUNDERS:
+            raise AttributeError(name)
+        return ep.request("getattr", cls, name)
+
+    def __setattr__(cls, name, value):
+        if (
+            "_rollouts_ep" not in cls.__dict__
+            or name.startswith("__")
+            or name.startswith("_rollouts_")
+        ):
+            super().__setattr__(name, value)
+        else:
+            cls._rollouts_ep.request("setattr", cls, name, value)
+
+    def __delattr__(cls, name):
+        if "_rollouts_ep" not in cls.__dict__ or name.startswith("__"):
+            super().__delattr__(name)
+        else:
+            cls._rollouts_ep.request("delattr", cls, name)
+
+    def __bool__(cls):  # a class is true (without this, truth would ask for its len)
+        return True
+
+    def __getitem__(cls, key):
+        return cls._rollouts_ep.request("op", "getitem", cls, key)
+
+    def __iter__(cls):
+        return cls._rollouts_ep.request("op", "iter", cls)
+
+    def __len__(cls):
+        return cls._rollouts_ep.request("op", "len", cls)
+
+    def __contains__(cls, item):
+        return cls._rollouts_ep.request("op", "contains", cls, item)
+
+    def __repr__(cls):
+        return "<class '%s.%s' (in the other process)>" % (cls.__module__, cls.__qualname__)
+
+
+# Attributes answered here, never asked of the other side (the interpreter and exception
+# machinery probe or set them).
+LOCAL_DUNDERS = frozenset(
+    {
+        "__notes__",
+        "__traceback__",
+        "__cause__",
+        "__context__",
+        "__suppress_context__",
+        "__dict__",
+        "__class__",
+        "__weakref__",
+        "__slots__",
+        "__orig_bases__",
+        "__mro_entries__",
+        "__set_name__",
+        "__init_subclass__",
+        "__class_getitem__",
+        "__getstate__",
+        "__reduce__",
+        "__reduce_ex__",
+    }
+)
+
+
+class RemoteObject:
+    """Base of every mirror class: a proxy of an object in the other process."""
+
+    def __getattr__(self, name):
+        if name.startswith("_rollouts_") or name in LOCAL_DUNDERS:
+            raise AttributeError(name)
+        return self._rollouts_ep.request("getattr", self, name)
+
+    def __setattr__(self, name, value):
+        if name.startswith("__") or name.startswith("_rollouts_"):
+            object.__setattr__(self, name, value)
+        else:
+            self._rollouts_ep.request("setattr", self, name, value)
+
+    def __delattr__(self, name):
+        if name.startswith("__") or name.startswith("_rollouts_"):
+            object.__delattr__(self, name)
+        else:
+            self._rollouts_ep.request("delattr", self, name)
+
+    def __del__(self):
+        try:
+            self._rollouts_ep.dropped(self)
+        except Exception:
+            pass
+
+    def __call__(self, *args, **kwargs):
+        return self._rollouts_ep.request("call", self, args, tuple(kwargs.items()))
+
+    def __str__(self):
+        text = self.__dict__.get("_rollouts_text")
+        if text is not None:
+            return text
+        return self._rollouts_ep.request("op", "str", self)
+
+    def __repr__(self):
+        text = self.__dict__.get("_rollouts_repr")
+        if text is not None:
+            return text
+        return self._rollouts_ep.request("op", "repr", self)
+
+    def __eq__(self, other):
+        return self._rollouts_ep.compare(self, "eq", other)
+
+    def __ne__(self, other):
+        return self._rollouts_ep.compare(self, "ne", other)
+
+    def __lt__(self, other):
+        return self._rollouts_ep.compare(self, "lt", other)
+
+    def __le__(self, other):
+        return self._rollouts_ep.compare(self, "le", other)
+
+    def __gt__(self, other):
+        return self._rollouts_ep.compare(self, "gt", other)
+
+    def __ge__(self, other):
+        return self._rollouts_ep.compare(self, "ge", other)
+
+    def __contains__(self, item):
+        return self._rollouts_ep.contains(self, item)
+
+    def __hash__(self):
+        return self._rollouts_ep.request("op", "hash", self)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("an object of the other process cannot be pickled")
+
+    def __copy__(self):
+        return self._rollouts_ep.request("op", "copy", self)
+
+    def __deepcopy__(self, memo):
+        return self._rollouts_ep.request("op", "deepcopy", self)
+
+    def __dir__(self):
+        return self._rollouts_ep.request("op", "dir", self)
+
+    def __exit__(self, *exc):
+        return self._rollouts_ep.request("op", "exit", self, *exc)
+
+
+def _forwarder(op):
+    def method(self, *args):
+        return self._rollouts_ep.request("op", op, self, *args)
+
+    method.__name__ = "__%s__" % op
+    return method
+
+
+# Operators that go to the other side as they are: unary ones, item access, arithmetic (both
+# ways round and in place), conversions and protocols. Their names are the dunders without
+# underscores; `OPERATORS` (below) is what the serving side does for each.
+_FORWARDED = (
+    "len bool iter next reversed getitem setitem delitem enter format bytes index int float "
+    "complex round trunc floor ceil neg pos abs invert "
+    "add radd iadd sub rsub isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
+    "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
+    "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
+).split()
+for _op in _FORWARDED:
+    setattr(RemoteObject, "__%s__" % _op, _forwarder(_op))
+
+
+def _arithmetic(op):
+    def method(self, other):
+        return self._rollouts_ep.arithmetic(self, op, other)
+
+    method.__name__ = "__%s__" % op
+    return method
+
+
+# Sums and differences with a number: the trusted side checks the answer (trusted.py).
+for _op in ("add", "radd", "sub", "rsub"):
+    setattr(RemoteObject, "__%s__" % _op, _arithmetic(_op))
+
+
+def _one_sided(name):
+    """`a.__name__(b)` alone. Binary operators are served one-sided: when the left operand
+    cannot answer, NotImplemented goes back and the caller's interpreter tries the reflected
+    method on its own side. (Served two-sided, `x == proxy` would bounce between the
+    processes for ever: each side's reflected method asks the other.)"""
+    dunder = "__%s__" % name
+
+    def apply(a, b):
+        method = getattr(type(a), dunder, None)
+        return NotImplemented if method is None else method(a, b)
+
+    return apply
+
+
+def _exit(obj, *exc):
+    return type(obj).__exit__(obj, *exc)
+
+
+_BINARY = (
+    "eq ne lt le gt ge add radd iadd sub rsub isub mul rmul imul matmul rmatmul imatmul "
+    "truediv rtruediv itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod "
+    "pow rpow ipow lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor "
+    "or ror ior"
+).split()
+OPERATORS = {
+    "len": len,
+    "bool": bool,
+    "iter": iter,
+    "next": next,
+    "reversed": reversed,
+    "getitem": lambda a, k: a[k],
+    "setitem": lambda a, k, v: a.__setitem__(k, v),
+    "delitem": lambda a, k: a.__delitem__(k),
+    "contains": lambda a, b: b in a,
+    "enter": lambda a: type(a).__enter__(a),
+    "exit": _exit,
+    "format": format,
+    "bytes": bytes,
+    "index": lambda a: __import__("operator").index(a),
+    "int": int,
+    "float": float,
+    "complex": complex,
+    "round": round,
+    "trunc": lambda a: __import__("math").trunc(a),
+    "floor": lambda a: __import__("math").floor(a),
+    "ceil": lambda a: __import__("math").ceil(a),
+    "neg": lambda a: -a,
+    "pos": lambda a: +a,
+    "abs": abs,
+    "invert": lambda a: ~a,
+    "str": str,
+    "repr": repr,
+    "hash": hash,
+    "dir": lambda a: sorted(dir(a)),
+    "copy": lambda a: __import__("copy").copy(a),
+    "deepcopy": lambda a: __import__("copy").deepcopy(a),
+}
+for _name in _BINARY:
+    OPERATORS[_name] = _one_sided(_name)
+
+
+def qualified(obj):
+    """(module, qualname) when `obj` can be found by that name in an imported module."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return (module, qualname) if found is obj else None
