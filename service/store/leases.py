@@ -54,12 +54,7 @@ def lease(
     picked = conn.execute(sql, args).fetchall()
     if not picked:
         return LeaseResult(None, 0.0, [], requeued, dropped, expired)
-    batch_id = uuid.uuid4().hex
-    expires_at = now + lease_s
-    conn.execute(
-        "INSERT INTO leases VALUES (?, 'active', ?, ?, NULL, ?)",
-        (batch_id, now, expires_at, len(picked)),
-    )
+    batch_id, expires_at = open_lease(conn, now, lease_s, len(picked))
     ids = [g for g, _, _ in picked]
     marks = ",".join("?" * len(ids))
     conn.execute(
@@ -68,16 +63,38 @@ def lease(
     )
     # A trainer has these now: a later regrade of them goes out as a batch of its own.
     conn.executemany("INSERT OR IGNORE INTO delivered_groups VALUES (?)", [(g,) for g in ids])
+    ordered = leased_groups(conn, picked)
+    return LeaseResult(batch_id, expires_at, ordered, requeued, dropped, expired)
+
+
+def open_lease(
+    conn: sqlite3.Connection, now: float, lease_s: float, groups: int
+) -> tuple[str, float]:
+    """A new active lease of `groups` groups: (batch_id, expires_at)."""
+    batch_id = uuid.uuid4().hex
+    expires_at = now + lease_s
+    conn.execute(
+        "INSERT INTO leases VALUES (?, 'active', ?, ?, NULL, ?)",
+        (batch_id, now, expires_at, groups),
+    )
+    return batch_id, expires_at
+
+
+def leased_groups(
+    conn: sqlite3.Connection, picked: list[tuple[str, str, str]]
+) -> list[LeasedGroup]:
+    """The (group_id, task_id, rollout_id) groups with their samples' payloads and advantages,
+    in that order."""
     groups = {g: LeasedGroup(g, task, r, []) for g, task, r in picked}
+    ids = list(groups)
     for gid, adv, codec, data in conn.execute(
         "SELECT s.group_id, s.advantage, p.codec, p.data FROM samples s"
         " JOIN payloads p ON p.trajectory_id = s.trajectory_id"
-        f" WHERE s.group_id IN ({marks}) ORDER BY s.group_id, s.sample_index",
+        f" WHERE s.group_id IN ({','.join('?' * len(ids))}) ORDER BY s.group_id, s.sample_index",
         ids,
     ):
         groups[gid].rows.append((codec, data, adv))
-    ordered = [groups[g] for g in ids]
-    return LeaseResult(batch_id, expires_at, ordered, requeued, dropped, expired)
+    return [groups[g] for g in ids]
 
 
 def _expire(conn: sqlite3.Connection, now: float) -> int:

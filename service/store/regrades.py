@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from service.advantages import compute_advantages
 from service.payload_codec import CODEC, decode_payload, encode_payload, payload_dict
 from service.store import leases
 from service.store.errors import UnknownTrajectory
-from service.store.records import LeasedGroup, LeaseResult
+from service.store.records import LeaseResult
 from service.store.rollouts import WriterState, _advantage_config
 from service.trajectory import Grading, Trajectory, is_masked
 
@@ -252,29 +251,15 @@ def lease(
     picked = conn.execute(sql, args).fetchall()
     if not picked:
         return LeaseResult(None, 0.0, [])
-    batch_id = uuid.uuid4().hex
-    expires_at = now + lease_s
-    conn.execute(
-        "INSERT INTO leases VALUES (?, 'active', ?, ?, NULL, ?)",
-        (batch_id, now, expires_at, len(picked)),
-    )
+    batch_id, expires_at = leases.open_lease(conn, now, lease_s, len(picked))
     offer_ids = [o for o, _, _, _ in picked]
     conn.execute(
         "UPDATE regrade_offers SET state='leased', batch_id=?"
         f" WHERE offer_id IN ({','.join('?' * len(offer_ids))})",
         [batch_id, *offer_ids],
     )
-    groups = {g: LeasedGroup(g, task, r, []) for _, g, task, r in picked}
-    ids = list(groups)
-    marks = ",".join("?" * len(ids))
-    for gid, adv, codec, data in conn.execute(
-        "SELECT s.group_id, s.advantage, p.codec, p.data FROM samples s"
-        " JOIN payloads p ON p.trajectory_id = s.trajectory_id"
-        f" WHERE s.group_id IN ({marks}) ORDER BY s.group_id, s.sample_index",
-        ids,
-    ):
-        groups[gid].rows.append((codec, data, adv))
-    return LeaseResult(batch_id, expires_at, [groups[g] for g in ids])
+    groups = leases.leased_groups(conn, [(g, task, r) for _, g, task, r in picked])
+    return LeaseResult(batch_id, expires_at, groups)
 
 
 def ack(conn: sqlite3.Connection, batch_id: str) -> None:
