@@ -1,6 +1,6 @@
 """The sandbox executor: one Ray actor per node, running a `SandboxBackend` on that node.
 
-`sandboxes/ray_backend.py` starts one `SandboxExecutor` on every node of a Ray cluster that
+`sandboxes/ray_cluster.py` starts one `SandboxExecutor` on every node of a Ray cluster that
 offers the custom resource `rollouts_sandbox`, pinned to that node. The executor runs the local
 Docker backend (warm pool, isolation, images, reaper) against the node's own Docker Engine and
 holds that node's sandboxes by id; the service drives them through it.

@@ -91,6 +91,7 @@ def create_app(
     from service.api.responses import GUARDED, errors
     from service.ui import routes as ui
     from service.ui.sources import StoreSource
+    from service.ui.tokens import NoTokenTexts, PolicyServerTexts
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -141,6 +142,11 @@ def create_app(
         holder["leasing"] = leasing
         app.state.service = ServiceState(
             settings, store, scheduler, leasing, policy_state, events, metrics, components, disk
+        )
+        app.state.ui_tokens = (  # the token view's texts: the policy server's /detokenize
+            PolicyServerTexts(components.policy)
+            if components.policy is not None
+            else NoTokenTexts("this service has no policy client to detokenize with")
         )
         await scheduler.start()
         background = [asyncio.create_task(_retention_loop(store, metrics, config.retention_s))]

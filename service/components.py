@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sandboxes.backend import SandboxBackend
 from sandboxes.task import Task
@@ -23,6 +24,9 @@ from service.policy.fleet import PolicyFleet
 from service.scheduler import GroupRunner, TaskLoader
 from service.settings import Settings
 from service.wire import TasksSpec
+
+if TYPE_CHECKING:
+    from service.policy.client import PolicyClient
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,8 @@ class Components:
     fleet: PolicyFleet | None = None
     # The sandbox backend, for regrades (service/regrade.py); None: this service cannot regrade.
     sandboxes: SandboxBackend | None = None
+    # The policy client, for the web view's token texts (/detokenize; service/ui/tokens.py).
+    policy: PolicyClient | None = None
     _checks_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _checked: tuple[float, dict[str, bool]] | None = field(default=None, repr=False)
 
@@ -243,13 +249,15 @@ async def build_components(
         placement=getattr(backend, "placement", None),
         fleet=policy.fleet,
         sandboxes=backend,
+        policy=policy,
     )
 
 
 async def start_ray_backend(settings: Settings, backend_settings: object):
     """The Ray backend (sandboxes/ray_backend.py) on `settings.sandboxes.ray_address`, started:
     connected, and the cluster's sandbox nodes found."""
-    from sandboxes.ray_backend import RayBackend, RaySettings, ray_available
+    from sandboxes.ray_backend import RayBackend, ray_available
+    from sandboxes.ray_cluster import RaySettings
 
     if not ray_available():
         raise ValueError("--ray-address needs Ray: pip install 'rollouts[ray]'")

@@ -23,7 +23,8 @@ from sandboxes.task import Task
 from service.agent.harnesses import Harness, HarnessSession, ProfileError, build_harnesses
 from service.agent.harnesses.sandbox_terminal import SandboxTerminal
 from service.agent.tokens import InvariantError, TokenLedger
-from service.policy.client import ContextLengthError, Generation, PolicyClient, PolicyFault
+from service.policy.client import ContextLengthError, PolicyClient, PolicyFault
+from service.policy.generations import Generation
 from service.sample import SampleSpec
 from service.store.workspaces import KeptWorkspace, pack_snapshot
 from service.trajectory import (

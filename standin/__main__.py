@@ -52,7 +52,8 @@ def policy_stub(
     """Serve a stand-in for vLLM's OpenAI-compatible API, scripted from a task set."""
     import uvicorn
 
-    from standin.server import StubSettings, build_app
+    from standin.engine import StubSettings
+    from standin.server import build_app
 
     try:
         settings = StubSettings(

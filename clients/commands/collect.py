@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from functools import partial
 from pathlib import Path
 
 import typer
@@ -18,6 +17,7 @@ from clients.commands import options
 from clients.commands.agent import agent_settings, describe
 from clients.commands.doctor import refuse_unknown_runtime
 from clients.commands.policy_stub import stand_in_policy
+from clients.commands.shared_settings import invalid, policy_settings, sandbox_settings
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
 from service.advantages import AdvantageConfig
@@ -25,13 +25,7 @@ from service.collect import CONCURRENCY, CollectSummary, collect
 from service.components import build_components
 from service.policy.client import PolicyError
 from service.sample import N_SAMPLES, AgentLimits, SamplingParams
-from service.settings import (
-    PolicySettings,
-    SandboxSettings,
-    ServiceSettings,
-    Settings,
-    default_of,
-)
+from service.settings import ServiceSettings, Settings
 from service.wire import (
     AdvantageSpec,
     AgentSpec,
@@ -42,8 +36,6 @@ from service.wire import (
 )
 
 console = Console(stderr=True)
-_policy = partial(default_of, PolicySettings)
-_sandboxes = partial(default_of, SandboxSettings)
 
 
 def summary_table(summary: CollectSummary, out: Path) -> Table:
@@ -145,11 +137,19 @@ def register(app: typer.Typer) -> None:
         policy_retries: int = options.POLICY_RETRIES,
         policy_backoff_s: float = options.POLICY_BACKOFF,
         policy_cooldown_s: float = options.POLICY_COOLDOWN,
+        policy_pause_poll_s: float = options.POLICY_PAUSE_POLL,
+        policy_update_retries: int = options.POLICY_UPDATE_RETRIES,
+        lora: str = options.LORA,
         warm_containers: int = options.WARM_CONTAINERS,
         create_rate: float = options.CREATE_RATE,
         max_concurrent_creates: int = options.MAX_CONCURRENT_CREATES,
+        warm_ttl_s: float = options.WARM_TTL,
         build_network: bool = options.BUILD_NETWORK,
         allow_pull: bool = options.ALLOW_PULL,
+        build_cpus: float = options.BUILD_CPUS,
+        build_memory_mb: int = options.BUILD_MEMORY,
+        build_timeout_s: float = options.BUILD_TIMEOUT,
+        image_budget_gb: float = options.IMAGE_BUDGET,
         ray_address: str = options.RAY_ADDRESS,
     ) -> None:
         """Collect rollouts for every task x n samples and write them as Parquet."""
@@ -159,21 +159,22 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
         try:
-            policy = PolicySettings(
-                urls=policy_url or [], model=model, timeout_s=policy_timeout_s,
-                max_retries=policy_retries, backoff_s=policy_backoff_s,
-                cooldown_s=policy_cooldown_s,
+            policy = policy_settings(
+                policy_url=policy_url, model=model, policy_timeout_s=policy_timeout_s,
+                policy_retries=policy_retries, policy_backoff_s=policy_backoff_s,
+                policy_cooldown_s=policy_cooldown_s, policy_pause_poll_s=policy_pause_poll_s,
+                policy_update_retries=policy_update_retries, lora=lora,
             )  # fmt: skip
-            sandboxes = SandboxSettings(
-                image=image, warm_per_key=warm_containers, create_rate=create_rate,
-                max_concurrent_creates=max_concurrent_creates, build_network=build_network,
-                allow_pull=allow_pull, ray_address=ray_address or None,
-                runtime=runtime or None,
+            sandboxes = sandbox_settings(
+                image=image, runtime=runtime, warm_containers=warm_containers,
+                create_rate=create_rate, max_concurrent_creates=max_concurrent_creates,
+                warm_ttl_s=warm_ttl_s, build_network=build_network, allow_pull=allow_pull,
+                build_cpus=build_cpus, build_memory_mb=build_memory_mb,
+                build_timeout_s=build_timeout_s, image_budget_gb=image_budget_gb,
+                ray_address=ray_address,
             )  # fmt: skip
         except ValidationError as e:
-            err = e.errors()[0]
-            typer.echo(f"error: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}", err=True)
-            raise typer.Exit(2) from None
+            invalid(e)
         try:
             agent_config = agent_settings(agent, agent_profile or [])
         except ValueError as e:

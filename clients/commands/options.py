@@ -28,6 +28,17 @@ BUILD_NETWORK = typer.Option(
     "--build-network",
     help="Give task image builds (RUN steps) the network.",
 )
+BUILD_CPUS = typer.Option(
+    _sandboxes("build_cpus"), "--build-cpus", help="CPUs of a task image build."
+)
+BUILD_MEMORY = typer.Option(
+    _sandboxes("build_memory_mb"), "--build-memory", help="MiB of a task image build."
+)
+BUILD_TIMEOUT = typer.Option(
+    _sandboxes("build_timeout_s"),
+    "--build-timeout",
+    help="Seconds a task image build may take at most (wall clock).",
+)
 CHAT_TEMPLATE_KWARGS = typer.Option(
     None,
     "--chat-template-kwargs",
@@ -37,6 +48,11 @@ CHAT_TEMPLATE_KWARGS = typer.Option(
 )
 CREATE_RATE = typer.Option(
     _sandboxes("create_rate"), "--create-rate", help="Container creates per second."
+)
+IMAGE_BUDGET = typer.Option(
+    _sandboxes("image_budget_gb"),
+    "--image-budget",
+    help="GiB of task images kept; least recently used pruned first.",
 )
 IMAGE = typer.Option(_sandboxes("image"), "--image", help="Use this image for every task.")
 RUNTIME = typer.Option(
@@ -119,4 +135,7 @@ WARM_CONTAINERS = typer.Option(
     "--warm-containers",
     min=0,
     help="Started containers kept idle per image (0: no warm pool).",
+)
+WARM_TTL = typer.Option(
+    _sandboxes("warm_ttl_s"), "--warm-ttl", help="Seconds an idle warm container is kept."
 )

@@ -11,18 +11,11 @@ from pydantic import ValidationError
 from clients.commands import options
 from clients.commands.agent import agent_settings, describe
 from clients.commands.doctor import refuse_unknown_runtime
-from service.settings import (
-    PolicySettings,
-    SandboxSettings,
-    ServiceSettings,
-    Settings,
-    default_of,
-)
+from clients.commands.shared_settings import invalid, policy_settings, sandbox_settings
+from service.settings import ServiceSettings, Settings, default_of
 from service.wire import parse_chat_template_kwargs
 
 _service = partial(default_of, ServiceSettings)
-_policy = partial(default_of, PolicySettings)
-_sandboxes = partial(default_of, SandboxSettings)
 
 
 def _datasets(items: list[str]) -> dict[str, str]:
@@ -112,27 +105,13 @@ def register(app: typer.Typer) -> None:
         warm_containers: int = options.WARM_CONTAINERS,
         create_rate: float = options.CREATE_RATE,
         max_concurrent_creates: int = options.MAX_CONCURRENT_CREATES,
-        warm_ttl_s: float = typer.Option(
-            _sandboxes("warm_ttl_s"), "--warm-ttl", help="Seconds an idle warm container is kept."
-        ),
+        warm_ttl_s: float = options.WARM_TTL,
         build_network: bool = options.BUILD_NETWORK,
         allow_pull: bool = options.ALLOW_PULL,
-        build_cpus: float = typer.Option(
-            _sandboxes("build_cpus"), "--build-cpus", help="CPUs of a task image build."
-        ),
-        build_memory_mb: int = typer.Option(
-            _sandboxes("build_memory_mb"), "--build-memory", help="MiB of a task image build."
-        ),
-        build_timeout_s: float = typer.Option(
-            _sandboxes("build_timeout_s"),
-            "--build-timeout",
-            help="Seconds a task image build may take at most (wall clock).",
-        ),
-        image_budget_gb: float = typer.Option(
-            _sandboxes("image_budget_gb"),
-            "--image-budget",
-            help="GiB of task images kept; least recently used pruned first.",
-        ),
+        build_cpus: float = options.BUILD_CPUS,
+        build_memory_mb: int = options.BUILD_MEMORY,
+        build_timeout_s: float = options.BUILD_TIMEOUT,
+        image_budget_gb: float = options.IMAGE_BUDGET,
         ray_address: str = options.RAY_ADDRESS,
         chat_template_kwargs: str = options.CHAT_TEMPLATE_KWARGS,
         agent: str = options.AGENT,
@@ -158,20 +137,20 @@ def register(app: typer.Typer) -> None:
                     retention_s=retention_s,
                     disk_reserve_mb=disk_reserve_mb, keep_workspaces=keep_workspaces,
                 ),
-                policy=PolicySettings(
-                    urls=policy_url or [], model=model, timeout_s=policy_timeout_s,
-                    max_retries=policy_retries, backoff_s=policy_backoff_s,
-                    cooldown_s=policy_cooldown_s, pause_poll_s=policy_pause_poll_s,
-                    update_retries=policy_update_retries, lora=lora or None,
+                policy=policy_settings(
+                    policy_url=policy_url, model=model, policy_timeout_s=policy_timeout_s,
+                    policy_retries=policy_retries, policy_backoff_s=policy_backoff_s,
+                    policy_cooldown_s=policy_cooldown_s, policy_pause_poll_s=policy_pause_poll_s,
+                    policy_update_retries=policy_update_retries, lora=lora,
                     chat_template_kwargs=_template_kwargs(chat_template_kwargs),
                 ),
-                sandboxes=SandboxSettings(
-                    image=image, warm_per_key=warm_containers, create_rate=create_rate,
-                    max_concurrent_creates=max_concurrent_creates, warm_ttl_s=warm_ttl_s,
-                    build_network=build_network, allow_pull=allow_pull, build_cpus=build_cpus,
-                    build_memory_mb=build_memory_mb, build_timeout_s=build_timeout_s,
-                    image_budget_gb=image_budget_gb, ray_address=ray_address or None,
-                    runtime=runtime or None,
+                sandboxes=sandbox_settings(
+                    image=image, runtime=runtime, warm_containers=warm_containers,
+                    create_rate=create_rate, max_concurrent_creates=max_concurrent_creates,
+                    warm_ttl_s=warm_ttl_s, build_network=build_network, allow_pull=allow_pull,
+                    build_cpus=build_cpus, build_memory_mb=build_memory_mb,
+                    build_timeout_s=build_timeout_s, image_budget_gb=image_budget_gb,
+                    ray_address=ray_address,
                 ),
                 agent=agent_settings(agent, agent_profile or []),
             )  # fmt: skip
@@ -179,10 +158,7 @@ def register(app: typer.Typer) -> None:
             if not settings.policy.urls:
                 raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
         except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"])
-            typer.echo(f"error: {field}: {err['msg']}", err=True)
-            raise typer.Exit(2) from None
+            invalid(e)
         except ValueError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

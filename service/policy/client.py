@@ -7,9 +7,9 @@ and jitter, through the router so a retry can land on another replica; after tha
 becomes policy_error (masked). A prompt too long for the context is not retried: it raises
 ContextLengthError, which the episode turns into its own status. Both are PolicyFaults.
 
-Every generation request carries every sampling field (vllm_wire.SAMPLING_FIELDS), so no server
-default can change the distribution sampled from. Observation deltas come from the server's own
-chat template (`observation_delta`).
+Every generation request carries every sampling field, and its answer is checked before it is
+believed (generations.py: the generation routes on the wire). Observation deltas come from the
+server's own chat template (`observation_delta`).
 
 Generation goes to vLLM's token-in/token-out route `/inference/v1/generate`: the only route of
 vLLM 0.32 whose answer says which weights produced which output token (`weight_versions` spans;
@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -49,7 +48,19 @@ from service.agent.tokens import (
     base_renderings,
     observation_messages,
 )
-from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState, parse_version
+from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState
+from service.policy.generations import (
+    COMPLETIONS,
+    GENERATE,
+    Generation,
+    Rejected,
+    completions_body,
+    from_completions,
+    from_generate,
+    generate_body,
+    route_missing,
+    sampling_fields,
+)
 from service.policy.routing import NoServerInRotation, PolicyRouter
 from service.policy.vllm_wire import (
     CompletionResponse,
@@ -58,32 +69,14 @@ from service.policy.vllm_wire import (
     GenerateResponse,
     ModelList,
     TokenizeResponse,
-    WeightVersionSpan,
 )
 from service.sample import SamplingParams
 
 DEFAULT_MAX_MODEL_LEN = 32768
 _MAX_BACKOFF_S = 30.0
 _CONTEXT_PARAMS = frozenset({"input_tokens", "max_tokens"})  # vLLM's "does not fit" errors
-GENERATE = "/inference/v1/generate"
-COMPLETIONS = "/v1/completions"
-_FINISH_REASONS = ("stop", "length", "abort")
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@dataclass
-class Generation:
-    token_ids: list[int]  # exactly the engine's choice.token_ids (EOS included on an EOS stop)
-    logprobs: list[float]  # the sampled tokens' logprobs, aligned 1:1 with token_ids
-    finish_reason: str  # "stop" | "length" | "abort" (paused with mode abort: a partial output)
-    stop_reason: str | int | None
-    text: str
-    # The policy version of the weights that produced each token: the engine's weight_versions
-    # spans where it reports them, else the version its server served when the request was sent.
-    versions: list[int] = field(default_factory=list)
-    # Seconds the request was held by a paused server (not the model's time).
-    paused_s: float = 0.0
 
 
 class PolicyFault(Exception):
@@ -374,27 +367,7 @@ class PolicyClient:
                 f"prompt of {len(prompt_token_ids)} tokens leaves no room for output "
                 f"(max_model_len {self.max_model_len})"
             )
-        # Every sampling field, always (vllm_wire.SAMPLING_FIELDS): whatever is left out, vLLM
-        # fills from its defaults or the model's generation_config.json.
-        sampling: dict[str, Any] = {
-            "n": n,
-            # vLLM rejects prompt + max_tokens > max_model_len; a turn near the end of the
-            # context gets what is left instead.
-            "max_tokens": min(params.max_tokens, room),
-            "min_tokens": 0,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "top_k": params.top_k,
-            "min_p": params.min_p,
-            "repetition_penalty": params.repetition_penalty,
-            "presence_penalty": params.presence_penalty,
-            "frequency_penalty": params.frequency_penalty,
-            "stop": list(params.stop or []),
-            "ignore_eos": False,
-            "logprobs": 1,
-        }
-        if params.seed is not None:
-            sampling["seed"] = params.seed
+        sampling = sampling_fields(params, n, room)
         http = self._client()
         last = "no attempt made"
         for attempt in range(self.max_retries + 1):
@@ -435,31 +408,18 @@ class PolicyClient:
         state.in_flight += 1
         try:
             if state.spans is not False:
-                body = {
-                    "model": self.model,
-                    "token_ids": prompt,
-                    "sampling_params": sampling,
-                    "output_mode": "text",
-                    "return_token_ids": True,
-                    "cache_salt": salt,
-                }
+                body = generate_body(self.model, prompt, sampling, salt)
                 try:
                     resp = await self._generation(http, state, GENERATE, body, GenerateResponse)
                     state.spans = True
-                    gens = _from_generate(resp, n, version)
+                    gens = from_generate(resp, n, version)
                 except _NoRoute:
                     state.spans = False
             if state.spans is False:
-                body = {
-                    "model": self.model,
-                    "prompt": prompt,
-                    **sampling,
-                    "return_token_ids": True,
-                    "cache_salt": salt,
-                }
+                body = completions_body(self.model, prompt, sampling, salt)
                 resp = await self._generation(http, state, COMPLETIONS, body, CompletionResponse)
-                gens = _from_completions(resp, n, version)
-        except _Rejected as e:
+                gens = from_completions(resp, n, version)
+        except Rejected as e:
             self.fleet.stats.discarded_tokens += e.tokens
             raise _Retryable(str(e)) from e
         finally:
@@ -518,7 +478,7 @@ class PolicyClient:
             raise _Retryable(f"timed out ({type(e).__name__})") from e
         except httpx.TransportError as e:
             raise _Retryable(f"{type(e).__name__}: {e}") from e
-        if path == GENERATE and _route_missing(resp):
+        if path == GENERATE and route_missing(resp):
             raise _NoRoute(resp.text[:200])
         return self._answer(url, resp, model)
 
@@ -617,114 +577,3 @@ class PolicyClient:
             return model.model_validate_json(resp.content)
         except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise _Retryable(f"malformed response body ({len(resp.content)} bytes): {e}") from e
-
-
-def _route_missing(resp: httpx.Response) -> bool:
-    """vLLM without --enable-scale-out answers the generate route 403; a server that does not
-    know the route at all, 404 without vLLM's error body (an unknown model is 404 with one)."""
-    if resp.status_code == 403:
-        return True
-    if resp.status_code != 404:
-        return False
-    try:
-        ErrorResponse.model_validate_json(resp.content)
-    except ValidationError:
-        return True
-    return False
-
-
-class _Rejected(Exception):
-    """An answer that cannot be used (a retry follows): `tokens` generated ones are lost."""
-
-    def __init__(self, message: str, tokens: int) -> None:
-        super().__init__(message)
-        self.tokens = tokens
-
-
-def token_versions(
-    spans: list[WeightVersionSpan] | None, n_tokens: int, sent_version: int
-) -> list[int]:
-    """One policy version per output token from the engine's spans. Tokens the spans do not
-    label with one of our versions (no spans, or a tag such as "default" that is not ours) get
-    the version the server served when the request was sent."""
-    out = [sent_version] * n_tokens
-    if not spans:
-        return out
-    pos = 0
-    for span in sorted(spans, key=lambda sp: sp.start):
-        if span.start != pos or not span.start <= span.end <= n_tokens:
-            raise _Retryable(f"weight_versions spans do not tile the {n_tokens} tokens: {spans}")
-        version = parse_version(span.version)
-        if version is not None:
-            out[span.start : span.end] = [version] * (span.end - span.start)
-        pos = span.end
-    if pos != n_tokens:
-        raise _Retryable(f"weight_versions spans do not tile the {n_tokens} tokens: {spans}")
-    return out
-
-
-def _choices_checked(choices: list[Any], n: int) -> list[Any]:
-    """The choices in index order; a wrong count or finish reason is retried (any tokens
-    already in the answer are then lost, and counted)."""
-    tokens = sum(len(c.token_ids or ()) for c in choices)
-    if len(choices) != n:
-        raise _Rejected(f"expected {n} choices, got {len(choices)}", tokens)
-    for c in choices:
-        if c.token_ids is None or c.logprobs is None:
-            raise _Rejected(f"choice {c.index}: token_ids or logprobs missing", tokens)
-        if c.finish_reason not in _FINISH_REASONS:
-            raise _Rejected(f"choice {c.index}: finish_reason {c.finish_reason!r}", tokens)
-    return sorted(choices, key=lambda c: c.index)
-
-
-def _from_generate(resp: GenerateResponse, n: int, sent_version: int) -> list[Generation]:
-    out: list[Generation] = []
-    choices = _choices_checked(resp.choices, n)
-    tokens = sum(len(c.token_ids) for c in choices)
-    for choice in choices:
-        entries = choice.logprobs.content or []
-        if len(entries) != len(choice.token_ids):
-            raise _Rejected(
-                f"choice {choice.index}: {len(choice.token_ids)} token ids but {len(entries)} "
-                "logprobs",
-                tokens,
-            )
-        try:
-            versions = token_versions(choice.weight_versions, len(choice.token_ids), sent_version)
-        except _Retryable as e:
-            raise _Rejected(str(e), tokens) from e
-        out.append(
-            Generation(
-                token_ids=list(choice.token_ids),
-                logprobs=[float(e.logprob) for e in entries],
-                finish_reason=choice.finish_reason,
-                stop_reason=choice.stop_reason,
-                text=choice.text or "",
-                versions=versions,
-            )
-        )
-    return out
-
-
-def _from_completions(resp: CompletionResponse, n: int, sent_version: int) -> list[Generation]:
-    out: list[Generation] = []
-    choices = _choices_checked(resp.choices, n)
-    tokens = sum(len(c.token_ids) for c in choices)
-    for choice in choices:
-        lps = choice.logprobs.token_logprobs
-        if len(lps) != len(choice.token_ids) or any(lp is None for lp in lps):
-            raise _Rejected(
-                f"choice {choice.index}: {len(choice.token_ids)} token ids but {len(lps)} logprobs",
-                tokens,
-            )
-        out.append(
-            Generation(
-                token_ids=list(choice.token_ids),
-                logprobs=[float(lp) for lp in lps if lp is not None],
-                finish_reason=choice.finish_reason,
-                stop_reason=choice.stop_reason,
-                text=choice.text,
-                versions=[sent_version] * len(choice.token_ids),
-            )
-        )
-    return out

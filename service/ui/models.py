@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -68,3 +70,36 @@ class Overview(BaseModel):
     rollouts: list[RolloutRow]
     reward_by_version: list[VersionReward]
     tasks: list[str] = Field(description="task ids for the filter (at most 1,000)")
+
+
+# Bounds of POST /ui/api/tokens (service/ui/tokens.py explains where the texts come from). The
+# page asks for a trajectory's distinct ids in calls of at most MAX_TOKEN_IDS (the same number
+# is in static/sample.js).
+MAX_TOKEN_IDS = 4096
+MAX_TOKEN_ID = 2**31 - 1
+TokenId = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKEN_ID)]
+
+
+class TokenQuery(BaseModel):
+    """Token ids whose text the token view shows (a trajectory's distinct ids, in calls of at
+    most MAX_TOKEN_IDS)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[TokenId] = Field(max_length=MAX_TOKEN_IDS)
+
+
+class TokenTexts(BaseModel):
+    source: str | None = Field(
+        description="where the texts come from (the tokenizer files, the policy server); "
+        "null: nowhere, the view shows ids"
+    )
+    note: str | None = Field(description="why some or all ids have no text")
+    texts: dict[int, str] = Field(
+        description="id -> the token's text (U+FFFD for bytes that are not a whole UTF-8 "
+        "character); ids without one are left out"
+    )
+    partial: dict[int, str] = Field(
+        description="tokens whose bytes are not whole UTF-8 characters (known from tokenizer "
+        "files only): their text with each such byte written \\xNN"
+    )

@@ -2,10 +2,12 @@
 
 - `pages`: GET /ui and its static files, without the API key (they hold no data; the page
   asks for the key and sends it with every call, as any API client does);
-- `api`: GET /ui/api/... (JSON), which the service puts behind its key.
+- `api`: GET /ui/api/... (JSON), and POST /ui/api/tokens (token texts, service/ui/tokens.py),
+  which the service puts behind its key.
 
-Both apps keep their `Source` in `app.state.ui_source`; the service also has
-`app.state.service`, which is what makes the overview live (GET /v1/events).
+Both apps keep their `Source` in `app.state.ui_source` and where token texts come from in
+`app.state.ui_tokens`; the service also has `app.state.service`, which is what makes the
+overview live (GET /v1/events).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from fastapi.responses import FileResponse
 
 from service.api.responses import errors
 from service.trajectory import Trajectory
-from service.ui.models import Overview, SamplePage, SampleQuery
+from service.ui.models import Overview, SamplePage, SampleQuery, TokenQuery, TokenTexts
 from service.ui.sources import Source
+from service.ui.tokens import NoTokenTexts, TokenTextSource
 
 STATIC = Path(__file__).parent / "static"
 # The files the page is made of, fixed at start: a name from the URL is looked up here, never
@@ -74,3 +77,14 @@ def trajectory(request: Request, trajectory_id: str) -> Trajectory:
     if t is None:
         raise HTTPException(404, f"no finished trajectory {trajectory_id!r} with its payload")
     return t
+
+
+_NO_TOKENIZER = NoTokenTexts("no tokenizer here")
+
+
+@api.post("/tokens", response_model=TokenTexts)
+async def tokens(request: Request, q: TokenQuery) -> TokenTexts:
+    """The text of each token id (the tokenizer files, or the policy server's /detokenize).
+    Whatever goes wrong finding them, the answer is ids without text and a note saying why."""
+    source: TokenTextSource = getattr(request.app.state, "ui_tokens", None) or _NO_TOKENIZER
+    return await source.texts(list(dict.fromkeys(q.ids)))

@@ -31,7 +31,8 @@ from sandboxes.backend import AgentCausedSandboxFault
 from sandboxes.docker_backend import BackendSettings
 from sandboxes.images import ensure_base_image
 from sandboxes.pool import PoolSettings
-from sandboxes.ray_backend import RayBackend, RaySettings, SandboxLost
+from sandboxes.ray_backend import RayBackend
+from sandboxes.ray_cluster import RaySettings, SandboxLost
 from sandboxes.ray_executor import LABEL_NODE
 from sandboxes.tasks import load_tasks
 from service.collect import collect
@@ -88,10 +89,12 @@ async def test_a_crashed_executor_is_restarted_and_reaps_what_it_left(three_node
         reap_interval_s=5.0,
     )
     async with backend:
-        await until(lambda: sum(n.ready for n in backend.nodes.values()) == 3, 120, "3 nodes")
+        await until(
+            lambda: sum(n.ready for n in backend.cluster.nodes.values()) == 3, 120, "3 nodes"
+        )
         sandbox = await backend.create(task, {"rollouts.rollout_id": "crash-test"})
         assert (await sandbox.exec("echo hi", 30)).output.strip() == "hi"
-        node = backend.nodes[sandbox.node_id]
+        node = backend.cluster.nodes[sandbox.node_id]
         assert containers_of([node.node_id]) == [sandbox.id[:12]]
 
         ray.kill(node.actor, no_restart=False)  # the executor's process dies; Ray restarts it
@@ -135,7 +138,7 @@ def test_collect_spreads_survives_a_removed_node_and_uses_a_new_one(
         backend = components.runner.sandboxes
         assert isinstance(backend, RayBackend)
         try:
-            await until(lambda: backend.capacity() == 3 * SLOTS, 120, "three sandbox nodes")
+            await until(lambda: backend.cluster.capacity() == 3 * SLOTS, 120, "three sandbox nodes")
             service["backend"] = backend
             tasks = list(components.load_tasks(TASKS, None, n_tasks))
             request = RolloutRequest(tasks=TasksSpec(path=TASKS, limit=n_tasks), n_samples=8)
@@ -179,17 +182,22 @@ def test_collect_spreads_survives_a_removed_node_and_uses_a_new_one(
             wait(lambda: "backend" in service, 180, "the service to start")
             backend: RayBackend = service["backend"]  # type: ignore[assignment]
             # Remove the victim while it runs samples (all its slots taken).
-            wait(lambda: backend.nodes[vid].in_use == SLOTS and finished, 300, "victim busy")
+            wait(
+                lambda: backend.cluster.nodes[vid].in_use == SLOTS and finished, 300, "victim busy"
+            )
             churn_log["finished_at_removal"] = len(finished)
             cluster.remove_node(victim, allow_graceful=False)
             t0 = time.monotonic()
-            wait(lambda: not backend.nodes[vid].alive, 60, "the victim's death noticed")
+            wait(lambda: not backend.cluster.nodes[vid].alive, 60, "the victim's death noticed")
             churn_log["death_noticed_s"] = round(time.monotonic() - t0, 1)
             # A node that joins mid-run gets an executor and work, with no restart.
             joined = add_sandbox_node(cluster, SLOTS)
             t0 = time.monotonic()
             wait(
-                lambda: joined.node_id in backend.nodes and backend.nodes[joined.node_id].placed,
+                lambda: (
+                    joined.node_id in backend.cluster.nodes
+                    and backend.cluster.nodes[joined.node_id].placed
+                ),
                 300,
                 "work on the joined node",
             )

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic import synthetic_tasks
-from sandboxes.ray_backend import RayBackend, RaySettings
+from sandboxes.ray_backend import RayBackend
+from sandboxes.ray_cluster import RaySettings
 from service.collect import collect
 from service.wire import RolloutRequest, TasksSpec
 from tests.e2e.ray_fakes import (
@@ -46,10 +47,10 @@ async def measure(nodes: int, data_dir: Path) -> dict[str, float]:
     backend = RayBackend(RaySettings(poll_s=0.5), backend_factory=SleepFactory(LATENCY))
     async with backend:
         deadline = time.monotonic() + 120
-        while sum(n.ready for n in backend.nodes.values()) < nodes:
+        while sum(n.ready for n in backend.cluster.nodes.values()) < nodes:
             assert time.monotonic() < deadline, backend.stats()
             await asyncio.sleep(0.1)
-        assert backend.capacity() == nodes * SLOTS
+        assert backend.cluster.capacity() == nodes * SLOTS
         samples = nodes * SLOTS * ROUNDS
         tasks = synthetic_tasks(samples // GROUP)
         runner = LifecycleRunner(backend, turns=TURNS)

@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 
 from clients.commands import collect as collect_command
 from clients.commands import serve as serve_command
-from sandboxes.ray_backend import RayBackend, _Node
+from sandboxes.ray_cluster import RayCluster, RaySettings, SandboxNode
+from sandboxes.ray_executor import ExecutorConfig
 from sandboxes.task import Task
 from service.app import create_app
 from service.components import Components, build_components, settings_task_loader
@@ -129,16 +130,16 @@ def test_placement_and_node_health_reach_metrics_and_the_rollout_status(tmp_path
 
 
 def test_placement_prefers_a_node_with_the_image_then_the_least_loaded() -> None:
-    backend = RayBackend()
-    warm = _Node("warm", "", 4, None, in_use=2, ready=True, images={"rollouts-env:abc"})
-    cold = _Node("cold", "", 4, None, in_use=0, ready=True)
-    backend.nodes = {"warm": warm, "cold": cold}
-    assert backend._pick("rollouts-env:abc", 0.0) is warm  # has the image, though busier
-    assert backend._pick("rollouts-env:other", 0.0) is cold  # nobody has it: least loaded
+    cluster = RayCluster(RaySettings(), ExecutorConfig())
+    warm = SandboxNode("warm", "", 4, None, in_use=2, ready=True, images={"rollouts-env:abc"})
+    cold = SandboxNode("cold", "", 4, None, in_use=0, ready=True)
+    cluster.nodes = {"warm": warm, "cold": cold}
+    assert cluster.pick("rollouts-env:abc", 0.0) is warm  # has the image, though busier
+    assert cluster.pick("rollouts-env:other", 0.0) is cold  # nobody has it: least loaded
     warm.in_use = 4
-    assert backend._pick("rollouts-env:abc", 0.0) is cold  # full: the next best
+    assert cluster.pick("rollouts-env:abc", 0.0) is cold  # full: the next best
     cold.cooldown_until = 10.0  # its last create failed
-    assert backend._pick("rollouts-env:abc", 5.0) is None
-    assert backend._pick("rollouts-env:abc", 11.0) is cold
+    assert cluster.pick("rollouts-env:abc", 5.0) is None
+    assert cluster.pick("rollouts-env:abc", 11.0) is cold
     cold.alive = False
-    assert backend._pick("rollouts-env:abc", 11.0) is None
+    assert cluster.pick("rollouts-env:abc", 11.0) is None

@@ -36,8 +36,11 @@ from service.policy.client import PolicyClient
 from service.policy.vllm_wire import SAMPLING_FIELDS
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory, from_arrow
+from service.ui.models import MAX_TOKEN_IDS
+from service.ui.tokens import PolicyServerTexts, TokenizerFiles
 from tests.e2e.real_vllm import (
     ROOT,
+    TOKENIZER,
     Exchange,
     RecordingProxy,
     VllmServer,
@@ -506,3 +509,39 @@ def test_context_overflow_and_invalid_sampling_field(engines: Engines, show_logs
     assert any("top_p must be in (0, 1], got 2.0" in m.content for m in bad.messages), bad.messages
     assert near.status is Status.context_length and near.num_turns >= 1
     assert len(near.prompt_token_ids) + len(near.response_token_ids) <= 4096
+
+
+def test_token_texts_from_detokenize_match_the_tokenizer_files(
+    engines: Engines, show_logs: None
+) -> None:
+    """The web view's token texts (service/ui/tokens.py) from the engine's /detokenize, a
+    separator between every two ids, are those read from the same Qwen3 files for every id of
+    the vocabulary, bytes cut from their character (U+FFFD) and the separator's own id included."""
+    (proxy,) = engines.ready("A")
+    files = TokenizerFiles(TOKENIZER)
+    vocab = 151_669  # the tokenizer's ids; the model's rows beyond them have no token
+
+    async def go() -> tuple[dict[int, str], int]:
+        policy = PolicyClient([proxy.url], max_retries=1)
+        await policy.start()
+        try:
+            source = PolicyServerTexts(policy, timeout_s=120)
+            texts: dict[int, str] = {}
+            for start in range(0, vocab, MAX_TOKEN_IDS):
+                body = await source.texts(list(range(start, min(start + MAX_TOKEN_IDS, vocab))))
+                assert body.note is None and body.source is not None, body.note
+                texts.update(body.texts)
+            return texts, len([e for e in proxy.exchanges if "tokenize" in e.path])
+        finally:
+            await policy.aclose()
+
+    texts, calls = asyncio.run(go())
+    expected = asyncio.run(files.texts(list(range(vocab))))
+    assert len(texts) == vocab and expected.note is None
+    wrong = [
+        (i, texts[i], expected.texts[i]) for i in range(vocab) if texts[i] != expected.texts[i]
+    ]
+    assert not wrong, wrong[:20]
+    assert expected.texts[11162] == " \ufffd" and 11162 in expected.partial  # " \xf0\x9f"
+    # One call per 4,096 ids, plus the separator's (tokenize, check) and its own id's halving.
+    assert calls < vocab // MAX_TOKEN_IDS + 40, calls

@@ -4,8 +4,9 @@
   verifier): the key is asked for once; progress reaches completion through the event stream
   (the page is never reloaded); a filter finds failed samples; a group shows its samples side
   by side; a failed sample shows its conversation, the verifier's output, its grading history
-  and the token view;
-- `rollouts view` on a Parquet file written by `rollouts export`: no key, the same browser.
+  and the token view (each token's text, from the stand-in's /detokenize; its id on hover);
+- `rollouts view` on a Parquet file written by `rollouts export`: no key, the same browser
+  (no --tokenizer: the token view shows ids and says why).
 
 Screenshots go to $ROLLOUTS_ARTIFACTS/ui (default /tmp/rollouts-artifacts/ui), for a person.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from clients.commands.policy_stub import free_port, stop_process, wait_healthy
+from standin.tokenizer import StubTokenizer
 from tests.browser_env import chromium, screenshot
 from tests.e2e.live import API_KEY, ROOT, SMALL_GROUPS, TASKS, Service, serve, stand_in, wait_until
 
@@ -86,9 +88,18 @@ def _failed_sample(driver, prefix: str) -> str:  # type: ignore[no-untyped-def]
     return failed
 
 
-def _check_sample(driver, prefix: str) -> None:  # type: ignore[no-untyped-def]
+def _visible(text: str) -> str:
+    """A token's text as its chip shows it (static/sample.js): whitespace and control
+    characters as marks."""
+    marks = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍", "\x7f": "␡"}
+    return "".join(marks.get(c, chr(0x2400 + ord(c)) if ord(c) < 0x20 else c) for c in text)
+
+
+def _check_sample(driver, prefix: str, texts: bool) -> None:  # type: ignore[no-untyped-def]
     """The open sample shows its conversation (a command typed, terminal output), the
-    verifier's stdout, and on the toggle its tokens with logprobs."""
+    verifier's stdout, and on the toggle its tokens with logprobs: each token's text (`texts`:
+    the service, from the stand-in's /detokenize) or, where there is no tokenizer (`rollouts
+    view` without --tokenizer), its id and a note saying so; the id always on hover."""
     _wait_css(driver, "#conversation", "the conversation")
     turns = _css(driver, "#conversation .msg.assistant")
     assert turns and _css(driver, "#conversation pre.command"), "no command in the conversation"
@@ -109,6 +120,20 @@ def _check_sample(driver, prefix: str) -> None:  # type: ignore[no-untyped-def]
     hover = generated[1].get_attribute("title")
     assert "logprob -" in hover or "logprob 0.0000" in hover, hover
     assert "policy v0" in hover and "v0" in generated[1].get_attribute("class"), hover
+    chips = driver.execute_script(
+        "return [...document.querySelectorAll('#tokens .chips .tok')]"
+        ".map((e) => [Number(e.dataset.id), e.textContent, e.title])"
+    )
+    assert chips and all(f"id {i}" in title.split(" · ") for i, _, title in chips)
+    if texts:
+        stub = StubTokenizer()
+        wrong = [(i, shown) for i, shown, _ in chips if shown != _visible(stub.token_str(i))]
+        assert not wrong, f"chips not showing their token's text: {wrong[:10]}"
+        assert "policy server" in driver.find_element("id", "token-source").text
+        assert not _css(driver, "#token-note")
+    else:
+        assert [shown for _, shown, _ in chips] == [str(i) for i, _, _ in chips]
+        assert "--tokenizer" in driver.find_element("id", "token-note").text
     screenshot(driver, f"{prefix}-tokens")
 
 
@@ -143,7 +168,7 @@ def test_live_view_of_a_collecting_service(service: Service) -> None:
         assert service.status(rid)["status"] == "completed"
         screenshot(driver, "live-overview")
         failed = _failed_sample(driver, "live")
-        _check_sample(driver, "live")
+        _check_sample(driver, "live", texts=True)
         t = service.call("GET", f"/ui/api/trajectories/{failed}").json()
         assert (t["status"], t["reward"]) == ("ok", 0.0)
 
@@ -169,6 +194,6 @@ def test_rollouts_view_of_an_exported_file(service: Service, tmp_path: Path) -> 
             assert _text(driver, "#live-status") == "read-only"
             screenshot(driver, "file-overview")
             _failed_sample(driver, "file")
-            _check_sample(driver, "file")
+            _check_sample(driver, "file", texts=False)
     finally:
         stop_process(proc)

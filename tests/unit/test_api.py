@@ -3,115 +3,49 @@ loader and a small in-test group runner in place of Docker + a policy server."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pyarrow as pa
 import pytest
-import uvicorn
 
-from sandboxes.task import Task
-from service.app import create_app
-from service.components import Components, settings_task_loader
 from service.sample import SampleSpec
-from service.settings import ServiceSettings, Settings
+from service.settings import Settings
 from service.trajectory import ARROW_SCHEMA, Status, Trajectory
+from tests.unit.live_service import AUTH, KEY, Runner, Server, wait_for
+from tests.unit.live_service import make_settings as live_settings
 
 TASKS = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
-KEY = "test-key-123"
-AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-class GatedRunner:
-    """Reports sample k of a group with reward k % 2 once `gate` is open; sample index 1 is a
-    masked sandbox error, to exercise rloo_n."""
+class GatedRunner(Runner):
+    """Reports sample k of a group with reward k % 2 == 0 once `gate` is open; sample index 1
+    is a masked sandbox error, to exercise rloo_n."""
 
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.started = 0
-
-    async def run_group(
-        self,
-        task: Task,
-        samples: list[SampleSpec],
-        on_trajectory: Callable,
-        on_episode_end=None,
-        on_start=None,
-    ) -> None:
-        self.started += len(samples)
-        for s in samples:
-            if on_start is not None:
-                await on_start(s.trajectory_id)
-            while not self.gate.is_set():
-                await asyncio.sleep(0.01)
-            masked = s.sample_index == 1
-            await on_trajectory(
-                Trajectory(
-                    trajectory_id=s.trajectory_id,
-                    rollout_id=s.rollout_id,
-                    group_id=s.group_id,
-                    task_id=s.task_id,
-                    sample_index=s.sample_index,
-                    prompt_token_ids=[1, 2, 3],
-                    response_token_ids=[4, 5],
-                    loss_mask=[1, 0],
-                    rollout_logprobs=[-0.1, 0.0],
-                    reward=None if masked else float(s.sample_index % 2 == 0),
-                    status=Status.sandbox_error if masked else Status.ok,
-                )
-            )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, settings: Settings, runner: GatedRunner) -> None:
-        async def components(s: Settings, _version: Callable[[], int]) -> Components:
-            async def ready() -> bool:
-                return True
-
-            return Components(runner, settings_task_loader(s), {"test": ready})
-
-        self.runner = runner
-        self.url = f"http://127.0.0.1:{settings.service.port}"
-        config = uvicorn.Config(
-            create_app(settings, components), host="127.0.0.1", port=settings.service.port,
-            log_level="warning", lifespan="on",
-        )  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.runner.gate.set()
-        self.server.should_exit = True
-        self.thread.join(20)
+    def report(self, spec: SampleSpec) -> Trajectory:
+        masked = spec.sample_index == 1
+        return Trajectory(
+            trajectory_id=spec.trajectory_id,
+            rollout_id=spec.rollout_id,
+            group_id=spec.group_id,
+            task_id=spec.task_id,
+            sample_index=spec.sample_index,
+            prompt_token_ids=[1, 2, 3],
+            response_token_ids=[4, 5],
+            loss_mask=[1, 0],  # a generated token, then an observation
+            rollout_logprobs=[-0.1, 0.0],
+            reward=None if masked else float(spec.sample_index % 2 == 0),
+            status=Status.sandbox_error if masked else Status.ok,
+        )
 
 
 def make_settings(tmp_path: Path, **kw: object) -> Settings:
     service: dict[str, object] = dict(
-        port=_free_port(), data_dir=tmp_path, api_key=KEY, max_body_bytes=4096,
-        max_concurrent_samples=4, max_queued_samples=64, datasets={"bundled": TASKS},
+        max_body_bytes=4096, datasets={"bundled": TASKS}, tasks_roots=[],
     )  # fmt: skip
     service.update(kw)
-    return Settings(service=ServiceSettings(**service))  # type: ignore[arg-type]
+    return live_settings(tmp_path, **service)
 
 
 @pytest.fixture
@@ -136,13 +70,11 @@ def submit(c: httpx.Client, **kw: object) -> str:
 
 
 def wait_status(c: httpx.Client, rid: str, want: str) -> dict:
-    deadline = time.monotonic() + 20
-    while True:
+    def reached() -> dict | None:
         body = c.get(f"/v1/rollouts/{rid}").json()
-        if body["status"] == want:
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.05)
+        return body if body["status"] == want else None
+
+    return wait_for(reached, what=f"rollout {rid} {want}")
 
 
 def test_auth(server: Server) -> None:
@@ -305,10 +237,7 @@ def test_queue_full_then_cancel(tmp_path: Path) -> None:
     runner.gate.clear()
     with Server(make_settings(tmp_path, max_queued_samples=8), runner) as s, client(s) as c:
         rid = submit(c, tasks={"path": TASKS, "limit": 2}, n_samples=4)  # 4 run, 4 queue
-        deadline = time.monotonic() + 10
-        while runner.started < 4:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for(lambda: runner.started >= 4, 10, "the first group started")
         r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS, "limit": 2}, "n_samples": 4})
         assert r.status_code == 429 and r.headers["Retry-After"] == "5"
         assert r.json() == {"detail": "sample queue is full: 4 queued + 8 requested > 8"}
@@ -448,10 +377,7 @@ def test_client_dedupes_redelivered_groups(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     with Server(settings, GatedRunner()) as s, TrainerClient(s.url, KEY) as tc:
         rid = tc.submit(TASKS, n_samples=2, limit=2, advantage=SMALL_GROUPS)
-        tc_status_deadline = time.monotonic() + 20
-        while tc.status(rid).status != "completed":
-            assert time.monotonic() < tc_status_deadline
-            time.sleep(0.05)
+        wait_for(lambda: tc.status(rid).status == "completed", what="rollout completed")
         first, _ = tc.lease(max_groups=1, rollout_id=rid, wait_s=5)
         assert first is not None
     # Restart on the same data dir before the ack reaches the service: the ack gets 409, the

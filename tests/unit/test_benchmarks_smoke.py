@@ -174,7 +174,8 @@ async def test_generation_only_backend_grades_what_the_agent_typed(
     from service.episode import EpisodeRunner
     from service.policy.client import PolicyClient
     from service.sample import AgentLimits, SamplingParams, sample_specs
-    from standin.server import StubSettings, build_app
+    from standin.engine import StubSettings
+    from standin.server import build_app
 
     [task] = load_tasks(str(REPO / "examples" / "tasks"), ids=["int-to-roman"])
     app = build_app(StubSettings(p_correct=p_correct, p_malformed=0.0), tasks=[task])

@@ -25,7 +25,8 @@ from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Trajectory
 from standin.background import BackgroundServer
 from standin.decoding import WEIGHTS_FILE, SamplingKnobs, logprob_of
-from standin.server import StubSettings, build_app
+from standin.engine import StubSettings
+from standin.server import build_app
 from standin.tokenizer import StubTokenizer
 from tests.fakes import FakeBackend
 

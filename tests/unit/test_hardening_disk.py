@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardening_support import (
+from live_service import (
     EXAMPLES,
     Runner,
     Server,

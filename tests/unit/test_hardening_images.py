@@ -1,7 +1,7 @@
 """Issue 16, task image builds without Docker: what the resolver asks the engine for (no network,
 CPU and memory limits, a capped wall-clock timeout), FROM images that would be pulled refused,
 and pruning by last use within a size budget. The engine-side behaviour (a build really stopped,
-a fork bomb really bounded) is tests/docker/test_build_controls.py."""
+a fork bomb really bounded, its step containers removed) is tests/docker/test_build_controls.py."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import docker.errors
 import pytest
 
+from sandboxes.docker_adapter import build_step_containers
 from sandboxes.images import (
     BASE_TAG,
     BuildSettings,
@@ -177,3 +178,18 @@ def test_using_an_image_records_its_last_use() -> None:
     tag = asyncio.run(resolver.resolve(t))
     asyncio.run(resolver.resolve(t))
     assert adapter.client.api.tagged == [tag]  # re-tagged once (then at most every 10 min)
+
+
+def test_the_step_containers_a_build_names_are_read_from_its_output() -> None:
+    a, b = "0123456789ab", "fedcba987654" + "0" * 52
+    lines = [
+        "Step 2/3 : RUN make",
+        f" ---> Running in {a}",
+        f"   ---> Running in {b[:12]}",  # not the builder's line
+        f" ---> Running in {a.upper()}",
+        f"Removing intermediate container {a}",
+        f" ---> Running in {b}",
+        f" ---> Running in {a}",  # each once
+    ]
+    # Candidates only: the build removes those carrying its token (a step prints what it likes).
+    assert build_step_containers(lines) == [a, b]

@@ -5,13 +5,18 @@ and retention. Each of these failed on the service before the issue."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import json
+import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from hardening_support import (
+from live_service import (
     AUTH,
     EXAMPLES,
     KEY,
@@ -21,6 +26,7 @@ from hardening_support import (
     rollout_status,
     wait_for,
 )
+from scheduler_fakes import settle, until
 
 import sandboxes.tasks as tasks_module
 from clients.trainer import AsyncTrainerClient, TrainerClient
@@ -199,20 +205,27 @@ def test_a_long_poll_whose_client_left_takes_no_group(tmp_path: Path) -> None:
     with Server(make_settings(tmp_path), runner) as s, s.client() as c:
         body = {"tasks": {"path": str(EXAMPLES), "limit": 1}, "n_samples": 2, "advantage": SMALL}
         rid = c.post("/v1/rollouts", json=body).json()["id"]
+        polls = threading.Semaphore(0)
+        leasing = s.state.leasing
+        real_lease = leasing.lease
 
-        def ghost() -> None:  # long-polls, then gives up after a second (closes its socket)
-            with pytest.raises(httpx.ReadTimeout):
-                httpx.post(
-                    s.url + "/v1/batches/lease",
-                    json={"wait_s": 60, "rollout_id": rid},
-                    headers=AUTH,
-                    timeout=httpx.Timeout(1.0),
-                )
+        async def counted_lease(*args: Any, **kwargs: Any) -> Any:
+            polls.release()
+            return await real_lease(*args, **kwargs)
 
-        t = threading.Thread(target=ghost)
-        t.start()
-        t.join(10)
-        time.sleep(1.0)  # the service notices the disconnect
+        leasing.lease = counted_lease
+        # The ghost long-polls and, once its poll waits for a group, goes away (closes its
+        # socket). Its 60 s would outlast the test: only noticing the disconnect ends it.
+        poll = json.dumps({"wait_s": 60, "rollout_id": rid}).encode()
+        with socket.create_connection(("127.0.0.1", s.settings.service.port)) as ghost:
+            ghost.sendall(
+                b"POST /v1/batches/lease HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (KEY.encode(), len(poll), poll)
+            )
+            assert polls.acquire(timeout=10), "the ghost's poll never reached the lease"
+        # The service notices the disconnect: the ghost's request is over, with no answer.
+        wait_for(lambda: not s.server.server_state.tasks, 10, "the ghost's poll to end")
         runner.gate.set()  # the group completes now, with the ghost's poll gone
         wait_for(lambda: rollout_status(c, rid)["status"] == "completed")
         t0 = time.monotonic()
@@ -220,6 +233,12 @@ def test_a_long_poll_whose_client_left_takes_no_group(tmp_path: Path) -> None:
         assert r.status_code == 200, r.status_code
         assert time.monotonic() - t0 < 5
         assert s.db("SELECT COUNT(*) FROM leases") == [(1,)]  # the ghost never got one
+
+
+def query(store: Store, sql: str) -> list[tuple[Any, ...]]:
+    """A read-only query of the store's database, beside its thread."""
+    with sqlite3.connect(f"file:{store.path}?mode=ro", uri=True) as conn:
+        return conn.execute(sql).fetchall()
 
 
 async def lease_all(store: Store):  # type: ignore[no-untyped-def]
@@ -235,6 +254,13 @@ def test_a_lease_granted_to_a_client_that_left_is_released(tmp_path: Path) -> No
     async def scenario() -> None:
         store = Store(tmp_path)
         store.open()
+        jobs: list[concurrent.futures.Future[Any]] = []
+        submit = store._submit
+
+        def recorded(fn: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+            jobs.append(submit(fn, **kwargs))
+            return jobs[-1]
+
         try:
             runner = Runner()
             tasks = load_tasks(EXAMPLES / "camel-to-snake")
@@ -245,16 +271,18 @@ def test_a_lease_granted_to_a_client_that_left_is_released(tmp_path: Path) -> No
             await scheduler.start()
             request = RolloutRequest(tasks=TasksSpec(path="x"), n_samples=2, advantage=SMALL)
             await scheduler.submit(request, tasks)
-            for _ in range(200):
-                if await store.remaining_groups() and (await store.group_states()).get("complete"):
-                    break
-                await asyncio.sleep(0.02)
+            complete = [("complete",)]
+            await until(lambda: query(store, "SELECT state FROM groups") == complete)
+            store._submit = recorded  # type: ignore[method-assign]
             lease = asyncio.ensure_future(lease_all(store))
             await asyncio.sleep(0)  # the job is submitted to the database thread ...
-            time.sleep(0.3)  # (the event loop is held: the job grants the lease meanwhile)
+            [job] = jobs
+            # (the event loop is held: the job grants the lease meanwhile)
+            assert job.result(timeout=10).batch_id is not None
             lease.cancel()  # ... and its caller goes away before it hears the answer
             await asyncio.gather(lease, return_exceptions=True)
-            await asyncio.sleep(0.3)
+            assert lease.cancelled()  # the caller never heard the answer
+            await until(lambda: query(store, "SELECT state FROM leases") == [("released",)])
             again = await lease_all(store)
             assert again.batch_id is not None and len(again.groups) == 1
             await scheduler.aclose()
@@ -281,15 +309,14 @@ def test_cancel_during_chunked_dispatch_keeps_queue_counts_exact(tmp_path: Path)
         await scheduler.start()
         try:
             request = RolloutRequest(tasks=TasksSpec(path="x"), n_samples=10)
-            rid = await scheduler.submit(request, tasks)  # one group of 10: chunks of 4, 4, 2
-            for _ in range(200):
-                if runner.started == 4:
-                    break
-                await asyncio.sleep(0.01)
+            # One group of 10, handed to the runner at once: 4 hold a slot, 6 wait for one.
+            rid = await scheduler.submit(request, tasks)
+            await until(lambda: runner.started == 10, what="the group handed over")
             assert (scheduler.running_samples, scheduler.queued_samples) == (4, 6)
-            await scheduler.cancel(rid)  # the dispatcher is waiting for slots for chunk 2
+            await scheduler.cancel(rid)  # 6 samples still wait for a slot
             assert scheduler.queued_samples == 0  # was -4: 6 queued, the whole 10 subtracted
-            await asyncio.sleep(0.1)
+            assert scheduler.running_samples == 0
+            await settle()  # what the cancel woke (the dispatcher, slot hand-offs) has run
             assert (scheduler.queued_samples, scheduler.running_samples) == (0, 0)
             # The full queue is usable again: the cap was neither loosened nor tightened.
             runner.gate.set()
@@ -307,7 +334,19 @@ def test_cancel_during_chunked_dispatch_keeps_queue_counts_exact(tmp_path: Path)
 # --- retention ---------------------------------------------------------------------------------
 
 
-def test_acknowledged_payloads_are_deleted_after_the_retention_period(tmp_path: Path) -> None:
+def test_acknowledged_payloads_are_deleted_after_the_retention_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rounds: list[tuple[float, int]] = []  # (when it started, payloads deleted) per purge
+    real_purge = Store.purge
+
+    async def recorded_purge(self: Store, *args: Any, **kwargs: Any) -> int:
+        started = time.monotonic()
+        deleted = await real_purge(self, *args, **kwargs)
+        rounds.append((started, deleted))
+        return deleted
+
+    monkeypatch.setattr(Store, "purge", recorded_purge)
     settings = make_settings(tmp_path, retention_s=1.0)
     with Server(settings, Runner(response_tokens=2000)) as s, s.client() as c:
         body = {"tasks": {"path": str(EXAMPLES), "limit": 2}, "n_samples": 2, "advantage": SMALL}
@@ -316,8 +355,10 @@ def test_acknowledged_payloads_are_deleted_after_the_retention_period(tmp_path: 
         r = c.post("/v1/batches/lease", json={"max_groups": 1, "wait_s": 5, "rollout_id": rid})
         assert c.post(f"/v1/batches/{r.headers['X-Batch-Id']}/ack").status_code == 200
         wait_for(lambda: s.db("SELECT COUNT(*) FROM payloads") == [(2,)], 15, "the acked purged")
-        time.sleep(2.5)
-        assert s.db("SELECT COUNT(*) FROM payloads") == [(2,)]  # the unacked group is kept
+        # A later round, past the retention period of the unacked group too, keeps it.
+        purged = time.monotonic()
+        later = wait_for(lambda: [d for t, d in rounds if t > purged], 15, "the next purge")
+        assert later == [0] and s.db("SELECT COUNT(*) FROM payloads") == [(2,)]
         status = rollout_status(c, rid)
         assert status["samples_completed"] == 4 and status["counts"] == {"ok": 4}
         assert "rollouts_payloads_purged_total 2.0" in c.get("/metrics").text

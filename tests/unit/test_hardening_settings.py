@@ -84,3 +84,70 @@ def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None
         network=True, allow_pull=True, cpus=1.5, memory_mb=512, timeout_s=90, budget_bytes=2 << 30
     )
     assert s.sandboxes.pool().idle_ttl_s == 30
+
+
+# Flags serve and collect share (clients/commands/options.py), with values that differ from
+# every default.
+SHARED = ["--policy-url", "http://a:8000", "--model", "m", "--policy-timeout", "7",
+          "--policy-retries", "5", "--policy-backoff", "0.25", "--policy-cooldown", "9",
+          "--policy-pause-poll", "0.5", "--policy-update-retries", "4", "--lora", "ad=/w/ad",
+          "--image", "img:1", "--warm-containers", "3", "--create-rate", "2.5",
+          "--max-concurrent-creates", "6", "--warm-ttl", "30", "--build-network",
+          "--allow-pull", "--build-cpus", "1.5", "--build-memory", "512",
+          "--build-timeout", "90", "--image-budget", "2"]  # fmt: skip
+
+
+def test_serve_and_collect_build_the_same_settings_from_the_same_flags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import uvicorn
+
+    import clients.commands.collect as collect_module
+    import service.app
+    from service.policy.client import PolicyError
+
+    served: list[Settings] = []
+    monkeypatch.setattr(service.app, "create_app", lambda s: served.append(s) or object())
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    app, _ = _command("serve")
+    result = CliRunner().invoke(app, ["serve", *SHARED])
+    assert result.exit_code == 0, result.output
+
+    collected: list[Settings] = []
+
+    async def run(settings: Settings, *_: object) -> None:
+        collected.append(settings)
+        raise PolicyError("stop here")
+
+    async def no_build(**_: object) -> None:
+        return None
+
+    monkeypatch.setattr(collect_module, "_run", run)
+    monkeypatch.setattr(collect_module, "ensure_base_image", no_build)
+    app, _ = _command("collect")
+    tasks = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
+    out = ["--out", str(tmp_path)]
+    result = CliRunner().invoke(app, ["collect", "--tasks", tasks, *SHARED, *out])
+    assert result.exit_code == 1 and "stop here" in result.output, result.output
+    [s], [c] = served, collected
+    assert c.policy == s.policy.model_copy(update={"chat_template_kwargs": {}})
+    assert c.sandboxes == s.sandboxes
+    assert c.sandboxes.build() == BuildSettings(
+        network=True, allow_pull=True, cpus=1.5, memory_mb=512, timeout_s=90, budget_bytes=2 << 30
+    )
+    pool = c.sandboxes.pool()
+    assert (pool.warm_per_key, pool.idle_ttl_s, pool.max_concurrent_creates) == (3, 30, 6)
+    assert (c.policy.timeout_s, c.policy.max_retries, c.policy.lora) == (7, 5, "ad=/w/ad")
+    assert (c.policy.pause_poll_s, c.policy.update_retries) == (0.5, 4)
+
+
+@pytest.mark.parametrize("command", ["serve", "collect"])
+def test_a_bad_shared_flag_names_its_setting(command: str) -> None:
+    app, _ = _command(command)
+    tasks = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
+    args = [command, "--policy-url", "http://a:8000", "--build-memory", "8"]
+    if command == "collect":
+        args += ["--tasks", tasks]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "error: build_memory_mb:" in result.output, result.output

@@ -1,6 +1,6 @@
 """Issue 16, reading a task folder: a link swapped in between a check and a read is never
-followed out of the task (the race, run for several seconds, and made deterministic), and a file
-over the size cap is refused before it is read into memory.
+followed out of the task (the race, run for a thousand loads of each state, and made
+deterministic), and a file over the size cap is refused before it is read into memory.
 
 Only `load_tasks` is used, so these run unchanged against the loader before the issue, which
 returned the outside file as the instruction (about one load in eight here) and read a 600 MB
@@ -49,10 +49,17 @@ while True:
 """
 
 
+# Loads of each outcome the race must see: at the old loader's one leak in eight, missing it
+# in a thousand loads has a chance of (7/8) ** 1000, about 1e-58. The count, not a duration,
+# ends the race, so a slow machine runs it longer instead of seeing less of it.
+RACE_LOADS = 1000
+RACE_DEADLINE_S = 60.0  # only for a flipper that never runs
+
+
 def test_instruction_swapped_for_a_link_is_never_read_through(tmp_path: Path) -> None:
-    """instruction.md flips between a file and a link to a file outside the task for several
-    seconds; no load may return the outside file's text (the loader before the issue did, in
-    about one load in eight here)."""
+    """instruction.md flips between a file and a link to a file outside the task until the
+    loader has both read it and refused it a thousand times; no load may return the outside
+    file's text (the loader before the issue did, in about one load in eight here)."""
     (tmp_path / "secret.txt").write_text(SECRET)
     task = write_task(tmp_path / "tasks" / "racy")
     os.symlink(tmp_path / "secret.txt", tmp_path / "swap")  # outside the task folder
@@ -61,9 +68,13 @@ def test_instruction_swapped_for_a_link_is_never_read_through(tmp_path: Path) ->
     )
     loads = refused = 0
     leaked: list[str] = []
-    deadline = time.monotonic() + 6.0
+    deadline = time.monotonic() + RACE_DEADLINE_S
     try:
-        while time.monotonic() < deadline:
+        while not os.path.islink(task / "instruction.md"):  # the flipper has started
+            assert time.monotonic() < deadline, "the flipper never swapped the file"
+            time.sleep(0.005)
+        while loads < RACE_LOADS or refused < RACE_LOADS:
+            assert time.monotonic() < deadline, f"the race never got going: {loads}, {refused}"
             try:
                 [loaded] = load_tasks(task)
             except TaskLoadError as e:
@@ -77,7 +88,6 @@ def test_instruction_swapped_for_a_link_is_never_read_through(tmp_path: Path) ->
         flipper.kill()
         flipper.wait()
     assert not leaked, f"{len(leaked)} of {loads} loads returned the outside file"
-    assert loads > 50 and refused > 50, (loads, refused)  # both states were really seen
 
 
 def test_a_link_swapped_in_right_after_the_check_is_not_followed(

@@ -16,8 +16,9 @@ import pytest
 from sandboxes.task import Task, TaskConfig
 from service.policy import vllm_wire as w
 from standin.attacks import ATTACKS
+from standin.engine import StubSettings
 from standin.harness_formats import is_protocol_reply
-from standin.server import StubSettings, build_app
+from standin.server import build_app
 
 WIRE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-wire"
 

@@ -18,12 +18,14 @@ import httpx
 import pytest
 
 from clients.commands.policy_stub import free_port
-from service.policy.client import Generation, PolicyClient
+from service.policy.client import PolicyClient
 from service.policy.fleet import WeightsRefused
+from service.policy.generations import Generation
 from service.sample import SamplingParams
 from standin.background import BackgroundServer
 from standin.decoding import WEIGHTS_FILE, SamplingKnobs, logprob_of
-from standin.server import StubSettings, build_app
+from standin.engine import StubSettings
+from standin.server import build_app
 from standin.tokenizer import StubTokenizer
 
 BASE_LOGIT = 24.0  # the stand-in's own weights (StubSettings.script_logit)

@@ -33,7 +33,8 @@ from service.trajectory import Trajectory, from_arrow
 from service.wire import AdvantageSpec, AgentSpec, RolloutRequest, SamplingSpec, TasksSpec
 from standin.behaviour import BehaviourSettings, ScriptedAgent
 from standin.chat_template import render
-from standin.server import StubSettings, build_app
+from standin.engine import StubSettings
+from standin.server import build_app
 
 EXAMPLES = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
 TASKS = load_tasks(EXAMPLES, ids=["camel-to-snake", "gcd-of-list"])

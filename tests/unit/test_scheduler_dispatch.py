@@ -11,99 +11,26 @@ episodes end when the test says (no Docker, no policy; real scheduler and SQLite
 
 from __future__ import annotations
 
-import asyncio
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hardening_support import EXAMPLES
+from live_service import EXAMPLES
+from scheduler_fakes import StepRunner, key, settle, until
 
 import service.scheduler
 from benchmarks.chunk_dispatch import ChunkScheduler
-from sandboxes.task import Task
 from sandboxes.tasks import load_tasks
 from service.metrics import Metrics
 from service.sample import SampleSpec, sample_seed
 from service.scheduler import Scheduler
 from service.store import Store
 from service.store.reader import iter_trajectory_rows
-from service.trajectory import Status, Trajectory, empty_trajectory
+from service.trajectory import Status, Trajectory
 from service.wire import AdvantageSpec, RolloutRequest, SamplingSpec, TasksSpec
 
 TASKS = load_tasks(EXAMPLES)[:2]
-# (status, reward, policy version) of a sample's run, by its spec.
-Outcome = Callable[[SampleSpec], tuple[Status, float | None, int]]
-VERIFIED = {Status.ok, Status.agent_timeout, Status.context_length, Status.verifier_error}
-
-
-def _graded(spec: SampleSpec) -> tuple[Status, float | None, int]:
-    return Status.ok, 1.0, 0
-
-
-class StepRunner:
-    """Each sample awaits its slot (`on_start`), then stays in its episode until the test ends
-    it (`end`), unless `auto`; then it reports `outcome(spec)`. Records every run_group call
-    (the samples handed over together: one first turn) and every start."""
-
-    def __init__(self, outcome: Outcome = _graded, auto: bool = False) -> None:
-        self.outcome = outcome
-        self.auto = auto
-        self.calls: list[list[SampleSpec]] = []
-        self.started: list[str] = []  # "<trajectory id>#<attempt>", in the order they started
-        self.in_episode: set[str] = set()
-        self.most_in_episode = 0
-        self._gates: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
-
-    def end(self, *keys: str) -> None:
-        for key in keys:
-            self._gates[key].set()
-
-    async def run_group(
-        self,
-        task: Task,
-        samples: list[SampleSpec],
-        on_trajectory: Any,
-        on_episode_end: Any,
-        on_start: Any,
-    ) -> None:
-        self.calls.append(list(samples))
-
-        async def one(spec: SampleSpec) -> None:
-            await on_start(spec.trajectory_id)
-            key = f"{spec.trajectory_id}#{spec.attempt}"
-            self.started.append(key)
-            self.in_episode.add(key)
-            self.most_in_episode = max(self.most_in_episode, len(self.in_episode))
-            if not self.auto:
-                await self._gates[key].wait()
-            self.in_episode.discard(key)
-            status, reward, version = self.outcome(spec)
-            if status in VERIFIED:  # as EpisodeRunner: a masked episode ends at its report
-                await on_episode_end(spec.trajectory_id)
-            t = empty_trajectory(
-                spec.trajectory_id, spec.rollout_id, spec.group_id, spec.task_id,
-                spec.sample_index, version, status,
-            )  # fmt: skip
-            await on_trajectory(t.model_copy(update={"reward": reward}))
-
-        await asyncio.gather(*(one(s) for s in samples))
-
-
-async def _until(check: Callable[[], Any], seconds: float = 10.0) -> None:
-    for _ in range(int(seconds / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
-
-
-async def _settle() -> None:
-    """Let every ready task run (the dispatcher, slot hand-offs) before checking that nothing
-    more started."""
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 def _request(n: int, **extra: Any) -> RolloutRequest:
@@ -129,10 +56,6 @@ def _trajectories(store: Store, rollout_id: str) -> list[Trajectory]:
     return [Trajectory.model_validate(r) for r in rows]
 
 
-def _tid(rollout_id: str, group: int, index: int) -> str:
-    return f"{rollout_id}.g{group}.s{index}"
-
-
 async def test_a_free_slot_starts_a_sample_at_once_and_a_group_shares_its_first_turn(
     store: Store,
 ) -> None:
@@ -147,32 +70,32 @@ async def test_a_free_slot_starts_a_sample_at_once_and_a_group_shares_its_first_
         await scheduler.start()
         try:
             rid = await scheduler.submit(_request(5), TASKS)
-            a = [f"{_tid(rid, 0, k)}#1" for k in range(5)]
-            b = [f"{_tid(rid, 1, k)}#1" for k in range(5)]
-            await _until(lambda: len(runner.started) == 3)  # noqa: B023
+            a = [key(rid, 0, k) for k in range(5)]
+            b = [key(rid, 1, k) for k in range(5)]
+            await until(lambda: len(runner.started) == 3)  # noqa: B023
             assert runner.started == a[:3]
             runner.end(a[1])  # the wave's other two samples run on (the long tail)
-            await _settle()
+            await settle()
             if cls is ChunkScheduler:
                 # The next chunk waits for the slowest episode of this one.
                 assert runner.started == a[:3] and [len(c) for c in runner.calls] == [3]
                 runner.end(a[0], a[2])
-                await _until(lambda: len(runner.started) == 5)  # noqa: B023
+                await until(lambda: len(runner.started) == 5)  # noqa: B023
                 assert [len(c) for c in runner.calls] == [3, 2]  # n=3, then n=2
             else:
                 # The freed slot went to the group's next sample at once: the whole group had
                 # been handed over together (one first request, n=5).
-                await _until(lambda: len(runner.started) == 4)  # noqa: B023
+                await until(lambda: len(runner.started) == 4)  # noqa: B023
                 assert runner.started == a[:4]
                 assert [len(c) for c in runner.calls] == [5]
                 runner.end(a[0])
-                await _until(lambda: len(runner.started) == 5)  # noqa: B023
+                await until(lambda: len(runner.started) == 5)  # noqa: B023
                 # A slot that frees now starts the next group, all of it handed over at once.
                 runner.end(a[2])
-                await _until(lambda: len(runner.started) == 6)  # noqa: B023
+                await until(lambda: len(runner.started) == 6)  # noqa: B023
                 assert runner.started[5] == b[0] and [len(c) for c in runner.calls] == [5, 5]
             runner.end(*a, *b)
-            await _until(lambda: scheduler.running_samples == 0 and len(runner.started) == 10)  # noqa: B023
+            await until(lambda: scheduler.running_samples == 0 and len(runner.started) == 10)  # noqa: B023
             assert runner.most_in_episode == 3  # max_concurrent_samples held throughout
             assert (await store.rollout_summary(rid)).samples_completed == 10
         finally:
@@ -190,22 +113,22 @@ async def test_a_started_groups_samples_take_slots_before_a_higher_priority_grou
     await scheduler.start()
     try:
         low = await scheduler.submit(_request(3), TASKS[:1])
-        a = [f"{_tid(low, 0, k)}#1" for k in range(3)]
-        await _until(lambda: len(runner.started) == 2)
+        a = [key(low, 0, k) for k in range(3)]
+        await until(lambda: len(runner.started) == 2)
         assert scheduler.queued_samples == 1  # the third sample: handed over, no slot yet
         high = await scheduler.submit(_request(1, priority=5), TASKS[1:])
         later = await scheduler.submit(_request(1), TASKS[1:])
         runner.end(a[0])
-        await _until(lambda: len(runner.started) == 3)
+        await until(lambda: len(runner.started) == 3)
         assert runner.started[2] == a[2]  # the started group's sample first
         runner.end(a[1])
-        await _until(lambda: len(runner.started) == 4)
-        assert runner.started[3] == f"{_tid(high, 0, 0)}#1"  # then by priority
+        await until(lambda: len(runner.started) == 4)
+        assert runner.started[3] == key(high, 0, 0)  # then by priority
         runner.end(*runner.started)
-        await _until(lambda: len(runner.started) == 5)
-        assert runner.started[4] == f"{_tid(later, 0, 0)}#1"
+        await until(lambda: len(runner.started) == 5)
+        assert runner.started[4] == key(later, 0, 0)
         runner.end(*runner.started)
-        await _until(lambda: scheduler.running_samples == 0)
+        await until(lambda: scheduler.running_samples == 0)
     finally:
         await scheduler.aclose()
 
@@ -236,14 +159,14 @@ async def test_masked_samples_run_again_and_only_they(store: Store) -> None:
     try:
         rid = await scheduler.submit(_request(6), TASKS[:1])
         later = await scheduler.submit(_request(6), TASKS[1:])
-        await _until(lambda: len(runner.started) == 6)
+        await until(lambda: len(runner.started) == 6)
         runner.end(*runner.started[:2])
-        await _until(lambda: len(runner.started) == 8)
+        await until(lambda: len(runner.started) == 8)
         # Both re-runs took the freed slots before the later group's samples.
-        assert runner.started[6:] == [f"{_tid(rid, 0, 0)}#2", f"{_tid(rid, 0, 1)}#2"]
+        assert runner.started[6:] == [key(rid, 0, 0, 2), key(rid, 0, 1, 2)]
         runner.auto = True  # the rest (the later group re-runs two samples too)
         runner.end(*runner.started)
-        await _until(lambda: scheduler.running_samples == 0 and scheduler.queued_samples == 0)
+        await until(lambda: scheduler.running_samples == 0 and scheduler.queued_samples == 0)
         later_done = (await store.rollout_summary(later)).samples_completed
         assert later_done == 6
     finally:
@@ -278,8 +201,8 @@ async def test_re_runs_are_bounded_and_the_request_can_turn_them_off(
     await scheduler.start()
     try:
         rid = await scheduler.submit(_request(1, retry_masked=retry_masked), TASKS[:1])
-        await _until(lambda: scheduler.running_samples == 0 and len(runner.started) == runs)
-        await _until(lambda: _trajectories(store, rid))
+        await until(lambda: scheduler.running_samples == 0 and len(runner.started) == runs)
+        await until(lambda: _trajectories(store, rid))
     finally:
         await scheduler.aclose()
     [t] = _trajectories(store, rid)
@@ -307,11 +230,11 @@ async def test_a_re_run_waits_until_the_service_is_ready(
     await scheduler.start()
     try:
         rid = await scheduler.submit(_request(1), TASKS[:1])
-        await _until(lambda: checks["answers"] >= 1)
-        await _settle()
+        await until(lambda: checks["answers"] >= 1)
+        await settle()
         assert len(runner.started) == 1  # the policy is down: no re-run yet
         checks["ready"] = True
-        await _until(lambda: _trajectories(store, rid), seconds=20)
+        await until(lambda: _trajectories(store, rid), seconds=20)
     finally:
         await scheduler.aclose()
     [t] = _trajectories(store, rid)
@@ -331,7 +254,7 @@ async def test_a_service_that_stays_unready_delivers_the_sample_masked(store: St
     await scheduler.start()
     try:
         rid = await scheduler.submit(_request(1), TASKS[:1])
-        await _until(lambda: _trajectories(store, rid))
+        await until(lambda: _trajectories(store, rid))
     finally:
         await scheduler.aclose()
     [t] = _trajectories(store, rid)
@@ -360,16 +283,16 @@ async def test_no_re_run_for_a_group_already_too_stale(
     await scheduler.start()
     try:
         rid = await scheduler.submit(_request(2), TASKS[:1])
-        first, second = f"{_tid(rid, 0, 0)}#1", f"{_tid(rid, 0, 1)}#1"
-        await _until(lambda: len(runner.started) == 2)
+        first, second = key(rid, 0, 0), key(rid, 0, 1)
+        await until(lambda: len(runner.started) == 2)
         runner.end(first)
-        await _until(lambda: _trajectories(store, rid))
+        await until(lambda: _trajectories(store, rid))
         version["now"] = 5
         runner.end(second)
         if runs == 2:
-            await _until(lambda: len(runner.started) == 3)
+            await until(lambda: len(runner.started) == 3)
             runner.end(runner.started[2])
-        await _until(lambda: len(_trajectories(store, rid)) == 2)
+        await until(lambda: len(_trajectories(store, rid)) == 2)
     finally:
         await scheduler.aclose()
     t0, t1 = sorted(_trajectories(store, rid), key=lambda t: t.sample_index)

@@ -4,6 +4,7 @@ settings all read it from the same place, and the settings reach what they confi
 from __future__ import annotations
 
 import ast
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,11 @@ import typer
 from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner
 
+import service.policy.client
 from sandboxes.pool import PoolSettings
 from service.advantages import AdvantageConfig
 from service.collect import CONCURRENCY
+from service.components import build_components
 from service.policy.client import PolicyClient
 from service.sample import N_SAMPLES, RETRY_MASKED, AgentLimits, SamplingParams
 from service.settings import (
@@ -90,7 +93,7 @@ def test_collect_flags_default_to_the_request_and_settings_defaults() -> None:
     assert defaults["--temperature"] == request.sampling.temperature == 1.0
     assert defaults["--max-turns"] == request.agent.max_turns == 32
     assert defaults["--n-samples"] == request.n_samples == N_SAMPLES == 8
-    assert defaults["--concurrency"] == CONCURRENCY
+    assert defaults["--concurrency"] == CONCURRENCY == 8
     assert defaults["--retry-masked"] == ServiceSettings().retry_masked == RETRY_MASKED == 2
     check(defaults, PolicySettings, POLICY_FLAGS)
     check(defaults, SandboxSettings, SANDBOX_FLAGS)
@@ -98,8 +101,8 @@ def test_collect_flags_default_to_the_request_and_settings_defaults() -> None:
 
 def test_pull_flags_default_to_the_lease_request() -> None:
     defaults = flag_defaults("pull")
-    assert defaults["--max-groups"] == LeaseRequest().max_groups
-    assert defaults["--wait"] == LeaseRequest().wait_s
+    assert defaults["--max-groups"] == LeaseRequest().max_groups == 64
+    assert defaults["--wait"] == LeaseRequest().wait_s == 30.0
 
 
 def _literal(e: ast.expr) -> bool:
@@ -152,23 +155,78 @@ def test_the_literal_check_sees_every_form() -> None:
 
 
 def test_request_models_default_to_the_dataclasses() -> None:
+    """The request's defaults are the dataclasses' (written out here, so a change to either
+    shows), and each field reaches its dataclass field: set to values unlike any default and
+    unlike each other, every one arrives where it belongs."""
     request = RolloutRequest(tasks=TasksSpec(path="x"))
-    assert request.sampling.to_params() == SamplingParams()
-    assert request.agent.to_limits() == AgentLimits()
-    assert request.advantage.to_config() == AdvantageConfig()
+    sampling = dict(
+        temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0, repetition_penalty=1.0,
+        presence_penalty=0.0, frequency_penalty=0.0, max_tokens=4096, seed=None, stop=None,
+    )  # fmt: skip
+    agent = dict(max_turns=32, timeout_s=None, mask_agent_timeout=False, harness=None)
+    advantage = dict(estimator="rloo_n", min_group_size=4, drop_zero_variance=False)
+    assert request.sampling.model_dump() == asdict(SamplingParams()) == sampling
+    assert request.agent.model_dump() == asdict(AgentLimits()) == agent
+    assert request.advantage.model_dump() == asdict(AdvantageConfig()) == advantage
+    sampling = dict(
+        temperature=0.3, top_p=0.8, top_k=7, min_p=0.05, repetition_penalty=1.2,
+        presence_penalty=0.4, frequency_penalty=-0.6, max_tokens=99, seed=5, stop=["x"],
+    )  # fmt: skip
+    agent = dict(max_turns=3, timeout_s=12.0, mask_agent_timeout=True, harness="tools")
+    advantage = dict(estimator="rloo", min_group_size=2, drop_zero_variance=True)
+    tuned = RolloutRequest(
+        tasks=TasksSpec(path="x"), sampling=sampling, agent=agent, advantage=advantage
+    )
+    assert tuned.sampling.to_params() == SamplingParams(**sampling)  # type: ignore[arg-type]
+    assert tuned.agent.to_limits() == AgentLimits(**agent)  # type: ignore[arg-type]
+    assert tuned.advantage.to_config() == AdvantageConfig(**advantage)  # type: ignore[arg-type]
 
 
-def test_policy_and_pool_settings_reach_their_classes() -> None:
+class Built(Exception):
+    """Stops build_components once it has made its policy client."""
+
+
+async def test_policy_and_pool_settings_reach_their_classes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Settings unlike any default, and unlike each other, arrive in the policy client's
+    arguments (as build_components makes it) and in the pool's settings; unset, they are the
+    client's and the pool's own defaults."""
     client = PolicyClient(["http://127.0.0.1:9"])
     policy = PolicySettings()
-    assert (policy.timeout_s, policy.max_retries, policy.backoff_s) == (
-        client.timeout_s,
-        client.max_retries,
-        client.backoff_s,
-    )
-    assert SandboxSettings().pool() == PoolSettings()
-    tuned = SandboxSettings(warm_per_key=0, max_concurrent_creates=3).pool()
-    assert (tuned.warm_per_key, tuned.max_concurrent_creates) == (0, 3)
+    defaults = (600, 4, 0.5, 10.0)  # the client's keyword defaults, written out
+    assert (client.timeout_s, client.max_retries, client.backoff_s) == defaults[:3]
+    assert (policy.timeout_s, policy.max_retries, policy.backoff_s, policy.cooldown_s) == defaults
+
+    made: list[dict[str, Any]] = []
+
+    def recording(*args: Any, **kwargs: Any) -> None:
+        made.append(kwargs)
+        raise Built
+
+    monkeypatch.setattr(service.policy.client, "PolicyClient", recording)
+    tuned = dict(
+        timeout_s=71.0, max_retries=7, backoff_s=0.25, cooldown_s=3.5, pause_poll_s=0.75,
+        update_retries=9,
+    )  # fmt: skip
+    settings = Settings(policy=PolicySettings(urls=["http://127.0.0.1:9"], **tuned))
+    with pytest.raises(Built):
+        await build_components(settings)
+    [kwargs] = made
+    assert {k: kwargs[k] for k in tuned} == tuned
+
+    assert SandboxSettings().pool() == PoolSettings(
+        warm_per_key=2, idle_ttl_s=300.0, create_rate=8.0, create_burst=8.0,
+        create_jitter_s=0.05, max_concurrent_creates=8,
+    )  # fmt: skip
+    sandboxes = SandboxSettings(
+        warm_per_key=5, warm_ttl_s=41.0, create_rate=3.0, create_burst=6.0, create_jitter_s=0.2,
+        max_concurrent_creates=11,
+    )  # fmt: skip
+    assert sandboxes.pool() == PoolSettings(
+        warm_per_key=5, idle_ttl_s=41.0, create_rate=3.0, create_burst=6.0, create_jitter_s=0.2,
+        max_concurrent_creates=11,
+    )  # fmt: skip
 
 
 def test_settings_take_their_groups_only() -> None:
@@ -203,4 +261,4 @@ def test_serve_flags_and_environment_fill_the_settings(monkeypatch: pytest.Monke
     assert s.policy.max_retries == 7 and s.sandboxes.warm_per_key == 0
     assert s.service.lease_ttl_s == 30
     assert (s.service.body_read_timeout_s, s.service.body_idle_timeout_s) == (4, 4)
-    assert s.policy.timeout_s == PolicySettings().timeout_s
+    assert s.policy.timeout_s == 600  # not given: the client's default

@@ -15,7 +15,7 @@ import pytest
 from clients import skyrl as cs
 from clients import skyrl_output as so
 from clients.trainer import Batch
-from service.advantages import AdvantageConfig, compute_advantages, rloo
+from service.advantages import AdvantageConfig, compute_advantages
 from service.trajectory import Status, Timings, Trajectory
 from service.wire import Group
 
@@ -145,34 +145,50 @@ def test_rollout_metrics_as_skyrl_computes_them() -> None:
     assert m["rollouts/num_masked"] == 2
 
 
-def test_to_skyrl_is_the_same_conversion() -> None:
-    groups = [Group(group_id="r.g0", task_id="t", rollout_id="r", trajectories=mixed_group())]
-    a = Batch("b", 0.0, groups).to_skyrl(pad_token_id=9)
-    b = so.generator_output(mixed_group(), pad_token_id=9)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key] == b[key], key
+def test_to_skyrl_converts_the_batch_group_by_group() -> None:
+    """A batch of two groups: one entry per trajectory, in the batch's order, the pad token
+    passed on, the service's advantages (rloo_n over 1, 0, 1: 0.5, -1, 0.5; masked: 0)."""
+    groups = [
+        Group(group_id=g, task_id="t", rollout_id="r", trajectories=mixed_group(g)[:n])
+        for g, n in (("r.g1", 2), ("r.g0", 5))
+    ]
+    out = Batch("b", 0.0, groups).to_skyrl(pad_token_id=9)
+    assert out["uids"] == ["r.g1"] * 2 + ["r.g0"] * 5
+    assert [t.to_string() for t in out["trajectory_ids"]] == [
+        "r.g1_0", "r.g1_1", "r.g0_0", "r.g0_1", "r.g0_2", "r.g0_3", "r.g0_4",
+    ]  # fmt: skip
+    assert out["response_ids"][5] == [9] and out["loss_masks"][5] == [0]  # r.g0.s3: no tokens
+    assert out["advantages"] == [0.5, -1.0, 0.5, -1.0, 0.0, 0.0, 0.5]
+    assert out["rewards"] == [1.0, 0.0, 1.0, 0.0, pytest.approx(2 / 3), pytest.approx(2 / 3), 1.0]
+    assert out["exclude_from_baseline"] == [False, False, False, False, True, True, False]
+
+
+def skyrl_rloo(rewards: list[float]) -> list[float]:
+    """SkyRL's rloo over one uid's samples, written out: (r - mean) * n / (n - 1); alone: 0."""
+    n = len(rewards)
+    return [(r - sum(rewards) / n) * n / (n - 1) if n > 1 else 0.0 for r in rewards]
 
 
 def test_baseline_uids_make_rloo_the_service_rloo_n() -> None:
-    cases = [
-        ([1.0, 0.0, None, 1.0, 0.0], 3),  # masked sample out of the baseline
-        ([1.0, None, None, None, 0.0], 3),  # too few graded samples: all 0
-        ([1.0, 1.0, None, 1.0], 2),  # zero variance: all 0
-        ([0.0, 1.0, 0.5, 0.25], 4),  # nothing masked: plain RLOO
+    cases = [  # rewards, min_group_size, the service's advantages (RLOO: r - mean of the others)
+        ([1.0, 0.0, None, 1.0, 0.0], 3, [2 / 3, -2 / 3, 0, 2 / 3, -2 / 3]),  # masked: out
+        ([1.0, None, None, None, 0.0], 3, [0, 0, 0, 0, 0]),  # too few graded samples
+        ([1.0, 1.0, None, 1.0], 2, [0, 0, 0, 0]),  # zero variance
+        ([0.0, 1.0, 0.5, 0.25], 4, [-7 / 12, 3 / 4, 1 / 12, -1 / 4]),  # nothing masked
     ]
-    for rewards, min_size in cases:
+    for rewards, min_size, want in cases:
         excluded = [r is None for r in rewards]
-        want = compute_advantages(rewards, excluded, AdvantageConfig(min_group_size=min_size))
+        service = compute_advantages(rewards, excluded, AdvantageConfig(min_group_size=min_size))
+        assert service == pytest.approx(want), (rewards, min_size)
         neutral = sum(r for r in rewards if r is not None) / sum(not e for e in excluded)
         filled = [neutral if r is None else r for r in rewards]
         uids = ["u"] * len(rewards)
-        grouped = so.baseline_uids(uids, excluded, want)
+        grouped = so.baseline_uids(uids, excluded, service)
         got = [0.0] * len(rewards)
         for uid in set(grouped):
             idx = [i for i, g in enumerate(grouped) if g == uid]
-            for i, a in zip(idx, rloo([filled[i] for i in idx]), strict=True):
-                got[i] = a  # SkyRL's rloo: (r - mean) * n / (n - 1), a lone sample 0
+            for i, a in zip(idx, skyrl_rloo([filled[i] for i in idx]), strict=True):
+                got[i] = a
         assert got == pytest.approx(want), (rewards, min_size)
 
 
@@ -205,8 +221,10 @@ def test_service_advantages_mixin_regroups_and_checks_the_config() -> None:
     trainer = Hooked(cfg())
     out = so.generator_output(mixed_group())
     got = trainer.convert_to_training_input(out, out["uids"])
-    assert got == so.baseline_uids(out["uids"], out["exclude_from_baseline"], out["advantages"])
-    assert got[2] != "r.g0" and got[0] == "r.g0"
+    # The graded samples keep the group's uid; each masked one gets one of its own (SkyRL gives
+    # a lone sample advantage 0).
+    assert got[0] == got[1] == got[4] == "r.g0"
+    assert len({got[2], got[3], "r.g0"}) == 3
     with pytest.raises(ValueError, match="exclude_from_baseline"):
         trainer.convert_to_training_input({"response_ids": [[1]]}, ["u"])
 

@@ -22,7 +22,8 @@ from standin.behaviour import (
     _asked_function,
 )
 from standin.chat_template import render
-from standin.server import StubSettings, build_app
+from standin.engine import StubSettings
+from standin.server import build_app
 
 SYSTEM = "You are a terminal agent. Reply with one JSON object."
 MAX_MODEL_LEN = 32768
@@ -284,7 +285,7 @@ def test_asked_function_keeps_the_whole_signature() -> None:
 def test_shared_decode_queues_requests_behind_each_other() -> None:
     """With --shared-decode the speed is the engine's total (a GPU serving a batch): a request
     waits for what was queued before it. Without, each request decodes on its own."""
-    from standin.server import StubEngine
+    from standin.engine import StubEngine
 
     shared = StubEngine(StubSettings(tokens_per_s=100.0, shared_decode=True), tasks=[])
     first = shared._decode_s(longest=50, total=100)  # n=2 choices of 50 tokens

@@ -159,7 +159,10 @@ def _events(r: httpx.Response, until: str) -> list[tuple[str, dict]]:
 
 
 def test_service_ui_auth_and_the_service_wide_event_stream(tmp_path: Path) -> None:
-    with Server(make_settings(tmp_path), GatedRunner()) as s:
+    async def ready() -> bool:
+        return True
+
+    with Server(make_settings(tmp_path), GatedRunner(), readiness={"test": ready}) as s:
         with client(s, headers={}) as anon:
             assert anon.get("/ui").status_code == 200  # the page holds no data
             assert anon.get("/ui/api/overview").status_code == 401

@@ -5,20 +5,17 @@ Real uvicorn servers on loopback, real HTTP."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from service.app import create_app
-from service.components import Components, settings_task_loader
-from service.settings import ServiceSettings, Settings
+from service.settings import ServiceSettings
 from service.ui.sources import StoreSource
 from service.ui.viewer import create_view_app
-from tests.unit.test_api import AUTH, GatedRunner, Server, _free_port, client, make_settings
+from tests.unit.live_service import AUTH, Server, free_port, serve_in_thread
+from tests.unit.test_api import GatedRunner, client, make_settings
 
 BODY = {"tasks": {"path": "bundled", "limit": 1}, "n_samples": 4}
 
@@ -83,54 +80,25 @@ def test_the_view_serves_loopback_names_only(tmp_path: Path, host: str, status: 
     from tests.unit.test_ui_api import generate_store
 
     generate_store(tmp_path, "r1", n_groups=1, n_samples=2)
-    port = _free_port()
-    config = uvicorn.Config(
-        create_view_app(StoreSource(tmp_path, "test")), host="127.0.0.1", port=port,
-        log_level="warning",
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    port = free_port()
+    with serve_in_thread(create_view_app(StoreSource(tmp_path, "test")), port):
         r = httpx.get(f"http://127.0.0.1:{port}/ui", headers={"Host": host}, timeout=10)
         assert r.status_code == status
         if status == 200:
             assert r.headers["x-frame-options"] == "DENY"
-    finally:
-        server.should_exit = True
-        thread.join(20)
 
 
 def test_event_streams_are_capped_and_share_one_readiness_run(tmp_path: Path) -> None:
     calls = 0
 
-    async def components(s: Settings, _version: object) -> Components:
-        async def ready() -> bool:
-            nonlocal calls
-            calls += 1
-            return True
-
-        return Components(GatedRunner(), settings_task_loader(s), {"policy": ready})
+    async def ready() -> bool:
+        nonlocal calls
+        calls += 1
+        return True
 
     settings = make_settings(tmp_path, max_event_streams=3)
-    config = uvicorn.Config(
-        create_app(settings, components), host="127.0.0.1", port=settings.service.port,
-        log_level="warning",
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{settings.service.port}"
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        with httpx.Client(base_url=url, headers=AUTH, timeout=30) as c:
+    with Server(settings, GatedRunner(), readiness={"policy": ready}) as server:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c:
             streams = [c.stream("GET", "/v1/events") for _ in range(3)]
             opened = [s.__enter__() for s in streams]
             lines = [r.iter_lines() for r in opened]  # kept: a dropped iterator closes its stream
@@ -153,6 +121,3 @@ def test_event_streams_are_capped_and_share_one_readiness_run(tmp_path: Path) ->
                         break
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-    finally:
-        server.should_exit = True
-        thread.join(20)

@@ -43,13 +43,17 @@ async function authorized(path, init = {}) {
   }
 }
 
-export async function getJSON(path) {
-  const r = await authorized(path);
+export async function getJSON(path, init = {}) {
+  const r = await authorized(path, init);
   if (!r.ok) {
     const body = await r.json().catch(() => ({}));
     throw new Error(`${path}: ${r.status} ${JSON.stringify(body.detail ?? body)}`);
   }
   return r.json();
+}
+
+export async function postJSON(path, body) {
+  return getJSON(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
 }
 
 // Follow a server-sent-event stream; onEvent(kind, data) per event. Reconnects after a drop

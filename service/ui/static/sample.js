@@ -1,14 +1,16 @@
 // One sample: the conversation turn by turn (harness messages, the commands typed, terminal
 // output), the verifier's stdout and files, reward flags, the grading history (the first
-// grading at collection, one more per regrade), timings; or, toggled, its tokens:
-// generated ones (loss mask 1) highlighted against prompt and observation tokens and coloured
-// by the policy version of the weights that produced them, with each token's sampler logprob
-// and version on hover.
+// grading at collection, one more per regrade), timings; or, toggled, its tokens: each one's
+// text (POST /ui/api/tokens: the tokenizer files or the policy server; ids where there is
+// neither), generated ones (loss mask 1) highlighted against prompt and observation tokens and
+// coloured by the policy version of the weights that produced them, with each token's id,
+// position, sampler logprob and version on hover.
 
-import { getJSON } from "./api.js";
+import { getJSON, postJSON } from "./api.js";
 import { el, link, num, statusChip } from "./dom.js";
 
 const SHOWN = 800; // tokens drawn per segment before "show all"
+const MAX_TOKEN_IDS = 4096; // ids per POST /ui/api/tokens (service/ui/models.py)
 
 // The commands of a JSON-protocol reply (default and terminus-2 JSON harnesses); null when
 // the reply is not one.
@@ -145,10 +147,64 @@ function versionClasses(t) {
   return new Map(versions.map((v, i) => [v, `v${i % PALETTE}`]));
 }
 
-function tokenChips(seg, limit, colours) {
+// The text of every distinct id of the trajectory: {source, note, texts: Map, partial: Map}.
+// Any failure leaves ids (an empty map) and says why; it never fails the page.
+async function tokenTexts(t) {
+  const ids = [...new Set([...t.prompt_token_ids, ...t.response_token_ids])];
+  const out = { source: null, note: null, texts: new Map(), partial: new Map() };
+  try {
+    for (let i = 0; i < ids.length; i += MAX_TOKEN_IDS) {
+      const r = await postJSON("/ui/api/tokens", { ids: ids.slice(i, i + MAX_TOKEN_IDS) });
+      out.note = r.note ?? out.note;
+      if (r.source === null) break;
+      out.source = r.source;
+      for (const [id, text] of Object.entries(r.texts)) out.texts.set(Number(id), text);
+      for (const [id, text] of Object.entries(r.partial)) out.partial.set(Number(id), text);
+    }
+  } catch (e) {
+    out.note = `token texts unavailable (${e.message || e})`;
+  }
+  if (out.note && out.texts.size === 0) out.source = null;
+  return out;
+}
+
+// Whitespace and control characters made visible, as marks set apart (class "ws"): "·" a space,
+// "→" a tab, "↵" a newline (the chip keeps to one line), "␍" a carriage return, control
+// pictures for the other C0 characters and DEL.
+const MARKS = { " ": "·", "\t": "→", "\n": "↵", "\r": "␍" };
+function markWhitespace(text) {
+  const parts = [];
+  let plain = "";
+  for (const ch of text) {
+    const code = ch.codePointAt(0);
+    const mark = MARKS[ch] ?? (code < 0x20 ? String.fromCodePoint(0x2400 + code) : code === 0x7f ? "␡" : null);
+    if (mark === null) {
+      plain += ch;
+      continue;
+    }
+    if (plain) parts.push(plain);
+    plain = "";
+    parts.push(el("span", { class: "ws" }, mark));
+  }
+  if (plain) parts.push(plain);
+  return parts.length ? parts : [el("span", { class: "ws" }, "∅")];
+}
+
+// A chip's content and extra class: the token's text (a token cut from its UTF-8 character: its
+// bytes written \xNN, class "partial"), or its id where the text is not known.
+function chipContent(id, words) {
+  const partial = words.partial.get(id);
+  if (partial !== undefined) return [el("span", { class: "bytes" }, markWhitespace(partial)), " partial"];
+  const text = words.texts.get(id);
+  if (text === undefined) return [String(id), words.source ? " unknown" : ""];
+  return [markWhitespace(text), ""];
+}
+
+function tokenChips(seg, limit, colours, words) {
   const chips = [];
   const n = Math.min(seg.ids.length, limit);
   for (let i = 0; i < n; i++) {
+    const id = seg.ids[i];
     const where = seg.kind === "prompt" ? `prompt ${i}` : `response ${seg.start + i}`;
     let extra = "";
     let cls = `tok ${seg.kind}`;
@@ -156,7 +212,12 @@ function tokenChips(seg, limit, colours) {
       extra = ` · logprob ${seg.logprobs[i].toFixed(4)} · policy v${seg.versions[i]}`;
       cls += ` ${colours.get(seg.versions[i])}`;
     }
-    chips.push(el("span", { class: cls, title: `${where} · id ${seg.ids[i]}${extra}` }, seg.ids[i]));
+    const [content, more] = chipContent(id, words);
+    // The exact text on hover with the id: quoted and escaped as JSON, or the token's bytes.
+    const text = words.texts.get(id);
+    const partial = words.partial.get(id);
+    const said = partial !== undefined ? ` · bytes ${partial} (not whole UTF-8 characters)` : text !== undefined ? ` · text ${JSON.stringify(text)}` : "";
+    chips.push(el("span", { class: cls + more, title: `${where} · id ${id}${extra}${said}`, "data-id": id }, content));
   }
   return chips;
 }
@@ -167,12 +228,12 @@ function versionRuns(versions) {
   return runs.map((v) => `v${v}`).join("→");
 }
 
-function tokenView(t) {
+function tokenView(t, words) {
   const replies = t.messages.filter((m) => m.role === "assistant").map((m) => m.content);
   const colours = versionClasses(t);
   let turn = 0;
   const blocks = segments(t).map((seg) => {
-    const chips = el("div", { class: "chips" }, tokenChips(seg, SHOWN, colours));
+    const chips = el("div", { class: "chips" }, tokenChips(seg, SHOWN, colours, words));
     let title = `${seg.kind} · ${seg.ids.length} tokens`;
     let caption = null;
     if (seg.kind === "generated") {
@@ -182,7 +243,7 @@ function tokenView(t) {
     }
     const more =
       seg.ids.length > SHOWN
-        ? el("button", { class: "more", onclick: (e) => { chips.replaceChildren(...tokenChips(seg, Infinity, colours)); e.target.remove(); } }, `show all ${seg.ids.length}`)
+        ? el("button", { class: "more", onclick: (e) => { chips.replaceChildren(...tokenChips(seg, Infinity, colours, words)); e.target.remove(); } }, `show all ${seg.ids.length}`)
         : null;
     return el("div", { class: `segment ${seg.kind}` }, el("div", { class: "role" }, title), caption, chips, more);
   });
@@ -196,8 +257,11 @@ function tokenView(t) {
       [...colours].map(([v, cls]) => el("span", { class: `tok generated ${cls}` }, `generated by policy v${v}`)),
       el("span", { class: "tok observation" }, "observation (mask 0)"),
       el("span", { class: "tok prompt" }, "prompt"),
-      el("span", { class: "muted" }, " token ids; hover a token for its position, logprob and policy version"),
+      words.source
+        ? el("span", { class: "muted", id: "token-source" }, ` token texts from ${words.source} (· space, → tab, ↵ newline; \\xNN or � a byte of a character cut between tokens); hover a token for its id, position, logprob and policy version`)
+        : el("span", { class: "muted", id: "token-source" }, " token ids; hover a token for its position, logprob and policy version"),
     ),
+    words.note ? el("p", { class: "note", id: "token-note" }, words.source ? words.note : `Token ids shown: ${words.note}.`) : null,
     blocks,
   );
 }
@@ -206,11 +270,18 @@ export async function showSample(container, trajectoryId) {
   const t = await getJSON(`/ui/api/trajectories/${encodeURIComponent(trajectoryId)}`);
   const body = el("div", { id: "sample-body" }, conversation(t), verifier(t));
   let tokens = false;
+  let words = null; // the token texts, asked for once, when the tokens are first shown
   const toggle = el("button", { id: "toggle-tokens" }, "Show tokens");
-  toggle.addEventListener("click", () => {
+  toggle.addEventListener("click", async () => {
     tokens = !tokens;
     toggle.textContent = tokens ? "Show conversation" : "Show tokens";
-    body.replaceChildren(...(tokens ? [tokenView(t)] : [conversation(t), verifier(t)]));
+    if (tokens && words === null) {
+      toggle.disabled = true;
+      body.replaceChildren(el("p", { class: "muted" }, "reading token texts…"));
+      words = await tokenTexts(t);
+      toggle.disabled = false;
+    }
+    body.replaceChildren(...(tokens ? [tokenView(t, words)] : [conversation(t), verifier(t)]));
   });
   container.replaceChildren(
     el("h2", {}, `Sample ${t.trajectory_id}`),

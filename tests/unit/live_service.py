@@ -1,15 +1,17 @@
-"""Shared by the issue-16 hardening tests: the real app on loopback HTTP (uvicorn in a thread),
-the real store and task loader, and a group runner that needs neither Docker nor a policy."""
+"""The real service for unit tests: the app on loopback HTTP (uvicorn in a thread), the real
+store and task loader, and a group runner that needs neither Docker nor a policy. One setup
+for the API, hardening, web-surface and scheduler tests."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,8 @@ def trajectory(spec: SampleSpec, response_tokens: int = 2, seed: int = 0) -> Tra
 
 
 class Runner:
-    """Reports every sample once `gate` is open; records the tasks it was asked to run."""
+    """Reports every sample once `gate` is open (what `report` makes of it); records the tasks
+    it was asked to run."""
 
     def __init__(self, response_tokens: int = 2) -> None:
         self.gate = threading.Event()
@@ -81,8 +84,10 @@ class Runner:
                 await on_start(s.trajectory_id)
             while not self.gate.is_set():
                 await asyncio.sleep(0.01)
-            t = await asyncio.to_thread(trajectory, s, self.response_tokens, hash(s.trajectory_id))
-            await on_trajectory(t)
+            await on_trajectory(await asyncio.to_thread(self.report, s))
+
+    def report(self, spec: SampleSpec) -> Trajectory:
+        return trajectory(spec, self.response_tokens, hash(spec.trajectory_id))
 
 
 def make_settings(data_dir: Path, **service: Any) -> Settings:
@@ -96,40 +101,51 @@ def make_settings(data_dir: Path, **service: Any) -> Settings:
     return Settings(service=ServiceSettings(**config))
 
 
+@contextlib.contextmanager
+def serve_in_thread(app: Any, port: int) -> Iterator[uvicorn.Server]:
+    """`app` on 127.0.0.1:`port` (lifespan on) until the block ends."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
 class Server:
-    """The app on 127.0.0.1 in a thread. `wrap_loader` may wrap the real task loader."""
+    """The service on 127.0.0.1 in a thread, driving `runner`. `wrap_loader` may wrap the real
+    task loader; `readiness` are the components' readiness checks."""
 
     def __init__(
         self,
         settings: Settings,
         runner: Runner,
         wrap_loader: Callable[[TaskLoader], TaskLoader] = lambda load: load,
+        readiness: dict[str, Callable[[], Any]] | None = None,
     ) -> None:
         async def components(s: Settings, _version: Callable[[], int]) -> Components:
-            return Components(runner, wrap_loader(settings_task_loader(s)))
+            return Components(runner, wrap_loader(settings_task_loader(s)), dict(readiness or {}))
 
         self.settings = settings
         self.runner = runner
         self.url = f"http://127.0.0.1:{settings.service.port}"
-        config = uvicorn.Config(
-            create_app(settings, components), host="127.0.0.1", port=settings.service.port,
-            log_level="warning", lifespan="on",
-        )  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self._app = create_app(settings, components)
+        self._serving = serve_in_thread(self._app, settings.service.port)
 
     def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
+        self.server = self._serving.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.runner.gate.set()
-        self.server.should_exit = True
-        self.thread.join(30)
+        self._serving.__exit__(*exc)
 
     @property
     def state(self) -> Any:
