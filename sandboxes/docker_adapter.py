@@ -461,11 +461,7 @@ class DockerAdapter:
                 reading.state = "reading"
             try:
                 for chunk in api._stream_helper(response, decode=True):
-                    if "stream" in chunk:
-                        log.extend(chunk["stream"].rstrip("\n").splitlines())
-                    if "error" in chunk:
-                        log.append(chunk["error"].rstrip())
-                        raise BuildFailed(chunk["error"].strip(), log)
+                    _read_build_chunk(chunk, log)
                 return log
             finally:
                 with reading:
@@ -608,11 +604,7 @@ class DockerAdapter:
             if labels:
                 kwargs["labels"] = labels
             for chunk in api.build(**kwargs):
-                if "stream" in chunk:
-                    log.extend(chunk["stream"].rstrip("\n").splitlines())
-                if "error" in chunk:
-                    log.append(chunk["error"].rstrip())
-                    raise BuildFailed(chunk["error"].strip(), log)
+                _read_build_chunk(chunk, log)
             return log
 
         return await self.on_stream_pool(_build)
@@ -687,3 +679,13 @@ def default_adapter() -> DockerAdapter:
     if _default is None or _default_pid != os.getpid():
         _default, _default_pid = DockerAdapter(), os.getpid()
     return _default
+
+
+def _read_build_chunk(chunk: dict[str, Any], log: list[str]) -> None:
+    """One decoded message of a build's output: its lines go to `log`; an error ends the build
+    (BuildFailed, with the log so far)."""
+    if "stream" in chunk:
+        log.extend(chunk["stream"].rstrip("\n").splitlines())
+    if "error" in chunk:
+        log.append(chunk["error"].rstrip())
+        raise BuildFailed(chunk["error"].strip(), log)
