@@ -135,7 +135,9 @@ def collect_with(
     server: VllmServer,
     during: Callable[[], None],
     *,
-    max_tokens: int = 160,
+    # Long turns: the update must land inside one, and on a loaded machine (CI: sandboxes
+    # starting on both cores) it has been seen to take longer than 150 tokens to arrive.
+    max_tokens: int = 640,
     max_turns: int = 2,
     wait_for_turn: bool = True,
 ) -> list[dict]:
