@@ -164,10 +164,14 @@ while :; do
     if [ -z "$rc" ]; then
       gone=
       kill -0 "$job" 2>/dev/null || gone=1
-      if read -r -t 0.05 -u $done n k v && [ "$n $k" = "$nonce rc" ]; then
-        rc=$v
+      if read -r -t 0.05 -u $done n k v; then
+        # Another request's line is skipped, never taken for this one's silence: a request
+        # killed at its limit can still say its code after the kill (gVisor delivers a group
+        # kill one process at a time), and this job may be gone already with its own line
+        # queued behind that one.
+        [ "$n $k" = "$nonce rc" ] && rc=$v
       elif [ -n "$gone" ]; then
-        rc=gone  # killed before it could say
+        rc=gone  # killed before it could say (its line would have been read first)
       fi
       # A line while busy: the service giving up on this request (it was cancelled), or the
       # next request, kept for later. Not while an upload may still be on stdin: that is the

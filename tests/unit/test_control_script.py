@@ -1,0 +1,70 @@
+"""The control channel's PID 1 script (sandboxes/control.py), run in a local bash with no
+container: what it answers when the pipe that carries each request's exit code holds lines of
+earlier requests. A request killed at its limit can still write its line after the kill (gVisor
+delivers a group kill one process at a time), so the next request finds that line first."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandboxes.control import PID1_SCRIPT
+
+END = re.compile(rb"@@rollouts ([0-9a-f]{16}) end (\d+) ([01])\n")
+
+
+def _pipes(pid: int) -> list[Path]:
+    """PID's file descriptors of 10 and up that are pipes (`exec {fd}<> <(:)` opens them)."""
+    out = []
+    for fd in sorted(Path(f"/proc/{pid}/fd").iterdir(), key=lambda p: int(p.name)):
+        if int(fd.name) >= 10 and stat.S_ISFIFO(os.stat(fd).st_mode):
+            out.append(fd)
+    return out
+
+
+def _request(proc: subprocess.Popen, nonce: str, command: str) -> bytes:
+    args = shlex.join(["bash", "-c", command]).encode()
+    header = f"@@rollouts {nonce} 10000000 {len(args)} 0\n".encode()
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(header + args)
+    proc.stdin.flush()
+    answer = b""
+    while not END.search(answer):
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        assert chunk, f"PID 1 ended; so far: {answer!r}"
+        answer += chunk
+    return answer
+
+
+@pytest.mark.timeout(60)
+def test_an_earlier_requests_exit_code_line_is_not_taken_for_silence(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        ["bash", "-c", PID1_SCRIPT, "rollouts-control", "boot", str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        first = _request(proc, "0" * 16, "echo warm")  # PID 1 is up, its pipes are open
+        assert END.search(first).group(2) == b"0"  # type: ignore[union-attr]
+        # Lines of killed requests, many: the reader meets them while the next request's
+        # job has already exited, which is when a stale line was once taken for "killed
+        # before it could say" and the job's own exit status (0) reported.
+        stale = b"".join(b"%016x rc 137\n" % i for i in range(1, 400))
+        for pipe in _pipes(proc.pid):
+            with open(pipe, "wb", buffering=0) as f:
+                f.write(stale)
+        for i in range(3):
+            nonce = f"{0xABC0 + i:016x}"
+            answer = _request(proc, nonce, "echo $((6*7)); exit 3")
+            end = END.search(answer)
+            assert end is not None and end.group(1) == nonce.encode()
+            assert end.group(2) == b"3", answer[-200:]
+    finally:
+        proc.kill()
+        proc.wait(10)
