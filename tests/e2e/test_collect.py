@@ -65,11 +65,11 @@ def by_group(trajs: list[Trajectory]) -> dict[str, list[Trajectory]]:
 @pytest.mark.parametrize("p_correct", [1.0, 0.0])
 def test_rewards_follow_the_stand_in(tmp_path: Path, p_correct: float) -> None:
     trajs = run_collect(
-        tmp_path, "--limit", "3", "--n-samples", "8", "--p-correct", str(p_correct), "--seed", "3"
+        tmp_path, "--limit", "2", "--n-samples", "4", "--p-correct", str(p_correct), "--seed", "3"
     )
-    assert len(trajs) == 24
+    assert len(trajs) == 8
     groups = by_group(trajs)
-    assert len(groups) == 3 and all(len(g) == 8 for g in groups.values())
+    assert len(groups) == 2 and all(len(g) == 4 for g in groups.values())
     assert all(t.status is Status.ok for t in trajs), [t.status for t in trajs]
     assert {t.reward for t in trajs} == {p_correct}
     assert all(t.advantage == 0.0 for t in trajs)  # zero variance: no signal
