@@ -35,7 +35,7 @@ class Sizes:
     sqlite_blobs: int
 
 
-# The full run stays under 10 minutes on 2 cores. The overlap batch (2 tasks x 8 through 4
-# slots) is four waves, as an RL step's batch is several times the samples in flight.
-FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 2, 8, 4, 2048, 10_000, 1280)
-QUICK = Sizes(1, 2, (1, 2), (2,), 5, 1, 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease
+# The full run takes about a quarter of an hour on 2 cores. The overlap batch (4 tasks x 8
+# through 8 slots) is four waves, as an RL step's batch is several times the samples in flight.
+FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 4, 8, 8, 2048, 10_000, 1280)
+QUICK = Sizes(1, 2, (2,), (2,), 5, 1, 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease
