@@ -164,12 +164,20 @@ while :; do
     if [ -z "$rc" ]; then
       gone=
       kill -0 "$job" 2>/dev/null || gone=1
-      if read -r -t 0.05 -u $done n k v; then
+      # One byte with a timeout, then the rest of the line without one: a `read -t` that
+      # times out keeps what it consumed, and bash reads a pipe a byte at a time, so on a
+      # loaded machine a line read with a timeout can be cut in two, its first half lost.
+      # A line is written whole (one write, under PIPE_BUF), so its rest is there.
+      c=
+      if IFS= read -r -t 0.05 -n 1 -u $done c || [ -n "$c" ]; then
+        said=
+        [ -z "$c" ] || IFS= read -r -u $done said
+        said=$c$said
         # Another request's line is skipped, never taken for this one's silence: a request
         # killed at its limit can still say its code after the kill (gVisor delivers a group
         # kill one process at a time), and this job may be gone already with its own line
         # queued behind that one.
-        [ "$n $k" = "$nonce rc" ] && rc=$v
+        [ "${said% *}" = "$nonce rc" ] && rc=${said##* }
       elif [ -n "$gone" ]; then
         rc=gone  # killed before it could say (its line would have been read first)
       fi
