@@ -55,13 +55,13 @@ def _answer(proc: subprocess.Popen) -> bytes:
     return answer
 
 
-def _pipes(pid: int) -> list[Path]:
-    """PID's file descriptors of 10 and up that are pipes (`exec {fd}<> <(:)` opens them)."""
-    out = []
-    for fd in sorted(Path(f"/proc/{pid}/fd").iterdir(), key=lambda p: int(p.name)):
+def _write_pipes(pid: int, data: bytes) -> None:
+    """`data` into each of PID's file descriptors of 10 and up that is a pipe (`exec {fd}<>
+    <(:)` opens them: the exit-code pipe, and the idle tick's, which ignores it)."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
         if int(fd.name) >= 10 and stat.S_ISFIFO(os.stat(fd).st_mode):
-            out.append(fd)
-    return out
+            with open(fd, "wb", buffering=0) as f:
+                f.write(data)
 
 
 def _request(proc: subprocess.Popen, nonce: str, command: str) -> bytes:
@@ -79,9 +79,7 @@ def test_an_earlier_requests_exit_code_line_is_not_taken_for_silence(tmp_path: P
         # job has already exited, which is when a stale line was once taken for "killed
         # before it could say" and the job's own exit status (0) reported.
         stale = b"".join(b"%016x rc 137\n" % i for i in range(1, 400))
-        for pipe in _pipes(proc.pid):
-            with open(pipe, "wb", buffering=0) as f:
-                f.write(stale)
+        _write_pipes(proc.pid, stale)
         for i in range(3):
             nonce = f"{0xABC0 + i:016x}"
             answer = _request(proc, nonce, "echo $((6*7)); exit 3")
@@ -105,17 +103,10 @@ def test_a_line_that_comes_in_pieces_is_read_whole(tmp_path: Path) -> None:
         # The job ends without writing its own line: its command kills it (the job's shell is
         # the command's parent), so the only line for this nonce is the one written here.
         _send(proc, nonce, "sleep 0.3; kill -9 $PPID")
-        done = [open(p, "wb", buffering=0) for p in _pipes(proc.pid)]  # noqa: SIM115
-        try:
-            time.sleep(0.1)
-            for f in done:
-                f.write(f"{nonce} r".encode())
-            time.sleep(0.4)  # the job is gone by now
-            for f in done:
-                f.write(b"c 9\n")
-        finally:
-            for f in done:
-                f.close()
+        time.sleep(0.1)
+        _write_pipes(proc.pid, f"{nonce} r".encode())
+        time.sleep(0.4)  # the job is gone by now
+        _write_pipes(proc.pid, b"c 9\n")
         end = END.search(_answer(proc))
         assert end is not None and end.group(1) == nonce.encode()
         assert end.group(2) == b"9", end.group(0)
