@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +24,7 @@ from service.components import (
     ComponentsFactory,
     build_components,
 )
+from service.concurrency import ConcurrencyController, ConcurrencySettings
 from service.errors import Busy, ClientError, InvalidRequest
 from service.events import EventHub
 from service.heap import return_large_buffers_to_os
@@ -131,6 +133,13 @@ def create_app(
             events=events,
             metrics=metrics,
             on_group_ready=lambda: holder["leasing"].notify(),
+            concurrency_control=(
+                ConcurrencyController(
+                    ConcurrencySettings(ceiling=config.max_concurrent_samples), time.monotonic()
+                )
+                if config.adaptive_concurrency
+                else None
+            ),
         )
         leasing = Leasing(
             store,

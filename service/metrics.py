@@ -55,6 +55,11 @@ class Metrics:
             "rollouts_queued_samples", "Samples waiting for a slot", registry=r
         )
         self.running_samples = Gauge("rollouts_running_samples", "Samples in flight", registry=r)
+        self.concurrency_level = Gauge(
+            "rollouts_concurrency_level", "Samples allowed in their episode at once (the "
+            "controller's level with --adaptive-concurrency, else --max-concurrent-samples)",
+            registry=r,
+        )  # fmt: skip
         self.groups_by_state = Gauge(
             "rollouts_groups", "Groups by state (refreshed on scrape)", ["state"], registry=r
         )

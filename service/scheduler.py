@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sandboxes.task import Task
+from service.concurrency import ConcurrencyController
 from service.errors import Busy, InvalidRequest
 from service.events import EventHub
 from service.metrics import Metrics
@@ -168,6 +169,14 @@ class _Slots:
             self.free += n
             self._cond.notify_all()
 
+    async def resize(self, total: int) -> None:
+        """A new number of slots. Fewer: the free count may go below zero, so the slots held
+        now are given back before any is taken again (nothing running is stopped)."""
+        async with self._cond:
+            self.free += total - self.total
+            self.total = total
+            self._cond.notify_all()
+
 
 class Scheduler:
     def __init__(
@@ -186,10 +195,12 @@ class Scheduler:
         events: EventHub | None = None,
         metrics: Metrics | None = None,
         on_group_ready: Callable[[], None] = lambda: None,
+        concurrency_control: ConcurrencyController | None = None,
     ) -> None:
         """`retry_masked`: re-runs of a masked sample for requests that name none; `ready`:
         whether the service can run samples now (components' readiness checks), which a re-run
-        waits for, up to `ready_timeout_s`."""
+        waits for, up to `ready_timeout_s`. `concurrency_control`: moves the number of slots under
+        `max_concurrent_samples` by what finished samples show (service/concurrency.py)."""
         self.store = store
         self.runner = runner
         self.load_tasks = load_tasks
@@ -209,7 +220,11 @@ class Scheduler:
         # (-priority, order, sequence, work): a work put back keeps its place.
         self._queue: asyncio.PriorityQueue[tuple[int, int, int, _Work]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
-        self._slots = _Slots(max_concurrent_samples)  # samples in their episode
+        self.concurrency_control = concurrency_control
+        # Samples in their episode: the controller's level when there is one.
+        self._slots = _Slots(
+            concurrency_control.level if concurrency_control else max_concurrent_samples
+        )
         self._finishing = _Slots(max_concurrent_samples)  # samples verifying or committing
         self._dispatcher: asyncio.Task[None] | None = None
 
@@ -502,6 +517,7 @@ class Scheduler:
         """Commit a sample's trajectory, or queue it to run again."""
         if t.attempts != spec.attempt:  # the scheduler counts the runs
             t = t.model_copy(update={"attempts": spec.attempt})
+        await self._follow_level(t)
         again = await self._rerun(ctx, spec, t)
         if again is None:
             await self._record(t)
@@ -603,10 +619,34 @@ class Scheduler:
             )
             self._rollouts.pop(t.rollout_id, None)
 
+    @property
+    def concurrency(self) -> int:
+        """Samples allowed in their episode at once now."""
+        return self._slots.total
+
+    async def _follow_level(self, t: Trajectory) -> None:
+        """A finished sample, for the concurrency controller; the slots follow its level.
+        Samples that never reached a sandbox (cancelled, or the policy failed first) say nothing
+        of the sandboxes' load."""
+        control = self.concurrency_control
+        if control is None or t.status in (Status.cancelled, Status.policy_error):
+            return
+        before = control.level
+        control.finished(
+            now=time.monotonic(),
+            start_s=t.timings.create_s,
+            verify_s=t.timings.verify_s,
+            failed=t.status == Status.sandbox_error,
+        )
+        if control.level != before:
+            await self._slots.resize(control.level)
+        self._update_gauges()
+
     def _update_gauges(self) -> None:
         if self.metrics is not None:
             self.metrics.queued_samples.set(self.queued_samples)
             self.metrics.running_samples.set(self.running_samples)
+            self.metrics.concurrency_level.set(self._slots.total)
 
 
 def _failed(spec: SampleSpec, version: int, why: str) -> Trajectory:

@@ -51,6 +51,9 @@ class ServiceSettings(_Group):
     data_dir: Path = Path("./rollouts-data")
     api_key: str | None = None
     max_concurrent_samples: int = Field(default=64, ge=1)
+    # Let the number of samples in their episode find its level under max_concurrent_samples
+    # (a ceiling then, not a guess): service/concurrency.py.
+    adaptive_concurrency: bool = False
     max_queued_samples: int = Field(default=100_000, ge=1)
     # Re-runs of a sample masked by an infrastructure fault, for requests that name none.
     retry_masked: int = Field(default=RETRY_MASKED, ge=0, le=MAX_RETRY_MASKED)

@@ -47,6 +47,12 @@ def register(app: typer.Typer) -> None:
         max_concurrent_samples: int = typer.Option(
             _service("max_concurrent_samples"), "--max-concurrent-samples", min=1
         ),
+        adaptive_concurrency: bool = typer.Option(
+            _service("adaptive_concurrency"),
+            "--adaptive-concurrency/--fixed-concurrency",
+            help="Let the samples in flight find their level under --max-concurrent-samples "
+            "(grow while throughput grows, back off on latency or failures).",
+        ),
         max_queued_samples: int = typer.Option(
             _service("max_queued_samples"), "--max-queued-samples", min=1
         ),
@@ -128,6 +134,7 @@ def register(app: typer.Typer) -> None:
                 service=ServiceSettings(
                     host=host, port=port, data_dir=data_dir, api_key=api_key or None,
                     max_concurrent_samples=max_concurrent_samples,
+                    adaptive_concurrency=adaptive_concurrency,
                     max_queued_samples=max_queued_samples, retry_masked=retry_masked,
                     datasets=_datasets(dataset or []),
                     stale_policy=stale_policy, lease_ttl_s=lease_ttl_s,

@@ -66,6 +66,10 @@ class LiveStats(BaseModel):
 
     running_samples: int
     queued_samples: int
+    concurrency: int = Field(
+        description="samples allowed in their episode at once: the controller's level under "
+        "--adaptive-concurrency, else --max-concurrent-samples"
+    )
     policy_version: int
     max_staleness: int | None
     warm_pool: float | None = Field(description="warm sandboxes ready; null: not tracked")
@@ -92,6 +96,7 @@ async def all_events(
         live = LiveStats(
             running_samples=state.scheduler.running_samples,
             queued_samples=state.scheduler.queued_samples,
+            concurrency=state.scheduler.concurrency,
             policy_version=state.policy.version,
             max_staleness=state.policy.max_staleness,
             warm_pool=pool() if pool is not None else None,

@@ -112,6 +112,7 @@ function liveCards() {
       { class: "cards", id: "live-cards" },
       card("samples in flight", s ? s.running_samples : "—", { id: "in-flight" }),
       card("samples queued", s ? s.queued_samples : "—"),
+      card("concurrency", s ? s.concurrency : "—", { id: "concurrency" }),
       card("trajectories / min", last.length, { id: "throughput" }),
       card("generated tokens / min", last.reduce((a, t) => a + t.tokens, 0)),
       card("policy version", s ? s.policy_version : "—"),
