@@ -102,6 +102,9 @@ class Endpoint:
         self.mirrors = {}  # other side's class oid -> mirror class
         self.releases = []  # [oid, count] of proxies that died, sent with the next message
         self.broken = None
+        self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
+        self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
+        self.record_kinds = {}  # id(class) -> (class, `_record_kind` or None, its name)
 
     def send(self, msg):
         with self.send_lock:
@@ -119,7 +122,7 @@ class Endpoint:
                 raise PeerGone("a forked process cannot use its parent's channel")
             q = self.next_q
             self.next_q += 1
-            memo = codec.Memo()
+            memo = codec.Memo(records=self)
             nodes = [self.encode(a, memo) for a in args]
             msg = {"q": q, "op": op, "a": nodes, "t": memo.table}
             self.before_request(msg)
@@ -163,7 +166,7 @@ class Endpoint:
         back = msg.get("u") or []
         if not isinstance(table, list) or not isinstance(back, list):
             raise ProtocolError("table")
-        memo = codec.Memo(table)
+        memo = codec.Memo(table, records=self)
         if sent is not None:
             memo.originals = sent.objects
         try:
@@ -200,7 +203,7 @@ class Endpoint:
         self.on_request(msg)
         memo = self._built(msg)
         args = [self.decode(a, memo) for a in raw]
-        out = codec.Memo()
+        out = codec.Memo(records=self)
         # The caller's own containers, if they come back in the answer, stay theirs.
         out.refs = {id(c): n for n, c in memo.objects.items() if isinstance(c, codec.MUTABLE)}
         reply = {"r": q}
@@ -352,6 +355,12 @@ class Endpoint:
         """The other side's module `name` (see trusted.py); a plain proxy by default."""
         return self._proxy(oid, class_node)
 
+    def fidelity_gap(self, module, qualname, why):
+        """A value of the other side's class `module.qualname` (of the standard library or an
+        installed package, not the workspace's) arrived as a mirror, which is not what it is
+        (`isinstance` with the real class fails): the trusted side records it for the grade's
+        calibration. Called once per class."""
+
     # ---- encoding ------------------------------------------------------------------------
 
     def encode(self, v, memo):
@@ -379,33 +388,55 @@ class Endpoint:
             named = _qualified(v)
             if named and not self._defined_here(v):
                 return ["g", named[0], named[1], self.export(v), self.class_node(type(v))]
-        return ["o", self.export(v), self.class_node(type(v))]
+        node = ["o", self.export(v), self.class_node(type(v))]
+        if isinstance(v, _ROUTINE_TYPES) and self.allowed_name("__name__"):
+            node.append(_routine_names(v))
+        return node
 
     def _defined_here(self, obj):
         module = sys.modules.get(getattr(obj, "__module__", None) or "")
         return module is not None and self.is_own_module(module)
 
     def class_node(self, cls, named=False):
-        """["C", oid, meta] for a class: its names, its non-builtin bases and, for exception
-        classes, the nearest builtin exception it derives from. `named`: a class sent as a
-        value also says where it can be imported from, so the receiver may use its own."""
+        """["C", oid, meta] for a class: its names and documentation, its non-builtin bases,
+        for exception classes the nearest builtin exception it derives from, the special
+        methods it has ("s"), whether it is hashable ("h"), the abstract base classes it is a
+        subclass of ("a"), and where it can be imported from ("g": a module and a qualified
+        name, when it is no class of the workspace; "i" when that module is of the standard
+        library or an installed package), so the receiver may use its own class of that name.
+        `named`: the class is sent as a value (not only described as some object's class)."""
+        bases = [self.class_node(b) for b in cls.__bases__ if b.__module__ != "builtins"]
+        meta = dict(self._class_facts(cls), b=bases)
+        return ["C", self.export(cls, value=named), meta]
+
+    def _class_facts(self, cls):
+        known = self.facts.get(id(cls))
+        if known is not None and known[0] is cls:
+            return known[1]
         builtin_exc = None
         if issubclass(cls, BaseException):
             for base in cls.__mro__:
                 if base.__module__ == "builtins":
                     builtin_exc = base.__name__
                     break
-        bases = [self.class_node(b) for b in cls.__bases__ if b.__module__ != "builtins"]
-        meta = {
+        doc = cls.__dict__.get("__doc__")
+        facts = {
             "n": cls.__name__,
             "q": getattr(cls, "__qualname__", cls.__name__),
             "m": getattr(cls, "__module__", "?"),
-            "b": bases,
+            "d": _cap(doc) if isinstance(doc, str) else None,
             "x": builtin_exc,
+            "s": proxies.special_methods(cls),
+            "h": proxies.hashable(cls),
+            "a": proxies.abcs_of(cls),
         }
-        if named and not self._defined_here(cls):
-            meta["g"] = _qualified(cls)
-        return ["C", self.export(cls, value=named), meta]
+        named = None if self._defined_here(cls) else _qualified(cls)
+        if named:
+            facts["g"] = named
+            if _installed(named[0]):
+                facts["i"] = 1
+        self.facts[id(cls)] = (cls, facts)
+        return facts
 
     def encode_exception(self, e, memo):
         encoder = self._reference_encoder(memo)
@@ -418,7 +449,18 @@ class Endpoint:
         except Exception:
             text = "<unprintable %s>" % type(e).__name__
         tb = _cap("".join(traceback.format_exception(type(e), e, e.__traceback__)))
-        return ["E", self.class_node(type(e)), args, text, tb, self.export(e)]
+        node = self.class_node(type(e))
+        attrs = []
+        if node[2].get("i"):  # the receiver may rebuild it: its attributes too (not its code)
+            try:
+                attrs = [
+                    [name, codec.leaf(value, memo, encoder)]
+                    for name, value in vars(e).items()
+                    if isinstance(name, str) and not name.startswith("__")
+                ]
+            except Exception:
+                attrs = []
+        return ["E", node, args, text, tb, self.export(e), attrs]
 
     # ---- decoding ------------------------------------------------------------------------
 
@@ -432,7 +474,10 @@ class Endpoint:
         tag = node[0]
         try:
             if tag == "o":
-                return self._proxy(node[1], node[2])
+                proxy = self._proxy(node[1], node[2])
+                if len(node) == 4:
+                    _set_routine_names(proxy, node[3])
+                return proxy
             if tag == "C":
                 return self.class_value(node)
             if tag == "x":
@@ -462,7 +507,19 @@ class Endpoint:
         object.__setattr__(proxy, "_rollouts_ep", self)
         object.__setattr__(proxy, "_rollouts_oid", oid)
         self.proxies[oid] = proxy
+        self._mirrored(class_node[2], "an instance of it arrived as a mirror")
         return proxy
+
+    def _mirrored(self, meta, why):
+        """Tell `fidelity_gap` (once) of a mirror standing for a class of the standard library
+        or an installed package (builtin types aside: their mirrors are all there is)."""
+        named = meta.get("g") if isinstance(meta, dict) and meta.get("i") else None
+        if not (isinstance(named, list) and len(named) == 2) or named[0] == "builtins":
+            return
+        key = (str(named[0]), str(named[1]))
+        if key not in self.gaps:
+            self.gaps.add(key)
+            self.fidelity_gap(key[0], key[1], why)
 
     def _global(self, node):
         """A module or function named by module and qualified name: ours if that module is
@@ -505,14 +562,26 @@ class Endpoint:
         if not any(issubclass(b, RemoteObject) for b in bases):
             bases.insert(0, RemoteObject)
         name, qualname, module = str(meta.get("n")), str(meta.get("q")), str(meta.get("m"))
-        namespace = {"__module__": module, "__qualname__": qualname, "__doc__": None}
+        doc = meta.get("d")
+        specials = meta.get("s")
+        specials = set(specials) if isinstance(specials, list) else set()
+        namespace = {
+            "__module__": module,
+            "__qualname__": qualname,
+            "__doc__": doc if isinstance(doc, str) else None,
+        }
+        namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
         try:
             cls = RemoteClassMeta(name, tuple(bases), namespace)
         except TypeError:  # an MRO the local bases cannot form: keep what matters
             fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
+            namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback))
             cls = RemoteClassMeta(name, fallback, namespace)
         type.__setattr__(cls, "_rollouts_ep", self)
         type.__setattr__(cls, "_rollouts_oid", oid)
+        abcs = meta.get("a")
+        if isinstance(abcs, list):
+            proxies.register_abcs(cls, abcs)
         self.mirrors[oid] = cls
         return cls
 
@@ -525,10 +594,10 @@ class Endpoint:
         return SAFE_EXCEPTIONS.get(name, Exception)
 
     def decode_exception(self, node, memo):
-        if not (isinstance(node, list) and len(node) == 6 and node[0] == "E"):
+        if not (isinstance(node, list) and len(node) == 7 and node[0] == "E"):
             raise ProtocolError("exception node")
-        _, class_node, raw_args, text, tb, oid = node
-        if not isinstance(raw_args, list) or type(oid) is not int:
+        _, class_node, raw_args, text, tb, oid, raw_attrs = node
+        if not (isinstance(raw_args, list) and isinstance(raw_attrs, list) and type(oid) is int):
             raise ProtocolError("exception node")
         known = self.proxies.get(oid)
         if known is not None:
@@ -539,19 +608,25 @@ class Endpoint:
         if not isinstance(meta, dict):
             raise ProtocolError("exception class")
         builtin_name = meta.get("x")
+        rebuilt = None
         if meta.get("m") == "builtins" and builtin_name in SAFE_EXCEPTIONS:
             cls = SAFE_EXCEPTIONS[builtin_name]
-            self.releases.append([oid, 1])
             try:
-                exc = cls(*args)
+                rebuilt = cls(*args)
             except Exception:
-                exc = cls.__new__(cls)
-                exc.args = args
+                rebuilt = cls.__new__(cls)
+                rebuilt.args = args
+        elif meta.get("g") is not None:
+            rebuilt = self._rebuilt_exception(meta, args, raw_attrs, memo)
+        if rebuilt is not None:
+            exc = rebuilt
+            self.releases.append([oid, 1])
         else:
             if meta.get("m") == "builtins" and builtin_name == "SystemExit":
                 cls = PeerExit
             else:
                 cls = self.mirror(class_node)
+                self._mirrored(meta, "an exception of it arrived as a mirror")
             exc = cls.__new__(cls)
             BaseException.__init__(exc, *args)
             object.__setattr__(exc, "_rollouts_text", str(text))
@@ -565,6 +640,83 @@ class Endpoint:
         if isinstance(tb, str) and tb and hasattr(exc, "add_note"):
             exc.add_note("[in the other process]\n" + tb.rstrip())
         return exc
+
+    def _rebuilt_exception(self, meta, args, raw_attrs, memo):
+        """The other side's exception as an instance of our own class of that name, or None.
+        Only for a class of the standard library or an installed package that is imported
+        here and is no runner's outcome (`_refused`); made by its `__new__` from the decoded
+        args, with the decoded attributes set after (its `__init__` never runs)."""
+        cls = self.importable_class(meta)
+        if cls is None or not issubclass(cls, Exception) or _refused(cls):
+            return None
+        try:
+            exc = cls.__new__(cls, *args)
+            exc.args = args
+            for item in raw_attrs:
+                name, value = item
+                if isinstance(name, str) and not name.startswith("__"):
+                    exc.__dict__[name] = self.decode(value, memo)
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return exc if type(exc) is cls else None
+
+    def importable_class(self, meta):
+        """Our own class named by a class node's "g" when it is one of the standard library or
+        an installed package, already imported here (nothing is imported because the other
+        side names it) and not the workspace's; else None."""
+        named = meta.get("g") if isinstance(meta, dict) else None
+        if not (isinstance(named, list) and len(named) == 2):
+            return None
+        module_name, qualname = named
+        if not isinstance(module_name, str) or not isinstance(qualname, str):
+            return None
+        module = sys.modules.get(module_name)
+        if module is None or not _installed(module_name) or self.is_own_module(module):
+            return None
+        found = _lookup(module_name, qualname)
+        if not isinstance(found, type) or isinstance(found, RemoteClassMeta):
+            return None
+        return found if _qualified(found) == (module_name, qualname) else None
+
+    # ---- records: named tuples and frozen dataclasses by value (codec.py asks) -------------
+
+    def describe(self, v):
+        """(kind, [module, qualname], field names, values, reference) when `v` travels by
+        value as a record: a named tuple or a frozen dataclass of a class of the standard
+        library or an installed package, its state all in its fields; else None."""
+        cls = type(v)
+        known = self.record_kinds.get(id(cls))
+        if known is None or known[0] is not cls:
+            facts = self._class_facts(cls)
+            known = (cls, _record_kind(cls) if facts.get("i") else None, facts.get("g"))
+            self.record_kinds[id(cls)] = known
+        _cls, record, named = known
+        if record is None:
+            return None
+        kind, fields = record
+        if getattr(v, "__dict__", None):  # state beyond its fields: it is no plain record
+            return None
+        values = list(v) if kind == "N" else [getattr(v, name) for name in fields]
+        return kind, list(named), list(fields), values
+
+    def rebuild(self, kind, named, fields, values, ref):
+        """A record of the other side as an instance of our own class of that name (made
+        without running its code: `tuple.__new__`, or `object.__new__` and its fields set),
+        or None when there is none here or its fields differ (then `ref` stands for it)."""
+        cls = self.importable_class({"g": named})
+        if cls is None or _record_kind(cls) != (kind, fields) or len(values) != len(fields):
+            return None
+        if kind == "N":
+            obj = tuple.__new__(cls, values)
+        elif cls.__new__ is object.__new__:
+            obj = object.__new__(cls)
+            for i, name in enumerate(fields):  # (zip's strict= is 3.10's: this runs on 3.8)
+                object.__setattr__(obj, name, values[i])
+        else:
+            return None
+        if len(ref) > 1 and type(ref[1]) is int:
+            self.releases.append([ref[1], 1])
+        return obj
 
 
 def _same_entry(new, old):
@@ -580,6 +732,99 @@ def _same_entry(new, old):
         return x
 
     return norm(new, True) == norm(old, False)
+
+
+_ROUTINE_TYPES = _FUNCTION_TYPES + (
+    types.MethodType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
+)
+
+
+_ROUTINE_NAMES = (("n", "__name__"), ("q", "__qualname__"), ("m", "__module__"), ("d", "__doc__"))
+
+
+def _routine_names(fn):
+    """A routine's names and documentation, as its own (C-level) attributes say."""
+    names = {}
+    for key, attr in _ROUTINE_NAMES:
+        value = getattr(fn, attr, None)
+        names[key] = (_cap(value) if key == "d" else value) if isinstance(value, str) else None
+    return names
+
+
+def _set_routine_names(proxy, names):
+    """Answer a routine proxy's names and documentation here (the class node has its class's)."""
+    if not isinstance(names, dict):
+        raise ProtocolError("routine names")
+    for key, attr in _ROUTINE_NAMES:
+        value = names.get(key)
+        if isinstance(value, str):
+            object.__setattr__(proxy, attr, value)
+
+
+def _install_roots():
+    """Folders of the standard library and of installed packages (not the tests', not the
+    workspace's), resolved."""
+    if "roots" not in _memo:
+        import site
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        roots = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+        if hasattr(site, "getsitepackages"):
+            roots += site.getsitepackages()
+        _memo["roots"] = tuple(
+            os.path.realpath(r) + os.sep for r in roots if isinstance(r, str) and r
+        )
+    return _memo["roots"]
+
+
+_memo = {}
+
+
+def _installed(module_name):
+    """Whether imported module `module_name` is of the standard library or an installed
+    package: built into the interpreter, or loaded from beneath `_install_roots`."""
+    if module_name in sys.builtin_module_names:
+        return True
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    if not isinstance(path, str):
+        return False
+    path = os.path.realpath(path)
+    return any(path.startswith(root) for root in _install_roots())
+
+
+# Packages whose exceptions a runner treats as an outcome (skip, xfail, fail, exit, a debugger's
+# quit): the other side's never become ours.
+_RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "unittest", "bdb", "nose", "pdb"})
+
+
+def _refused(cls):
+    return any(
+        str(getattr(k, "__module__", "")).partition(".")[0] in _RUNNER_PACKAGES for k in cls.__mro__
+    )
+
+
+def _record_kind(cls):
+    """("N", fields) for a named tuple class, ("D", fields) for a frozen dataclass, else None:
+    the classes whose instances are their fields and nothing else."""
+    if issubclass(cls, BaseException):
+        return None
+    if issubclass(cls, tuple):
+        fields = getattr(cls, "_fields", None)
+        if isinstance(fields, tuple) and all(type(f) is str for f in fields):
+            return ("N", list(fields))
+        return None
+    params = getattr(cls, "__dataclass_params__", None)
+    if getattr(params, "frozen", False) is not True:
+        return None
+    import dataclasses
+
+    try:
+        return ("D", [f.name for f in dataclasses.fields(cls)])
+    except TypeError:
+        return None
 
 
 def _lookup(module_name, qualname):
