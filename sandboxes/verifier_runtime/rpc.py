@@ -21,10 +21,14 @@ function the receiver may already have under that name, ["E", ...] an exception.
 
 Decoding never runs code the other side chose: it builds plain values, proxies, references to
 our own exported objects, or, for names of modules, classes and functions already imported
-here, our own objects. Exceptions from the other side become builtin exceptions (the
-`Exception` subclasses of builtins) or mirror classes derived from one, so no exception from
-the tested code can be one that a test runner treats as a skip, an exit or an interrupt
-(`PeerExit` for SystemExit).
+here, our own objects. A proxy's mirror class has the special methods and abstract base
+classes of the real class, nothing more (proxies.py). Exceptions, named tuples and frozen
+dataclasses of the standard library or of installed packages become instances of our own
+class of that name where it is imported here (made from decoded values, never by running
+what the other side sent); other exceptions become mirror classes derived from their nearest
+builtin exception, so no exception from the tested code can be one that a test runner treats
+as a skip, an exit or an interrupt (`_RUNNER_PACKAGES`; `PeerExit` for SystemExit). What
+stays a mirror although it is the standard library's or a package's goes to `fidelity_gap`.
 
 Standard library only, Python >= 3.8: it runs under the task image's interpreter.
 """
@@ -451,12 +455,14 @@ class Endpoint:
         tb = _cap("".join(traceback.format_exception(type(e), e, e.__traceback__)))
         node = self.class_node(type(e))
         attrs = []
-        if node[2].get("i"):  # the receiver may rebuild it: its attributes too (not its code)
+        if node[2].get("i") and not _refused(type(e)):
+            # The receiver may rebuild it: its attributes go too (those the other side may
+            # read), as values or references, never its code.
             try:
                 attrs = [
                     [name, codec.leaf(value, memo, encoder)]
                     for name, value in vars(e).items()
-                    if isinstance(name, str) and not name.startswith("__")
+                    if self.allowed_name(name) and not name.startswith("__")
                 ]
             except Exception:
                 attrs = []
@@ -795,9 +801,25 @@ def _installed(module_name):
     return any(path.startswith(root) for root in _install_roots())
 
 
-# Packages whose exceptions a runner treats as an outcome (skip, xfail, fail, exit, a debugger's
-# quit): the other side's never become ours.
-_RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "unittest", "bdb", "nose", "pdb"})
+# Packages whose exceptions a runner or test framework treats as an outcome (skip, xfail, fail,
+# exit, a debugger's quit, hypothesis's rejected example, a hook's error): the other side's
+# never become ours, and stay mirrors derived from their nearest builtin exception.
+_RUNNER_PACKAGES = frozenset(
+    {
+        "_pytest",
+        "pytest",
+        "pluggy",
+        "unittest",
+        "doctest",
+        "bdb",
+        "pdb",
+        "nose",
+        "nose2",
+        "hypothesis",
+        "twisted",
+        "py",
+    }
+)
 
 
 def _refused(cls):
