@@ -12,11 +12,12 @@ A frame is a 4-byte big-endian length and one JSON object. Values inside a messa
   and shared and cyclic references come out as they went in. Both directions are loops,
   never recursion;
 - ["R", n] (only in a copy-back) is the receiver's own container n of the request;
-- records, when the endpoint describes a value as one (rpc.py: named tuples and frozen
-  dataclasses of the standard library or installed packages), are table entries too:
-  [kind, [module, qualname], fields, values, reference]; the receiver rebuilds them as its own
-  class of that name from the values alone, or, where it has no such class, uses the
-  reference (a proxy);
+- records, when the endpoint describes a value as one (rpc.py: named tuples, dataclasses and
+  namespaces of the standard library or installed packages), are table entries too:
+  [kind, [module, qualname], fields, values, reference], kind "N" or "D" immutable, "M"
+  mutable (built empty first, filled last, and copied back like a list); the receiver
+  rebuilds them as its own class of that name from the values alone, or, where it has no
+  such class, uses the reference (a proxy);
 - everything else is a reference, encoded and decoded by the endpoint (rpc.py).
 
 Decoding builds plain values and asks the endpoint for references; it runs no code the other
@@ -124,7 +125,8 @@ MUTABLE = (
     collections.deque,
     collections.defaultdict,
 )
-_MUTABLE_TAGS = ("l", "d", "s", "B", "od", "ct", "dq", "dd")
+_MUTABLE_TAGS = ("l", "d", "s", "B", "od", "ct", "dq", "dd", "M")
+_RECORD_TAGS = ("N", "D", "M")
 
 
 def _is_composite(v, t):
@@ -151,6 +153,7 @@ class Memo:
     def __init__(self, table=None, records=None):
         self.records = records  # describe(v) and rebuild(...) of records (rpc.Endpoint)
         self.described = {}  # id(record) -> what `records.describe` said of it (encoding)
+        self.unfilled = set()  # n of mutable records built empty, to fill (decoding)
         self.ids = {}  # id(composite) -> n (encoding)
         self.objects = {}  # n -> composite: sent (encoding) or built (decoding)
         self.pending = []  # (n, composite) still to encode
@@ -200,6 +203,8 @@ def leaf(v, memo, reference):
             if v.tzinfo is None or type(v.tzinfo).__qualname__ == "timezone":
                 return ["v", "datetime", [v.isoformat(), v.fold]]
     key = id(v)
+    if memo.refs is not None and key in memo.refs:
+        return ["R", memo.refs[key]]
     if key in memo.ids:
         return ["@", memo.ids[key]]
     record = memo.records.describe(v) if memo.records is not None else None
@@ -218,6 +223,16 @@ def drain(memo, reference):
     while memo.pending:
         n, v = memo.pending.pop()
         memo.table[n - 1] = composite(v, memo, reference)
+
+
+def entry(v, memo, reference):
+    """The table entry of composite or record `v` (a copy-back's), or None if it is neither."""
+    if id(v) not in memo.described and not _is_composite(v, type(v)):
+        record = memo.records.describe(v) if memo.records is not None else None
+        if record is None:
+            return None
+        memo.described[id(v)] = record
+    return composite(v, memo, reference)
 
 
 def composite(v, memo, reference):
@@ -299,13 +314,19 @@ def build(memo, reference, extra=()):
     for i, node in enumerate(raw, 1):
         if not (isinstance(node, list) and node and isinstance(node[0], str)):
             raise ProtocolError("table entry %d" % i)
-        if node[0] in _MUTABLE_TAGS:
+        if node[0] == "M":
+            memo.objects[i] = _empty_record(i, node, memo, reference)
+        elif node[0] in _MUTABLE_TAGS:
             memo.objects[i] = _empty(node)
     for i in range(1, len(raw) + 1):
         if i not in memo.objects:
             _build_immutable(i, raw, memo, reference)
     for i, node in enumerate(raw, 1):
-        if node[0] in _MUTABLE_TAGS:
+        if node[0] == "M":
+            if i in memo.unfilled:
+                values = [decode_leaf(x, memo, reference) for x in node[3]]
+                memo.records.fill(memo.objects[i], node[2], values)
+        elif node[0] in _MUTABLE_TAGS:
             _fill(memo.objects[i], node, memo, reference)
     return [memo.objects[i] for i in range(len(memo.table) + 1, len(raw) + 1)]
 
@@ -370,11 +391,31 @@ def _build_immutable(start, raw, memo, reference):
         stack.pop()
 
 
+def _empty_record(i, node, memo, reference):
+    """A mutable record entry's object before its fields: the receiver's own class's, to be
+    filled (`memo.unfilled`), or else the sender's object by reference."""
+    _record_items(node)
+    kind, named, fields, _values, ref = node
+    if memo.records is not None:
+        found = memo.records.rebuild(kind, named, fields, None, ref)
+        if found is not None:
+            memo.unfilled.add(i)
+            return found
+    return reference(ref)
+
+
 def _immutable_items(node):
     """The item nodes of an immutable table entry (a tuple, a frozenset or a record)."""
     if node[0] in ("t", "F") and len(node) == 2 and isinstance(node[1], list):
         return node[1]
-    if node[0] in ("N", "D") and len(node) == 5:
+    if node[0] in ("N", "D"):
+        return _record_items(node)
+    raise ProtocolError("bad table entry %r" % (node[0],))
+
+
+def _record_items(node):
+    """The value nodes of a record entry, checked for shape."""
+    if len(node) == 5:
         _kind, named, fields, values, ref = node
         if (
             isinstance(named, list)
@@ -385,9 +426,10 @@ def _immutable_items(node):
             and isinstance(values, list)
             and isinstance(ref, list)
             and ref[:1] == ["o"]
+            and len(values) == len(fields)
         ):
             return values
-    raise ProtocolError("bad table entry %r" % (node[0],))
+    raise ProtocolError("bad %r record" % (node[0],))
 
 
 def _record(node, values, memo, reference):

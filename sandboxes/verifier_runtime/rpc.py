@@ -183,7 +183,9 @@ class Endpoint:
             original = sent.objects.get(n) if sent is not None else None
             if original is None or type(original) is not type(new):
                 raise ProtocolError("copy-back of container %r" % (n,))
-            if isinstance(original, (list, bytearray)):
+            if not isinstance(original, codec.MUTABLE):  # a mutable record
+                _update_record(original, new)
+            elif isinstance(original, (list, bytearray)):
                 original[:] = new
             elif isinstance(original, collections.deque):
                 original.clear()
@@ -209,7 +211,7 @@ class Endpoint:
         args = [self.decode(a, memo) for a in raw]
         out = codec.Memo(records=self)
         # The caller's own containers, if they come back in the answer, stay theirs.
-        out.refs = {id(c): n for n, c in memo.objects.items() if isinstance(c, codec.MUTABLE)}
+        out.refs = {id(c): n for n, c in memo.objects.items() if _mutable(memo, n, c)}
         reply = {"r": q}
         try:
             reply["v"] = self.encode(self.dispatch(op, args), out)
@@ -231,14 +233,14 @@ class Endpoint:
         back = []
         encoder = self._reference_encoder(out)
         for n, container in request.objects.items():
-            if not isinstance(container, codec.MUTABLE):
+            if not _mutable(request, n, container):
                 continue
             try:
-                node = codec.composite(container, out, encoder)
+                node = codec.entry(container, out, encoder)
                 codec.drain(out, encoder)
             except Exception:
                 continue
-            if not _same_entry(node, request.table[n - 1]):
+            if node is not None and not _same_entry(node, request.table[n - 1]):
                 back.append([n, node])
         return back
 
@@ -700,29 +702,48 @@ class Endpoint:
         if record is None:
             return None
         kind, fields = record
-        if getattr(v, "__dict__", None):  # state beyond its fields: it is no plain record
-            return None
+        state = getattr(v, "__dict__", None) or {}
+        if fields is None:  # a namespace: its attributes are its fields
+            fields = list(state)
+            if not all(_field_name(name) for name in fields):
+                return None
+        elif (state and kind == "N") or not set(state) <= set(fields):
+            return None  # state beyond its fields: it is no plain record
         values = list(v) if kind == "N" else [getattr(v, name) for name in fields]
         return kind, list(named), list(fields), values
 
     def rebuild(self, kind, named, fields, values, ref):
-        """A record of the other side as an instance of our own class of that name (made
-        without running its code: `tuple.__new__`, or `object.__new__` and its fields set),
-        or None when there is none here or its fields differ (then `ref` stands for it)."""
+        """A record of the other side as an instance of our own class of that name, made
+        without running its code (`tuple.__new__`, or `object.__new__` and its fields set;
+        a mutable one is filled later, `fill`), or None when there is none here or its fields
+        differ (then `ref` stands for it)."""
         cls = self.importable_class({"g": named})
-        if cls is None or _record_kind(cls) != (kind, fields) or len(values) != len(fields):
+        known = _record_kind(cls) if cls is not None else None
+        if known is None or known[0] != kind:
+            return None
+        if known[1] is None:
+            if not all(_field_name(name) for name in fields):
+                return None
+        elif known[1] != fields:
             return None
         if kind == "N":
             obj = tuple.__new__(cls, values)
         elif cls.__new__ is object.__new__:
             obj = object.__new__(cls)
-            for i, name in enumerate(fields):  # (zip's strict= is 3.10's: this runs on 3.8)
-                object.__setattr__(obj, name, values[i])
+            if values is not None:
+                self.fill(obj, fields, values)
+        elif cls is types.SimpleNamespace:
+            obj = types.SimpleNamespace()
         else:
             return None
         if len(ref) > 1 and type(ref[1]) is int:
             self.releases.append([ref[1], 1])
         return obj
+
+    def fill(self, obj, fields, values):
+        """Set a rebuilt record's fields (checked by `rebuild`) to their decoded values."""
+        for i, name in enumerate(fields):  # (zip's strict= is 3.10's: this runs on 3.8)
+            object.__setattr__(obj, name, values[i])
 
 
 def _same_entry(new, old):
@@ -734,6 +755,8 @@ def _same_entry(new, old):
         if isinstance(x, list):
             if len(x) == 2 and x[0] in ("@", "R"):
                 return ("new" if answer and x[0] == "@" else "req", x[1])
+            if len(x) == 5 and x[0] == "M":  # a record: its reference is sent anew each time
+                x = x[:4]
             return [norm(y, answer) for y in x]
         return x
 
@@ -828,25 +851,83 @@ def _refused(cls):
     )
 
 
+_JUDGED = ("eq", "ne", "lt", "le", "gt", "ge", "hash", "contains", "len", "iter", "getitem", "bool")
+
+
+def _plain_semantics(cls):
+    """Whether `cls` compares, hashes, measures and iterates its instances as their data: each
+    of those methods is tuple's or object's, or one that dataclasses generated (its code comes
+    from no file, in a class decorated as a dataclass). A rebuilt record is judged by its own
+    class's methods, not the trusted side's probes: the other side must not pick a class
+    whose equality is loose."""
+    for name in _JUDGED:
+        dunder = "__%s__" % name
+        for klass in cls.__mro__:
+            attrs = getattr(klass, "__dict__", {})
+            if dunder not in attrs:
+                continue
+            method = attrs[dunder]
+            code = getattr(method, "__code__", None)
+            generated = (  # by dataclasses, for the dataclass that holds it
+                code is not None
+                and code.co_filename == "<string>"
+                and "__dataclass_fields__" in attrs
+            )
+            if not (klass in (tuple, object) or method is None or generated):
+                return False
+            break
+    return True
+
+
 def _record_kind(cls):
-    """("N", fields) for a named tuple class, ("D", fields) for a frozen dataclass, else None:
-    the classes whose instances are their fields and nothing else."""
+    """What class `cls`'s instances are when they are their fields and nothing else: ("N",
+    fields) a named tuple, ("D", fields) a frozen dataclass, ("M", fields) a mutable one,
+    ("M", None) a namespace (`argparse.Namespace`, `types.SimpleNamespace`: its fields are
+    its instance's); else None."""
     if issubclass(cls, BaseException):
+        return None
+    if cls is types.SimpleNamespace or cls is getattr(sys.modules.get("argparse"), "Namespace", 0):
+        return ("M", None)  # (their comparisons are those of their attributes)
+    if not _plain_semantics(cls):
         return None
     if issubclass(cls, tuple):
         fields = getattr(cls, "_fields", None)
         if isinstance(fields, tuple) and all(type(f) is str for f in fields):
             return ("N", list(fields))
         return None
-    params = getattr(cls, "__dataclass_params__", None)
-    if getattr(params, "frozen", False) is not True:
+    if not any("__dataclass_fields__" in getattr(k, "__dict__", ()) for k in cls.__mro__):
         return None
     import dataclasses
 
     try:
-        return ("D", [f.name for f in dataclasses.fields(cls)])
+        fields = [f.name for f in dataclasses.fields(cls)]
     except TypeError:
         return None
+    frozen = getattr(getattr(cls, "__dataclass_params__", None), "frozen", False) is True
+    return ("D" if frozen else "M", fields)
+
+
+def _field_name(name):
+    """A namespace's attribute name that may be set on a fresh one: no special name."""
+    return isinstance(name, str) and name.isidentifier() and not name.startswith("__")
+
+
+def _mutable(memo, n, obj):
+    """Whether decoded entry n is one of the sender's mutable containers, or a mutable record
+    rebuilt as ours (not a proxy), whose changes go back to it."""
+    if isinstance(obj, codec.MUTABLE):
+        return True
+    return memo.table[n - 1][0] == "M" and not isinstance(obj, RemoteObject)
+
+
+def _update_record(original, new):
+    """Our mutable record `original` made to hold what the copy-back `new` holds."""
+    kind = _record_kind(type(original))
+    fields = kind[1] if kind[1] is not None else list(vars(new))
+    if kind[1] is None:
+        vars(original).clear()
+    for name in fields:
+        object.__setattr__(original, name, getattr(new, name))
 
 
 def _lookup(module_name, qualname):

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_verifier_runtime import Layout, Run
+from tests.unit.test_verifier_runtime import RUNTIME, Layout, Run
 
 SOLUTION = '''
+import argparse
 import collections.abc
 import csv
 import json
 import pstats
+import re
 import subprocess
 import sys
 import urllib.parse
@@ -109,6 +111,26 @@ def profile_row():
     return pstats.FunctionProfile("1", 0.5, 0.5, 1.0, 1.0, "f.py", 3)
 
 
+def bump_row(row):
+    row.line_number += 1
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--n", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def set_defaults(ns):
+    ns.n += 1
+    ns.extra = "x"
+
+
+def match(pattern, text):
+    return re.match(pattern, text)
+
+
 def skip():
     import pytest
 
@@ -133,11 +155,14 @@ def fn(a, b=2):
 '''
 
 TESTS = """
+import argparse
 import collections.abc
 import csv
 import inspect
 import json
+import pstats
 import subprocess
+import types
 from urllib.parse import SplitResult
 
 import annotated_types
@@ -222,9 +247,30 @@ def test_a_frozen_dataclass_of_an_installed_package_is_itself():
     assert type(b) is annotated_types.Gt and b == annotated_types.Gt(5) and b.gt == 5
 
 
-def test_a_mutable_standard_library_dataclass_is_a_mirror():
+def test_a_mutable_standard_library_dataclass_is_itself_and_changes_come_back():
     row = solution.profile_row()
-    assert row.ncalls == "1" and row.line_number == 3
+    assert type(row) is pstats.FunctionProfile and row.ncalls == "1" and row.line_number == 3
+    assert solution.bump_row(row) is None and row.line_number == 4
+
+
+def test_an_argparse_namespace_is_itself():
+    args = solution.parse_args(["--verbose", "--n", "3"])
+    assert isinstance(args, argparse.Namespace) and vars(args) == {"verbose": True, "n": 3}
+    assert args == argparse.Namespace(verbose=True, n=3)
+
+
+def test_namespaces_the_tests_pass_come_back_changed():
+    ns = argparse.Namespace(n=1)
+    solution.set_defaults(ns)
+    assert vars(ns) == {"n": 2, "extra": "x"}
+    simple = types.SimpleNamespace(n=5)
+    solution.set_defaults(simple)
+    assert simple == types.SimpleNamespace(n=6, extra="x")
+
+
+def test_what_stays_a_mirror_still_works():
+    m = solution.match("a(b)", "ab")
+    assert m.group(1) == "b" and m.span() == (0, 2)
 
 
 def test_runner_outcome_skip_from_the_solution():
@@ -265,8 +311,43 @@ def test_task_shapes_score_as_under_plain_pytest(run: Run, case: str) -> None:
 
 
 def test_what_the_boundary_cannot_reproduce_is_reported(run: Run) -> None:
-    """A mutable dataclass of the standard library stays a mirror (by value it would lose the
-    changes made to it on the other side): the guard's report says so, for calibration."""
-    gaps = {(e["module"], e["qualname"]) for e in run.named("fidelity_gap")}
-    assert ("pstats", "FunctionProfile") in gaps
-    assert not {("urllib.parse", "SplitResult"), ("json.decoder", "JSONDecodeError")} & gaps
+    """A standard library object that is neither an exception nor a record (`re.Match`) stays
+    a mirror: the guard's report says so, once, for calibration; what was rebuilt is not
+    reported."""
+    gaps = [(e["module"], e["qualname"]) for e in run.named("fidelity_gap")]
+    assert gaps.count(("re", "Match")) == 1, gaps
+    rebuilt = {"SplitResult", "JSONDecodeError", "Error", "CalledProcessError", "Gt"}
+    rebuilt |= {"FunctionProfile", "Namespace", "SimpleNamespace"}
+    assert not rebuilt & {qualname for _module, qualname in gaps}, gaps
+
+
+def test_a_record_class_with_loose_comparisons_is_never_rebuilt() -> None:
+    """A rebuilt record is compared by its own class's methods, not the trusted side's probes:
+    the other side must not pick an importable class whose equality is loose."""
+    import dataclasses
+    import importlib.util
+    import urllib.parse
+
+    spec = importlib.util.spec_from_file_location("_rollouts_rpc_test", RUNTIME / "rpc.py")
+    rpc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rpc)
+
+    @dataclasses.dataclass(frozen=True)
+    class Honest:
+        a: int
+
+    class Loose(Honest):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = Honest.__hash__
+
+    class LooseTuple(urllib.parse.SplitResult):
+        __slots__ = ()
+
+        def __contains__(self, item):
+            return True
+
+    assert rpc._record_kind(Honest) == ("D", ["a"])
+    assert rpc._record_kind(urllib.parse.SplitResult)[0] == "N"
+    assert rpc._record_kind(Loose) is None and rpc._record_kind(LooseTuple) is None
