@@ -69,6 +69,7 @@ RemoteClassMeta = proxies.RemoteClassMeta
 LOCAL_DUNDERS = proxies.LOCAL_DUNDERS
 _OPERATORS = proxies.OPERATORS
 _qualified = proxies.qualified
+remote_name = proxies.remote_name  # also for the trusted side's module proxies (trusted.py)
 
 TEXT_CAP = 8 << 10  # an exception's text and traceback, each
 
@@ -108,7 +109,6 @@ class Endpoint:
         self.broken = None
         self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
-        self.record_kinds = {}  # id(class) -> (class, `_record_kind` or None, its name)
 
     def send(self, msg):
         with self.send_lock:
@@ -693,12 +693,8 @@ class Endpoint:
         value as a record: a named tuple or a frozen dataclass of a class of the standard
         library or an installed package, its state all in its fields; else None."""
         cls = type(v)
-        known = self.record_kinds.get(id(cls))
-        if known is None or known[0] is not cls:
-            facts = self._class_facts(cls)
-            known = (cls, _record_kind(cls) if facts.get("i") else None, facts.get("g"))
-            self.record_kinds[id(cls)] = known
-        _cls, record, named = known
+        facts = self._class_facts(cls)
+        record = _record_kind(cls) if facts.get("i") else None
         if record is None:
             return None
         kind, fields = record
@@ -710,7 +706,7 @@ class Endpoint:
         elif (state and kind == "N") or not set(state) <= set(fields):
             return None  # state beyond its fields: it is no plain record
         values = list(v) if kind == "N" else [getattr(v, name) for name in fields]
-        return kind, list(named), list(fields), values
+        return kind, list(facts["g"]), list(fields), values
 
     def rebuild(self, kind, named, fields, values, ref):
         """A record of the other side as an instance of our own class of that name, made
@@ -817,11 +813,17 @@ def _installed(module_name):
     package: built into the interpreter, or loaded from beneath `_install_roots`."""
     if module_name in sys.builtin_module_names:
         return True
-    path = getattr(sys.modules.get(module_name), "__file__", None)
-    if not isinstance(path, str):
-        return False
-    path = os.path.realpath(path)
-    return any(path.startswith(root) for root in _install_roots())
+    module = sys.modules.get(module_name)
+    known = _installed_modules.get(module_name)
+    if known is not None and known[0] is module:
+        return known[1]
+    path = getattr(module, "__file__", None)
+    found = isinstance(path, str) and os.path.realpath(path).startswith(_install_roots())
+    _installed_modules[module_name] = (module, found)
+    return found
+
+
+_installed_modules = {}  # module name -> (module, whether installed)
 
 
 # Packages whose exceptions a runner or test framework treats as an outcome (skip, xfail, fail,
@@ -880,6 +882,18 @@ def _plain_semantics(cls):
 
 
 def _record_kind(cls):
+    """`_record_kind_of(cls)`, once per class."""
+    known = _record_kinds.get(id(cls))
+    if known is None or known[0] is not cls:
+        known = (cls, _record_kind_of(cls))
+        _record_kinds[id(cls)] = known
+    return known[1]
+
+
+_record_kinds = {}  # id(class) -> (class, its `_record_kind_of`)
+
+
+def _record_kind_of(cls):
     """What class `cls`'s instances are when they are their fields and nothing else: ("N",
     fields) a named tuple, ("D", fields) a frozen dataclass, ("M", fields) a mutable one,
     ("M", None) a namespace (`argparse.Namespace`, `types.SimpleNamespace`: its fields are
