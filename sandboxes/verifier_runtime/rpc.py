@@ -662,7 +662,7 @@ class Endpoint:
             exc.args = args
             for item in raw_attrs:
                 name, value = item
-                if isinstance(name, str) and not name.startswith("__"):
+                if _field_name(name) and not _shadows(cls, name):
                     exc.__dict__[name] = self.decode(value, memo)
         except (TypeError, ValueError, AttributeError):
             return None
@@ -705,7 +705,10 @@ class Endpoint:
                 return None
         elif (state and kind == "N") or not set(state) <= set(fields):
             return None  # state beyond its fields: it is no plain record
-        values = list(v) if kind == "N" else [getattr(v, name) for name in fields]
+        try:
+            values = list(v) if kind == "N" else [getattr(v, name) for name in fields]
+        except AttributeError:  # a field never set
+            return None
         return kind, list(facts["g"]), list(fields), values
 
     def rebuild(self, kind, named, fields, values, ref):
@@ -718,7 +721,7 @@ class Endpoint:
         if known is None or known[0] != kind:
             return None
         if known[1] is None:
-            if not all(_field_name(name) for name in fields):
+            if not all(_field_name(name) and not _shadows(cls, name) for name in fields):
                 return None
         elif known[1] != fields:
             return None
@@ -922,8 +925,14 @@ def _record_kind_of(cls):
 
 
 def _field_name(name):
-    """A namespace's attribute name that may be set on a fresh one: no special name."""
+    """An attribute name that may be set on a rebuilt exception or namespace: no special one."""
     return isinstance(name, str) and name.isidentifier() and not name.startswith("__")
+
+
+def _shadows(cls, name):
+    """Whether an instance attribute `name` would hide a method of `cls` (which the runner or
+    the tests would then call: the other side's object, run on its side)."""
+    return callable(getattr(cls, name, None))
 
 
 def _mutable(memo, n, obj):
