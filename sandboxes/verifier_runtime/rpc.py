@@ -404,7 +404,8 @@ class Endpoint:
         return module is not None and self.is_own_module(module)
 
     def class_node(self, cls, named=False):
-        """["C", oid, meta] for a class: its names and documentation, its non-builtin bases,
+        """["C", oid, meta] for a class: its names and documentation (where the other side may
+        read `__doc__`: the tests' is not the tested code's to read), its non-builtin bases,
         for exception classes the nearest builtin exception it derives from, the special
         methods it has ("s"), whether it is hashable ("h"), the abstract base classes it is a
         subclass of ("a"), and where it can be imported from ("g": a module and a qualified
@@ -425,7 +426,7 @@ class Endpoint:
                 if base.__module__ == "builtins":
                     builtin_exc = base.__name__
                     break
-        doc = cls.__dict__.get("__doc__")
+        doc = cls.__dict__.get("__doc__") if self.allowed_name("__doc__") else None
         facts = {
             "n": cls.__name__,
             "q": getattr(cls, "__qualname__", cls.__name__),
@@ -563,7 +564,7 @@ class Endpoint:
             return cls
         if type(oid) is not int or not isinstance(meta, dict):
             raise ProtocolError("class node")
-        bases = [self.mirror(b) for b in meta.get("b") or []]
+        bases = [self._base(b) for b in meta.get("b") or []]
         builtin = self.exception_base(meta.get("x"))
         if builtin is not None and not any(issubclass(b, builtin) for b in bases):
             bases.append(builtin)
@@ -592,6 +593,17 @@ class Endpoint:
             proxies.register_abcs(cls, abcs)
         self.mirrors[oid] = cls
         return cls
+
+    def _base(self, node):
+        """A mirror's base for the other side's class `node`: our own exception class of that
+        name where we would rebuild its instances (so `except json.JSONDecodeError` catches
+        the workspace's subclass of it too), else its mirror."""
+        meta = node[2] if isinstance(node, list) and len(node) == 3 else None
+        if isinstance(meta, dict) and meta.get("x") is not None:
+            cls = self.importable_class(meta)
+            if cls is not None and issubclass(cls, Exception) and not _refused(cls):
+                return cls
+        return self.mirror(node)
 
     def exception_base(self, name):
         """The local base of a mirrored exception class whose nearest builtin is `name`."""

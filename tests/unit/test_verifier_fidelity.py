@@ -131,6 +131,17 @@ def match(pattern, text):
     return re.match(pattern, text)
 
 
+class ConfigError(json.JSONDecodeError):
+    pass
+
+
+def load_config(text):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(e.msg, e.doc, e.pos) from None
+
+
 def shadowing_namespace():
     return argparse.Namespace(_get_kwargs=lambda: [("forged", 1)], n=1)
 
@@ -226,6 +237,12 @@ def test_a_standard_library_exception_is_itself():
     assert type(info.value) is json.JSONDecodeError
     assert (info.value.pos, info.value.lineno, info.value.colno) == (1, 1, 2)
     assert info.value.doc == "{bad"
+
+
+def test_the_workspaces_subclass_of_a_standard_library_exception_is_one():
+    with pytest.raises(json.JSONDecodeError) as info:
+        solution.load_config("[1,")
+    assert isinstance(info.value, solution.ConfigError) and info.value.pos == 3
 
 
 def test_except_csv_error():
