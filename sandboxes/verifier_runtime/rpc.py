@@ -22,13 +22,14 @@ function the receiver may already have under that name, ["E", ...] an exception.
 Decoding never runs code the other side chose: it builds plain values, proxies, references to
 our own exported objects, or, for names of modules, classes and functions already imported
 here, our own objects. A proxy's mirror class has the special methods and abstract base
-classes of the real class, nothing more (proxies.py). Exceptions, named tuples and frozen
-dataclasses of the standard library or of installed packages become instances of our own
+classes of the real class, nothing more (proxies.py). Exceptions, named tuples, dataclasses
+and namespaces of the standard library or of installed packages become instances of our own
 class of that name where it is imported here (made from decoded values, never by running
 what the other side sent); other exceptions become mirror classes derived from their nearest
-builtin exception, so no exception from the tested code can be one that a test runner treats
-as a skip, an exit or an interrupt (`_RUNNER_PACKAGES`; `PeerExit` for SystemExit). What
-stays a mirror although it is the standard library's or a package's goes to `fidelity_gap`.
+such exception or builtin one, so no exception from the tested code can be one that a test
+runner treats as a skip, an exit or an interrupt (`_RUNNER_PACKAGES`; `PeerExit` for
+SystemExit). What stays a mirror although it is the standard library's or a package's goes
+to `fidelity_gap`.
 
 Standard library only, Python >= 3.8: it runs under the task image's interpreter.
 """
@@ -698,12 +699,12 @@ class Endpoint:
             return None
         return found if _qualified(found) == (module_name, qualname) else None
 
-    # ---- records: named tuples and frozen dataclasses by value (codec.py asks) -------------
+    # ---- records: named tuples, dataclasses, namespaces by value (codec.py asks) -----------
 
     def describe(self, v):
-        """(kind, [module, qualname], field names, values, reference) when `v` travels by
-        value as a record: a named tuple or a frozen dataclass of a class of the standard
-        library or an installed package, its state all in its fields; else None."""
+        """(kind, [module, qualname], field names, values) when `v` travels by value as a
+        record (`_record_kind`: a named tuple, dataclass or namespace of the standard library
+        or an installed package), its state all in its fields; else None."""
         cls = type(v)
         facts = self._class_facts(cls)
         record = _record_kind(cls) if facts.get("i") else None
