@@ -126,7 +126,6 @@ MUTABLE = (
     collections.defaultdict,
 )
 _MUTABLE_TAGS = ("l", "d", "s", "B", "od", "ct", "dq", "dd", "M")
-_RECORD_TAGS = ("N", "D", "M")
 
 
 def _is_composite(v, t):

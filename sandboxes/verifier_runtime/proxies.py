@@ -216,7 +216,6 @@ def _forwarder(op):
     def method(self, *args):
         return self._rollouts_ep.request("op", op, self, *args)
 
-    method.__name__ = "__%s__" % op
     return method
 
 
@@ -224,7 +223,6 @@ def _arithmetic(op):
     def method(self, other):
         return self._rollouts_ep.arithmetic(self, op, other)
 
-    method.__name__ = "__%s__" % op
     return method
 
 
