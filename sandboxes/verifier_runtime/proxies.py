@@ -292,6 +292,25 @@ def mirror_namespace(specials, is_hashable, bases):
     return namespace
 
 
+def dataclass_fields(fields):
+    """A mirror's own `__dataclass_fields__` for its real class's fields ([name, init] each),
+    so `dataclasses.fields`, `asdict`, `astuple` and `replace` work on its proxies (reading
+    each field's value from the other side) without asking the other side what a field is.
+    The field objects are made as dataclasses makes them; `_FIELD` marks a plain field."""
+    import dataclasses
+
+    made = {}
+    for item in fields:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            continue
+        field = dataclasses.field(init=item[1] is not False)
+        field.name = item[0]
+        field.type = object
+        field._field_type = dataclasses._FIELD
+        made[item[0]] = field
+    return made
+
+
 _loaded = {}
 
 

@@ -437,6 +437,7 @@ class Endpoint:
             "s": proxies.special_methods(cls),
             "h": proxies.hashable(cls),
             "a": proxies.abcs_of(cls),
+            "f": _dataclass_fields(cls),
         }
         named = None if self._defined_here(cls) else _qualified(cls)
         if named:
@@ -581,6 +582,9 @@ class Endpoint:
             "__doc__": doc if isinstance(doc, str) else None,
         }
         namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
+        fields = meta.get("f")
+        if isinstance(fields, list):
+            namespace["__dataclass_fields__"] = proxies.dataclass_fields(fields)
         try:
             cls = RemoteClassMeta(name, tuple(bases), namespace)
         except TypeError:  # an MRO the local bases cannot form: keep what matters
@@ -706,6 +710,8 @@ class Endpoint:
         record (`_record_kind`: a named tuple, dataclass or namespace of the standard library
         or an installed package), its state all in its fields; else None."""
         cls = type(v)
+        if issubclass(cls, (RemoteObject, type, AsReference)):  # proxies, classes: references
+            return None
         facts = self._class_facts(cls)
         record = _record_kind(cls) if facts.get("i") else None
         if record is None:
@@ -935,6 +941,19 @@ def _record_kind_of(cls):
         return None
     frozen = getattr(getattr(cls, "__dataclass_params__", None), "frozen", False) is True
     return ("D" if frozen else "M", fields)
+
+
+def _dataclass_fields(cls):
+    """[[name, init], ...] of a dataclass's fields (its mirror answers `dataclasses.fields`,
+    `asdict` and `replace` with them), else None."""
+    if not any("__dataclass_fields__" in getattr(k, "__dict__", ()) for k in cls.__mro__):
+        return None
+    import dataclasses
+
+    try:
+        return [[f.name, bool(f.init)] for f in dataclasses.fields(cls)]
+    except TypeError:
+        return None
 
 
 def _field_name(name):

@@ -17,6 +17,7 @@ SOLUTION = '''
 import argparse
 import collections.abc
 import csv
+import dataclasses
 import json
 import pstats
 import re
@@ -131,6 +132,21 @@ def match(pattern, text):
     return re.match(pattern, text)
 
 
+@dataclasses.dataclass
+class Item:
+    name: str
+    qty: int = 1
+    note: str = dataclasses.field(default="", init=False)
+
+
+def item(name, qty):
+    return Item(name, qty)
+
+
+def as_dict(config):
+    return dataclasses.asdict(config)
+
+
 class ConfigError(json.JSONDecodeError):
     pass
 
@@ -179,6 +195,7 @@ TESTS = """
 import argparse
 import collections.abc
 import csv
+import dataclasses
 import inspect
 import json
 import pstats
@@ -301,6 +318,26 @@ def test_attributes_that_would_hide_methods_are_never_rebuilt():
     with pytest.raises(json.JSONDecodeError) as info:
         solution.shadowing_error()
     assert "with_traceback" not in vars(info.value) and info.value.doc == "doc"
+
+
+def test_the_solutions_dataclass_works_with_the_dataclasses_functions():
+    item = solution.item("pen", 2)
+    assert dataclasses.is_dataclass(item)
+    assert [f.name for f in dataclasses.fields(item)] == ["name", "qty", "note"]
+    assert dataclasses.asdict(item) == {"name": "pen", "qty": 2, "note": ""}
+    assert dataclasses.astuple(item) == ("pen", 2, "")
+    other = dataclasses.replace(item, qty=3)
+    assert isinstance(other, solution.Item) and other == solution.Item("pen", 3)
+
+
+@dataclasses.dataclass
+class Config:
+    path: str
+    retries: int = 3
+
+
+def test_a_dataclass_of_the_tests_works_in_the_solution():
+    assert solution.as_dict(Config("/x")) == {"path": "/x", "retries": 3}
 
 
 def test_what_stays_a_mirror_still_works():
