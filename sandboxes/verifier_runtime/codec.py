@@ -12,6 +12,12 @@ A frame is a 4-byte big-endian length and one JSON object. Values inside a messa
   and shared and cyclic references come out as they went in. Both directions are loops,
   never recursion;
 - ["R", n] (only in a copy-back) is the receiver's own container n of the request;
+- records, when the endpoint describes a value as one (rpc.py: named tuples, dataclasses and
+  namespaces of the standard library or installed packages), are table entries too:
+  [kind, [module, qualname], fields, values, reference], kind "N" or "D" immutable, "M"
+  mutable (built empty first, filled last, and copied back like a list); the receiver
+  rebuilds them as its own class of that name from the values alone, or, where it has no
+  such class, uses the reference (a proxy);
 - everything else is a reference, encoded and decoded by the endpoint (rpc.py).
 
 Decoding builds plain values and asks the endpoint for references; it runs no code the other
@@ -119,7 +125,7 @@ MUTABLE = (
     collections.deque,
     collections.defaultdict,
 )
-_MUTABLE_TAGS = ("l", "d", "s", "B", "od", "ct", "dq", "dd")
+_MUTABLE_TAGS = ("l", "d", "s", "B", "od", "ct", "dq", "dd", "M")
 
 
 def _is_composite(v, t):
@@ -143,7 +149,10 @@ def _is_composite(v, t):
 class Memo:
     """The composites of one message: the table being written or read, and by whom."""
 
-    def __init__(self, table=None):
+    def __init__(self, table=None, records=None):
+        self.records = records  # describe(v) and rebuild(...) of records (rpc.Endpoint)
+        self.described = {}  # id(record) -> what `records.describe` said of it (encoding)
+        self.unfilled = set()  # n of mutable records built empty, to fill (decoding)
         self.ids = {}  # id(composite) -> n (encoding)
         self.objects = {}  # n -> composite: sent (encoding) or built (decoding)
         self.pending = []  # (n, composite) still to encode
@@ -192,6 +201,20 @@ def leaf(v, memo, reference):
         if t.__qualname__ == "datetime" and t.__module__ == "datetime":
             if v.tzinfo is None or type(v.tzinfo).__qualname__ == "timezone":
                 return ["v", "datetime", [v.isoformat(), v.fold]]
+    key = id(v)
+    if memo.refs is not None and key in memo.refs:
+        return ["R", memo.refs[key]]
+    if key in memo.ids:
+        return ["@", memo.ids[key]]
+    record = memo.records.describe(v) if memo.records is not None else None
+    if record is not None:
+        memo.described[key] = record
+        memo.table.append(None)
+        n = len(memo.table)
+        memo.ids[key] = n
+        memo.objects[n] = v
+        memo.pending.append((n, v))
+        return ["@", n]
     return reference(v)
 
 
@@ -199,6 +222,16 @@ def drain(memo, reference):
     while memo.pending:
         n, v = memo.pending.pop()
         memo.table[n - 1] = composite(v, memo, reference)
+
+
+def entry(v, memo, reference):
+    """The table entry of composite or record `v` (a copy-back's), or None if it is neither."""
+    if id(v) not in memo.described and not _is_composite(v, type(v)):
+        record = memo.records.describe(v) if memo.records is not None else None
+        if record is None:
+            return None
+        memo.described[id(v)] = record
+    return composite(v, memo, reference)
 
 
 def composite(v, memo, reference):
@@ -211,6 +244,10 @@ def composite(v, memo, reference):
     def pairs():
         return [[one(k), one(x)] for k, x in v.items()]
 
+    record = memo.described.get(id(v))
+    if record is not None:
+        kind, named, fields, values = record
+        return [kind, named, fields, [one(x) for x in values], reference(v)]
     if t is list:
         return ["l", [one(x) for x in v]]
     if t is tuple:
@@ -276,13 +313,19 @@ def build(memo, reference, extra=()):
     for i, node in enumerate(raw, 1):
         if not (isinstance(node, list) and node and isinstance(node[0], str)):
             raise ProtocolError("table entry %d" % i)
-        if node[0] in _MUTABLE_TAGS:
+        if node[0] == "M":
+            memo.objects[i] = _empty_record(i, node, memo, reference)
+        elif node[0] in _MUTABLE_TAGS:
             memo.objects[i] = _empty(node)
     for i in range(1, len(raw) + 1):
         if i not in memo.objects:
             _build_immutable(i, raw, memo, reference)
     for i, node in enumerate(raw, 1):
-        if node[0] in _MUTABLE_TAGS:
+        if node[0] == "M":
+            if i in memo.unfilled:
+                values = [decode_leaf(x, memo, reference) for x in node[3]]
+                memo.records.fill(memo.objects[i], node[2], values)
+        elif node[0] in _MUTABLE_TAGS:
             _fill(memo.objects[i], node, memo, reference)
     return [memo.objects[i] for i in range(len(memo.table) + 1, len(raw) + 1)]
 
@@ -321,11 +364,10 @@ def _build_immutable(start, raw, memo, reference):
             stack.pop()
             continue
         node = raw[i - 1]
-        if node[0] not in ("t", "F") or not isinstance(node[1], list):
-            raise ProtocolError("bad table entry %r" % (node[0],))
+        items = _immutable_items(node)
         missing = [
             x[1]
-            for x in node[1]
+            for x in items
             if isinstance(x, list) and len(x) == 2 and x[0] == "@" and x[1] not in memo.objects
         ]
         if missing:
@@ -337,12 +379,67 @@ def _build_immutable(start, raw, memo, reference):
                     raise ProtocolError("reference to entry %r" % (n,))
             stack.extend(missing)
             continue
-        items = [decode_leaf(x, memo, reference) for x in node[1]]
-        try:
-            memo.objects[i] = tuple(items) if node[0] == "t" else frozenset(items)
-        except TypeError as e:
-            raise ProtocolError("frozenset item: %s" % e) from None
+        values = [decode_leaf(x, memo, reference) for x in items]
+        if node[0] in ("N", "D"):
+            memo.objects[i] = _record(node, values, memo, reference)
+        else:
+            try:
+                memo.objects[i] = tuple(values) if node[0] == "t" else frozenset(values)
+            except TypeError as e:
+                raise ProtocolError("frozenset item: %s" % e) from None
         stack.pop()
+
+
+def _empty_record(i, node, memo, reference):
+    """A mutable record entry's object before its fields: the receiver's own class's, to be
+    filled (`memo.unfilled`), or else the sender's object by reference."""
+    _record_items(node)
+    kind, named, fields, _values, ref = node
+    if memo.records is not None:
+        found = memo.records.rebuild(kind, named, fields, None, ref)
+        if found is not None:
+            memo.unfilled.add(i)
+            return found
+    return reference(ref)
+
+
+def _immutable_items(node):
+    """The item nodes of an immutable table entry (a tuple, a frozenset or a record)."""
+    if node[0] in ("t", "F") and len(node) == 2 and isinstance(node[1], list):
+        return node[1]
+    if node[0] in ("N", "D"):
+        return _record_items(node)
+    raise ProtocolError("bad table entry %r" % (node[0],))
+
+
+def _record_items(node):
+    """The value nodes of a record entry, checked for shape."""
+    if len(node) == 5:
+        _kind, named, fields, values, ref = node
+        if (
+            isinstance(named, list)
+            and len(named) == 2
+            and all(isinstance(x, str) for x in named)
+            and isinstance(fields, list)
+            and all(isinstance(x, str) for x in fields)
+            and isinstance(values, list)
+            and isinstance(ref, list)
+            and ref[:1] == ["o"]
+            and len(values) == len(fields)
+        ):
+            return values
+    raise ProtocolError("bad %r record" % (node[0],))
+
+
+def _record(node, values, memo, reference):
+    """A record entry's value: the receiver's own class rebuilt from `values`, or else the
+    sender's object by reference."""
+    kind, named, fields, _values_nodes, ref = node
+    if memo.records is not None:
+        found = memo.records.rebuild(kind, named, fields, values, ref)
+        if found is not None:
+            return found
+    return reference(ref)
 
 
 def _fill(target, node, memo, reference):

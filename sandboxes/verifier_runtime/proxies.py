@@ -52,7 +52,7 @@ class RemoteClassMeta(type):
 
     def __getattr__(cls, name):
         ep = cls.__dict__.get("_rollouts_ep")
-        if ep is None or name.startswith("_rollouts_") or name in LOCAL_DUNDERS:
+        if ep is None or not remote_name(name):
             raise AttributeError(name)
         return ep.request("getattr", cls, name)
 
@@ -116,11 +116,32 @@ LOCAL_DUNDERS = frozenset(
 )
 
 
+# The only special ("dunder") attributes asked of the other side: plain names and data. Every
+# other one is answered here, as absent unless the mirror class has it: the interpreter,
+# `inspect`, `functools`, `dataclasses` and test runners decide what an object is by them
+# (`__get__` and `__signature__` make a routine with any signature, `__wrapped__` another
+# object, `__code__` a function), so the other side must not be the one to say.
+REMOTE_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__members__", "__match_args__"})
+
+
+def remote_name(name):
+    """Whether attribute `name` of a proxy or mirror class is asked of the other side."""
+    if name.startswith("_rollouts_"):
+        return False
+    if name.startswith("__") and name.endswith("__"):
+        return name in REMOTE_DUNDERS
+    return True
+
+
 class RemoteObject:
-    """Base of every mirror class: a proxy of an object in the other process."""
+    """Base of every mirror class: a proxy of an object in the other process. It defines only
+    what every object has (attributes, text, comparisons, hashing, copies); the mirror class
+    adds the special methods its real class has (`SPECIALS`), and no others, so `len()`,
+    `iter()`, `callable()` and the abstract base classes of `collections.abc` answer for a
+    proxy as for the object itself."""
 
     def __getattr__(self, name):
-        if name.startswith("_rollouts_") or name in LOCAL_DUNDERS:
+        if not remote_name(name):
             raise AttributeError(name)
         return self._rollouts_ep.request("getattr", self, name)
 
@@ -141,9 +162,6 @@ class RemoteObject:
             self._rollouts_ep.dropped(self)
         except Exception:
             pass
-
-    def __call__(self, *args, **kwargs):
-        return self._rollouts_ep.request("call", self, args, tuple(kwargs.items()))
 
     def __str__(self):
         text = self.__dict__.get("_rollouts_text")
@@ -175,9 +193,6 @@ class RemoteObject:
     def __ge__(self, other):
         return self._rollouts_ep.compare(self, "ge", other)
 
-    def __contains__(self, item):
-        return self._rollouts_ep.contains(self, item)
-
     def __hash__(self):
         return self._rollouts_ep.request("op", "hash", self)
 
@@ -193,43 +208,157 @@ class RemoteObject:
     def __dir__(self):
         return self._rollouts_ep.request("op", "dir", self)
 
-    def __exit__(self, *exc):
-        return self._rollouts_ep.request("op", "exit", self, *exc)
+    def __format__(self, spec):
+        return self._rollouts_ep.request("op", "format", self, spec)
 
 
 def _forwarder(op):
     def method(self, *args):
         return self._rollouts_ep.request("op", op, self, *args)
 
-    method.__name__ = "__%s__" % op
     return method
-
-
-# Operators that go to the other side as they are: unary ones, item access, arithmetic (both
-# ways round and in place), conversions and protocols. Their names are the dunders without
-# underscores; `OPERATORS` (below) is what the serving side does for each.
-_FORWARDED = (
-    "len bool iter next reversed getitem setitem delitem enter format bytes index int float "
-    "complex round trunc floor ceil neg pos abs invert "
-    "add radd iadd sub rsub isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
-    "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
-    "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
-).split()
-for _op in _FORWARDED:
-    setattr(RemoteObject, "__%s__" % _op, _forwarder(_op))
 
 
 def _arithmetic(op):
     def method(self, other):
         return self._rollouts_ep.arithmetic(self, op, other)
 
-    method.__name__ = "__%s__" % op
     return method
 
 
-# Sums and differences with a number: the trusted side checks the answer (trusted.py).
-for _op in ("add", "radd", "sub", "rsub"):
-    setattr(RemoteObject, "__%s__" % _op, _arithmetic(_op))
+def _call(self, *args, **kwargs):
+    return self._rollouts_ep.request("call", self, args, tuple(kwargs.items()))
+
+
+def _contains(self, item):
+    return self._rollouts_ep.contains(self, item)
+
+
+def _exit(self, *exc):
+    return self._rollouts_ep.request("op", "exit", self, *exc)
+
+
+# The special methods a mirror class has when its real class has them (`special_methods`),
+# by name without underscores: protocols, item access, conversions and arithmetic (both ways
+# round and in place) go to the other side as they are (`OPERATORS` below is what the serving
+# side does for each); sums and differences with a number are checked by the trusted side
+# (`arithmetic`), containment too (`contains`).
+_FORWARDED = (
+    "len bool iter next reversed getitem setitem delitem enter bytes index int float "
+    "complex round trunc floor ceil neg pos abs invert fspath "
+    "iadd isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
+    "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
+    "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
+).split()
+SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
+SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in ("add", "radd", "sub", "rsub")})
+SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit)
+for _name, _method in SPECIALS.items():
+    _method.__name__ = _method.__qualname__ = _name
+
+
+def _special(cls, name):
+    """Class `cls`'s special method `name` as the interpreter looks it up for its instances:
+    in the first class of its MRO that names it (not in its metaclass), None if none does."""
+    for klass in getattr(cls, "__mro__", ()):
+        attrs = getattr(klass, "__dict__", {})
+        if name in attrs:
+            return attrs[name]
+    return None
+
+
+def special_methods(cls):
+    """The names of `SPECIALS` that instances of `cls` have (None means "not supported")."""
+    return [name for name in SPECIALS if _special(cls, name) is not None]
+
+
+def hashable(cls):
+    """Whether instances of `cls` have a hash (`__hash__ = None` says they have not)."""
+    return _special(cls, "__hash__") is not None
+
+
+def mirror_namespace(specials, is_hashable, bases):
+    """The special methods of a mirror class whose real class has `specials`: those, None for
+    one a mirrored base has and the real class turned off, and `__hash__ = None` for an
+    unhashable class."""
+    namespace = {}
+    for name, method in SPECIALS.items():
+        if name in specials:
+            namespace[name] = method
+        elif any(_special(b, name) is not None for b in bases):
+            namespace[name] = None
+    if not is_hashable:
+        namespace["__hash__"] = None
+    return namespace
+
+
+def dataclass_fields(fields):
+    """A mirror's own `__dataclass_fields__` for its real class's fields ([name, init] each),
+    so `dataclasses.fields`, `asdict`, `astuple` and `replace` work on its proxies (reading
+    each field's value from the other side) without asking the other side what a field is.
+    The field objects are made as dataclasses makes them; `_FIELD` marks a plain field."""
+    import dataclasses
+
+    made = {}
+    for item in fields:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            continue
+        field = dataclasses.field(init=item[1] is not False)
+        field.name = item[0]
+        field.type = object
+        field._field_type = dataclasses._FIELD
+        made[item[0]] = field
+    return made
+
+
+_loaded = {}
+
+
+def _abcs():
+    """The abstract base classes whose answer for a mirror must be its real class's, by name.
+    Those checked by methods (Sized, Iterable, Callable...) follow from the mirror's special
+    methods; those checked by registration or inheritance (Sequence, Mapping, numbers.Real,
+    Generator, which also asks for `send`) need the mirror registered."""
+    if "abcs" not in _loaded:
+        import collections.abc
+        import contextlib
+        import numbers
+        import os
+
+        found = {}
+        for module in (collections.abc, numbers):
+            for name in getattr(module, "__all__", ()):
+                if name == "ByteString":  # deprecated: even looking it up warns (3.12)
+                    continue
+                abc = getattr(module, name, None)
+                if isinstance(abc, type) and hasattr(abc, "register"):
+                    found["%s.%s" % (module.__name__, name)] = abc
+        found["os.PathLike"] = os.PathLike
+        found["contextlib.AbstractContextManager"] = contextlib.AbstractContextManager
+        _loaded["abcs"] = found
+    return _loaded["abcs"]
+
+
+def abcs_of(cls):
+    """The names of the abstract base classes (`_abcs`) that `cls` is a subclass of."""
+    out = []
+    for name, abc in _abcs().items():
+        try:
+            if issubclass(cls, abc):
+                out.append(name)
+        except Exception:  # a class whose subclass checks fail is a subclass of none
+            continue
+    return out
+
+
+def register_abcs(cls, names):
+    """Register mirror class `cls` with the abstract base classes `names` (of `_abcs`) that it
+    is not a subclass of already."""
+    table = _abcs()
+    for name in names:
+        abc = table.get(name) if isinstance(name, str) else None
+        if abc is not None and not issubclass(cls, abc):
+            abc.register(cls)
 
 
 def _one_sided(name):
@@ -246,7 +375,7 @@ def _one_sided(name):
     return apply
 
 
-def _exit(obj, *exc):
+def _serve_exit(obj, *exc):
     return type(obj).__exit__(obj, *exc)
 
 
@@ -267,7 +396,7 @@ OPERATORS = {
     "delitem": lambda a, k: a.__delitem__(k),
     "contains": lambda a, b: b in a,
     "enter": lambda a: type(a).__enter__(a),
-    "exit": _exit,
+    "exit": _serve_exit,
     "format": format,
     "bytes": bytes,
     "index": lambda a: __import__("operator").index(a),
@@ -282,6 +411,7 @@ OPERATORS = {
     "pos": lambda a: +a,
     "abs": abs,
     "invert": lambda a: ~a,
+    "fspath": lambda a: type(a).__fspath__(a),
     "str": str,
     "repr": repr,
     "hash": hash,

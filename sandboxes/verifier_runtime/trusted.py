@@ -220,6 +220,9 @@ class TrustedEndpoint(rpc.Endpoint):
     def value_hack(self, proxy, op, why):
         report("value_hack", op=op, type=type(proxy).__qualname__, why=why)
 
+    def fidelity_gap(self, module, qualname, why):
+        report("fidelity_gap", module=module, qualname=qualname, why=why)
+
 
 def _truth(answer):
     """What `assert answer` would take it for (a proxy's truth is asked of its side)."""

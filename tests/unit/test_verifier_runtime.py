@@ -484,6 +484,9 @@ def test_values_travel_exactly_however_deep_or_cyclic() -> None:
         [["d", [[["@", 1], 1]]]],  # an unhashable key
         ["not a node"],
         [["dq", [], -1]],
+        [["N", ["m", "q"], ["a"], [], ["o", 1, None]]],  # a record with a value missing
+        [["M", ["m", "q"], ["a"], [1], ["x", 1]]],  # a record whose stand-in is no reference
+        [["D", ["m", "q"], [1], [1], ["o", 1, None]]],  # a field that is no name
     ],
 )
 def test_malformed_tables_are_protocol_errors(table: list) -> None:

@@ -1,0 +1,426 @@
+"""Fidelity of the verifier's process boundary (issue 34): what a correct solution returns or
+raises reaches the tests as what it is, and what the tests pass reaches the solution as what
+it is, so no correct solution scores 0 because of the boundary. Each case is a task shape that
+plain pytest passes; they run through the real runtime (`Layout`: view.py, pytest, the tested
+process), without Docker."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_verifier_runtime import RUNTIME, Layout, Run
+
+SOLUTION = '''
+import argparse
+import collections.abc
+import csv
+import dataclasses
+import json
+import pstats
+import re
+import subprocess
+import sys
+import urllib.parse
+
+import annotated_types
+
+
+def count(items):
+    """A real held-out task's oracle: sized things by len, the rest by iterating."""
+    if isinstance(items, collections.abc.Sized):
+        return len(items)
+    return sum(1 for _ in items)
+
+
+def kinds(x):
+    abc = collections.abc
+    return {
+        "sized": isinstance(x, abc.Sized),
+        "iterable": isinstance(x, abc.Iterable),
+        "iterator": isinstance(x, abc.Iterator),
+        "callable": callable(x),
+        "hashable": isinstance(x, abc.Hashable),
+        "mapping": isinstance(x, abc.Mapping),
+        "sequence": isinstance(x, abc.Sequence),
+    }
+
+
+class Plain:
+    pass
+
+
+class Bag:
+    def __init__(self):
+        self.items = [1, 2]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __eq__(self, other):
+        return isinstance(other, Bag) and other.items == self.items
+
+    __hash__ = None
+
+
+class Table(collections.abc.Mapping):
+    def __getitem__(self, key):
+        return {"a": 1}[key]
+
+    def __iter__(self):
+        return iter(["a"])
+
+    def __len__(self):
+        return 1
+
+
+def plain():
+    return Plain()
+
+
+def bag():
+    return Bag()
+
+
+def table():
+    return Table()
+
+
+def parse(text):
+    return json.loads(text)
+
+
+def rows(text):
+    return list(csv.reader(text.splitlines(), strict=True))
+
+
+def run(code):
+    return subprocess.run([sys.executable, "-c", "import sys; sys.exit(%d)" % code], check=True)
+
+
+def split(url):
+    return urllib.parse.urlsplit(url)
+
+
+def bound(n):
+    return annotated_types.Gt(n)
+
+
+def profile_row():
+    return pstats.FunctionProfile("1", 0.5, 0.5, 1.0, 1.0, "f.py", 3)
+
+
+def bump_row(row):
+    row.line_number += 1
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--n", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def set_defaults(ns):
+    ns.n += 1
+    ns.extra = "x"
+
+
+def match(pattern, text):
+    return re.match(pattern, text)
+
+
+@dataclasses.dataclass
+class Item:
+    name: str
+    qty: int = 1
+    note: str = dataclasses.field(default="", init=False)
+
+
+def item(name, qty):
+    return Item(name, qty)
+
+
+def as_dict(config):
+    return dataclasses.asdict(config)
+
+
+class ConfigError(json.JSONDecodeError):
+    pass
+
+
+def load_config(text):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(e.msg, e.doc, e.pos) from None
+
+
+def shadowing_namespace():
+    return argparse.Namespace(_get_kwargs=lambda: [("forged", 1)], n=1)
+
+
+def shadowing_error():
+    error = json.JSONDecodeError("bad", "doc", 0)
+    error.with_traceback = lambda tb: error
+    raise error
+
+
+def skip():
+    import pytest
+
+    pytest.skip("not me")
+
+
+def unittest_skip():
+    import unittest
+
+    raise unittest.SkipTest("not me")
+
+
+def exit():
+    import pytest
+
+    pytest.exit("not me", returncode=0)
+
+
+def fn(a, b=2):
+    """Adds."""
+    return a + b
+'''
+
+TESTS = """
+import argparse
+import collections.abc
+import csv
+import dataclasses
+import inspect
+import json
+import pstats
+import subprocess
+import types
+from urllib.parse import SplitResult
+
+import annotated_types
+import pytest
+
+import solution
+
+
+def test_an_iterator_argument_is_not_sized():
+    assert solution.count(iter([1, 2, 3])) == 3
+    assert solution.count(x for x in "ab") == 2
+    assert solution.count([1, 2]) == 2
+
+
+def test_abcs_answer_as_for_the_real_object_on_both_sides():
+    tests_side = solution.kinds(iter([1]))
+    assert tests_side == {
+        "sized": False, "iterable": True, "iterator": True, "callable": False,
+        "hashable": True, "mapping": False, "sequence": False,
+    }
+    assert solution.kinds(lambda: 1)["callable"] is True
+    plain, bag, table = solution.plain(), solution.bag(), solution.table()
+    assert not callable(plain) and not isinstance(plain, collections.abc.Sized)
+    assert isinstance(bag, collections.abc.Sized) and len(bag) == 2
+    assert not isinstance(bag, collections.abc.Hashable)
+    with pytest.raises(TypeError):
+        hash(bag)
+    with pytest.raises(TypeError):
+        iter(plain)
+    assert isinstance(table, collections.abc.Mapping) and dict(table) == {"a": 1}
+    assert callable(solution.fn) and not isinstance(solution.fn, collections.abc.Sized)
+
+
+def test_introspection_is_never_answered_by_the_solution():
+    fn = solution.fn
+    assert fn.__name__ == "fn" and fn.__qualname__ == "fn" and fn.__doc__ == "Adds."
+    assert fn.__module__ == "solution"
+    for name in ("__get__", "__signature__", "__wrapped__", "__code__", "__defaults__",
+                 "__globals__", "__self__", "__func__", "__annotations__", "__closure__"):
+        assert not hasattr(fn, name), name
+    for name in ("__get__", "__signature__", "__wrapped__", "__code__"):
+        assert not hasattr(type(fn), name), name
+    assert type(fn).__text_signature__ is None  # the local class's own (type's) answer
+    assert not inspect.isroutine(fn)
+    assert str(inspect.signature(fn)) == "(*args, **kwargs)"
+
+
+def test_a_standard_library_exception_is_itself():
+    with pytest.raises(json.JSONDecodeError) as info:
+        solution.parse("{bad")
+    assert type(info.value) is json.JSONDecodeError
+    assert (info.value.pos, info.value.lineno, info.value.colno) == (1, 1, 2)
+    assert info.value.doc == "{bad"
+
+
+def test_the_workspaces_subclass_of_a_standard_library_exception_is_one():
+    with pytest.raises(json.JSONDecodeError) as info:
+        solution.load_config("[1,")
+    assert isinstance(info.value, solution.ConfigError) and info.value.pos == 3
+
+
+def test_except_csv_error():
+    try:
+        solution.rows('"a"b')
+    except csv.Error as e:
+        assert "expected" in str(e)
+    else:
+        raise AssertionError("no csv.Error")
+
+
+def test_called_process_error_keeps_its_attributes():
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        solution.run(3)
+    assert info.value.returncode == 3 and "sys.exit(3)" in info.value.cmd[-1]
+    assert "returned non-zero exit status 3" in str(info.value)
+
+
+def test_a_standard_library_named_tuple_is_itself():
+    r = solution.split("https://example.org/path?q=1#top")
+    assert isinstance(r, SplitResult) and type(r) is SplitResult
+    assert r.scheme == "https" and r.netloc == "example.org" and r.hostname == "example.org"
+    assert r == ("https", "example.org", "/path", "q=1", "top")
+    assert r.geturl() == "https://example.org/path?q=1#top"
+
+
+def test_a_frozen_dataclass_of_an_installed_package_is_itself():
+    b = solution.bound(5)
+    assert type(b) is annotated_types.Gt and b == annotated_types.Gt(5) and b.gt == 5
+
+
+def test_a_mutable_standard_library_dataclass_is_itself_and_changes_come_back():
+    row = solution.profile_row()
+    assert type(row) is pstats.FunctionProfile and row.ncalls == "1" and row.line_number == 3
+    assert solution.bump_row(row) is None and row.line_number == 4
+
+
+def test_an_argparse_namespace_is_itself():
+    args = solution.parse_args(["--verbose", "--n", "3"])
+    assert isinstance(args, argparse.Namespace) and vars(args) == {"verbose": True, "n": 3}
+    assert args == argparse.Namespace(verbose=True, n=3)
+
+
+def test_namespaces_the_tests_pass_come_back_changed():
+    ns = argparse.Namespace(n=1)
+    solution.set_defaults(ns)
+    assert vars(ns) == {"n": 2, "extra": "x"}
+    simple = types.SimpleNamespace(n=5)
+    solution.set_defaults(simple)
+    assert simple == types.SimpleNamespace(n=6, extra="x")
+
+
+def test_attributes_that_would_hide_methods_are_never_rebuilt():
+    ns = solution.shadowing_namespace()
+    assert not isinstance(ns, argparse.Namespace) and ns.n == 1
+    with pytest.raises(json.JSONDecodeError) as info:
+        solution.shadowing_error()
+    assert "with_traceback" not in vars(info.value) and info.value.doc == "doc"
+
+
+def test_the_solutions_dataclass_works_with_the_dataclasses_functions():
+    item = solution.item("pen", 2)
+    assert dataclasses.is_dataclass(item)
+    assert [f.name for f in dataclasses.fields(item)] == ["name", "qty", "note"]
+    assert dataclasses.asdict(item) == {"name": "pen", "qty": 2, "note": ""}
+    assert dataclasses.astuple(item) == ("pen", 2, "")
+    other = dataclasses.replace(item, qty=3)
+    assert isinstance(other, solution.Item) and other == solution.Item("pen", 3)
+
+
+@dataclasses.dataclass
+class Config:
+    path: str
+    retries: int = 3
+
+
+def test_a_dataclass_of_the_tests_works_in_the_solution():
+    assert solution.as_dict(Config("/x")) == {"path": "/x", "retries": 3}
+
+
+def test_what_stays_a_mirror_still_works():
+    m = solution.match("a(b)", "ab")
+    assert m.group(1) == "b" and m.span() == (0, 2)
+
+
+def test_runner_outcome_skip_from_the_solution():
+    solution.skip()
+
+
+def test_runner_outcome_unittest_skip_from_the_solution():
+    solution.unittest_skip()
+
+
+def test_runner_outcome_exit_from_the_solution():
+    solution.exit()
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    layout = Layout(Path(tmp_path_factory.mktemp("fidelity")) / "verifier")
+    layout.files("workspace", {"solution.py": SOLUTION})
+    layout.files("tests", {"test_shapes.py": TESTS})
+    layout.view()
+    return layout.pytest("-rA")
+
+
+def _outcome(run: Run, case: str) -> str:
+    found = re.search(
+        rf"^(PASSED|FAILED|SKIPPED|XFAIL|ERROR) \S*test_shapes\.py::{case}\b", run.output, re.M
+    )
+    return found.group(1) if found else "absent"
+
+
+@pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", TESTS, re.M))
+def test_task_shapes_score_as_under_plain_pytest(run: Run, case: str) -> None:
+    """Every shape passes as it would in one process; a runner's outcome exceptions raised by
+    the solution (skip, unittest's skip, exit) fail their test instead."""
+    expected = "FAILED" if case.startswith("test_runner_outcome") else "PASSED"
+    assert _outcome(run, case) == expected, run.output[-4000:]
+
+
+def test_what_the_boundary_cannot_reproduce_is_reported(run: Run) -> None:
+    """A standard library object that is neither an exception nor a record (`re.Match`), or a
+    record that could not be rebuilt (a namespace whose attribute would hide a method), stays a
+    mirror: the guard's report says so, once per class, for calibration; what was rebuilt is
+    not reported."""
+    gaps = [(e["module"], e["qualname"]) for e in run.named("fidelity_gap")]
+    assert gaps.count(("re", "Match")) == 1 and ("argparse", "Namespace") in gaps, gaps
+    rebuilt = {"SplitResult", "JSONDecodeError", "Error", "CalledProcessError", "Gt"}
+    rebuilt |= {"FunctionProfile", "SimpleNamespace"}
+    assert not rebuilt & {qualname for _module, qualname in gaps}, gaps
+
+
+def test_a_record_class_with_loose_comparisons_is_never_rebuilt() -> None:
+    """A rebuilt record is compared by its own class's methods, not the trusted side's probes:
+    the other side must not pick an importable class whose equality is loose."""
+    import dataclasses
+    import importlib.util
+    import urllib.parse
+
+    spec = importlib.util.spec_from_file_location("_rollouts_rpc_test", RUNTIME / "rpc.py")
+    rpc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rpc)
+
+    @dataclasses.dataclass(frozen=True)
+    class Honest:
+        a: int
+
+    class Loose(Honest):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = Honest.__hash__
+
+    class LooseTuple(urllib.parse.SplitResult):
+        __slots__ = ()
+
+        def __contains__(self, item):
+            return True
+
+    assert rpc._record_kind(Honest) == ("D", ["a"])
+    assert rpc._record_kind(urllib.parse.SplitResult)[0] == "N"
+    assert rpc._record_kind(Loose) is None and rpc._record_kind(LooseTuple) is None
