@@ -200,6 +200,8 @@ class TrustedEndpoint(rpc.Endpoint):
         self.env_sent = None  # the environment the tested process has (endpoint() sets it)
         self.random_sent = None
         self.reseeded = False  # the tests called random.seed or random.setstate
+        # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
+        self.twins = {}
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -382,17 +384,47 @@ class TrustedEndpoint(rpc.Endpoint):
             return self.request("op", op, proxy, other)
         decoy = other + _rng.choice((-1, 1)) * (abs(other) * 0.25 + _rng.uniform(1.0, 2.0))
         real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
-        if (
-            type(real) in (int, float)
-            and type(other_answer) in (int, float)
-            and real == other_answer
-            and abs(real) * 1e-9 < abs(decoy - other)  # not a rounding of a huge value
-        ):
+        if _same_number(real, other_answer, abs(decoy - other)):
             self.value_hack(proxy, op, "the same %s for different operands" % op)
             return NotImplemented
         if isinstance(real, BaseException):
             raise real
+        self._pair(real, other_answer)
         return real
+
+    def _pair(self, real, twin):
+        """Remember the decoy's answer beside the real one when both are objects of the tested
+        process: a number taken from them later (abs, float, round...) is asked of both at
+        once, so a difference that is an object whose abs() is 0 is caught as a plain one."""
+        if isinstance(real, rpc.RemoteObject) and isinstance(twin, rpc.RemoteObject):
+            if len(self.twins) >= _TWINS_KEPT:
+                del self.twins[next(iter(self.twins))]
+            self.twins[real.__dict__["_rollouts_oid"]] = twin
+
+    def request(self, op, *args):
+        if op == "op" and len(args) >= 2 and args[0] in _NUMBER_OPS:
+            target = args[1]
+            if isinstance(target, rpc.RemoteObject):
+                twin = self.twins.get(target.__dict__.get("_rollouts_oid"))
+                if twin is not None:
+                    return self._number_of_pair(args[0], target, twin, list(args[2:]))
+        return super().request(op, *args)
+
+    def _number_of_pair(self, name, real, twin, extra):
+        pair = [real, twin]
+        order = [0, 1]
+        _rng.shuffle(order)
+        answers = super().request("unary", [[name, pair[i], extra] for i in order])
+        if not isinstance(answers, list) or len(answers) != 2:
+            raise rpc.ProtocolError("unary probe")
+        answer, twin_answer = answers[order.index(0)], answers[order.index(1)]
+        if _same_number(answer, twin_answer, 1.0):
+            self.value_hack(real, name, "the same %s of different differences" % name)
+            return float("nan")  # no tolerance holds it
+        if isinstance(answer, BaseException):
+            raise answer
+        self._pair(answer, twin_answer)
+        return answer
 
     def contains(self, proxy, item):
         answers = self._probe(proxy, [("contains", x) for x in [item] + _far_decoys(item, 2)])
@@ -406,6 +438,17 @@ class TrustedEndpoint(rpc.Endpoint):
 
 
 _TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
+# What turns a difference into the number a tolerance is checked against.
+_NUMBER_OPS = frozenset(
+    ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
+)
+_TWINS_KEPT = 4096
+
+
+def _same_number(a, b, apart):
+    """Whether two answers for operands `apart` apart are the same plain number (and not the
+    rounding of a huge one)."""
+    return type(a) in (int, float) and type(b) in (int, float) and a == b and abs(a) * 1e-9 < apart
 
 
 def _claims(op, answer):

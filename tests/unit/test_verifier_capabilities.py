@@ -60,6 +60,46 @@ def test_a_comparison_whose_truth_is_told_later_is_caught(layout: Layout) -> Non
     assert run.named("value_hack"), run.output
 
 
+LATE_DIFFERENCE = """
+class Difference:
+    def __abs__(self):
+        return 0.0
+
+
+class Answer:
+    def __eq__(self, other):
+        return False
+
+    def __sub__(self, other):
+        return Difference()
+
+    __rsub__ = __sub__
+    __hash__ = object.__hash__
+
+
+def fn(x):
+    return Answer()
+"""
+ALMOST_TESTS = """
+import unittest
+
+from solution import fn
+
+
+class TestAlmost(unittest.TestCase):
+    def test_almost(self):
+        self.assertAlmostEqual(fn(1), 2.5)
+"""
+
+
+def test_a_difference_whose_number_is_told_later_is_caught(layout: Layout) -> None:
+    """`assertAlmostEqual` takes abs() of the difference: an object whose abs() is 0 for the
+    real operand and for its decoy (asked at once) is the same value hack as a plain 0."""
+    run = _pytest_run(layout, LATE_DIFFERENCE, ALMOST_TESTS)
+    assert run.rc == 1, run.output
+    assert run.named("value_hack"), run.output
+
+
 HONEST_NON_BOOL = """
 class Truth:
     # A comparison's answer that is not a bool (as an array library's): its truth is honest.
@@ -94,9 +134,31 @@ class Name:
 
 def fn(name):
     return Name(name.lower())
+
+
+class Money:
+    # Differences are Money too; abs() gives the plain amount.
+    def __init__(self, amount):
+        self.amount = amount
+
+    def __eq__(self, other):
+        return Truth(self.amount == other)
+
+    def __sub__(self, other):
+        return Money(self.amount - other)
+
+    def __abs__(self):
+        return abs(self.amount)
+
+    __hash__ = object.__hash__
+
+
+def money(amount):
+    return Money(amount)
 """
 COUNTED = """
 import sys
+import unittest
 
 import solution
 
@@ -117,6 +179,13 @@ def test_each_comparison_is_one_request():
     finally:
         del ep.send
     assert ops == ["probe"] * 6
+
+
+def test_an_object_difference_is_taken_as_it_is():
+    check = unittest.TestCase()
+    check.assertAlmostEqual(solution.money(2.5), 2.5)
+    check.assertAlmostEqual(solution.money(2.5000000001), 2.5)
+    check.assertNotAlmostEqual(solution.money(3.5), 2.5)
 """
 
 
