@@ -202,6 +202,7 @@ class TrustedEndpoint(rpc.Endpoint):
         self.reseeded = False  # the tests called random.seed or random.setstate
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
         self.twins = {}
+        self.runner_modules = {}  # oid of a proxy of the tested process's runner module -> name
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -271,7 +272,22 @@ class TrustedEndpoint(rpc.Endpoint):
             raise rpc.ProtocolError("global name")
         if _resolvable(module_name, qualname):
             return super()._global(node)
-        return self._proxy(node[3], node[4])
+        proxy = self._proxy(node[3], node[4])
+        if not qualname:
+            self.runner_modules[node[3]] = module_name
+        return proxy
+
+    def own_module(self, value, name):
+        """A workspace module's attribute `name`: the tests' own runner module where the
+        tested code's is bound under that module's own name (`import pytest` read by a star
+        import: the tests keep their own pytest), else `value` as it came."""
+        if isinstance(value, rpc.RemoteObject):
+            module_name = self.runner_modules.get(value.__dict__.get("_rollouts_oid"))
+            if module_name is not None and name in (module_name, module_name.rpartition(".")[2]):
+                own = sys.modules.get(module_name)
+                if own is not None:
+                    return own
+        return value
 
     def class_value(self, node):
         meta = node[2] if isinstance(node, list) and len(node) == 3 else None
@@ -748,7 +764,8 @@ class RemoteModule(types.ModuleType):
         remote = self.__dict__.get("__rollouts_remote__")
         if remote is None or name.startswith("_rollouts_") or name in rpc.LOCAL_DUNDERS:
             raise AttributeError(name)
-        return remote._rollouts_ep.request("getattr", remote, name)
+        ep = remote._rollouts_ep
+        return ep.own_module(ep.request("getattr", remote, name), name)
 
     def __setattr__(self, name, value):
         remote = self.__dict__.get("__rollouts_remote__")

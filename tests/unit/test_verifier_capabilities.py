@@ -392,6 +392,9 @@ HONEST_NAMES = """
 import json
 import math
 import os.path
+import unittest
+
+import pytest
 
 SORT = sorted
 LOWER = str.lower
@@ -406,6 +409,9 @@ def parse(text):
 NAMES_TESTS = """
 import json as own_json
 import math
+import unittest as own_unittest
+
+import pytest as own_pytest
 
 import solution
 from solution import *  # noqa: F403
@@ -415,6 +421,8 @@ def test_allowed_names_are_the_tests_own():
     assert solution.SORT is sorted and solution.ROOT is math.sqrt
     assert solution.ERROR is ValueError
     assert json is own_json  # noqa: F405  (a module: the tests' own)
+    # The runner's modules too, read under their own names (else a proxy of the tested code's)
+    assert pytest is own_pytest and unittest is own_unittest  # noqa: F405
 
 
 def test_other_functions_work_through_the_boundary():
