@@ -382,7 +382,7 @@ class TrustedEndpoint(rpc.Endpoint):
         _rng.shuffle(order)
         answers = self.request("probe", proxy, [[asked[i][0], asked[i][1]] for i in order])
         if not isinstance(answers, list) or len(answers) != len(asked):
-            raise rpc.ProtocolError("probe answered %d of %d" % (len(answers), len(asked)))
+            raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
         out = [None] * len(asked)
         for at, i in enumerate(order):
             answer = answers[at]
