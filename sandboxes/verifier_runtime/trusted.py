@@ -117,18 +117,25 @@ def _runner_module(name):
 
 def _forbidden(obj):
     """Whether `obj` may never be a target of the tested process: a frame, code, traceback,
-    cell or module; a class or routine of a runner (see _RUNNER_PACKAGES), a method bound to
-    one of their objects, or an instance of their classes."""
+    cell or module; a class of a runner (see _RUNNER_PACKAGES) or derived from one (a
+    unittest.TestCase of the tests: its methods skip, fail, report), a routine of a runner, a
+    method bound to one of those classes or their objects, or an instance of one."""
     if isinstance(obj, _NEVER_TARGETS):
         return True
-    if isinstance(obj, type) or isinstance(obj, _ROUTINES):
+    if isinstance(obj, type):
+        return _runner_class(obj)
+    if isinstance(obj, _ROUTINES):
         if _runner_module(getattr(obj, "__module__", None) or type(obj).__module__):
             return True
         owner = getattr(obj, "__self__", None)  # a bound method: its object's class counts
         if owner is None or isinstance(owner, types.ModuleType):
             return False
-        return _runner_module((owner if isinstance(owner, type) else type(owner)).__module__)
-    return _runner_module(type(obj).__module__)
+        return _runner_class(owner if isinstance(owner, type) else type(owner))
+    return _runner_class(type(obj))
+
+
+def _runner_class(cls):
+    return any(_runner_module(getattr(k, "__module__", None)) for k in cls.__mro__)
 
 
 def _module_globals(value):

@@ -300,7 +300,7 @@ def drain(gen):
     return list(gen)
 
 
-def tamper(obj, cls, gen, cb):
+def tamper(obj, cls, gen, cb, case):
     denied = []
     for name, act in (
         ("a method of the object", lambda: setattr(obj, "area", len)),
@@ -308,6 +308,7 @@ def tamper(obj, cls, gen, cb):
         ("a generator's frame", lambda: gen.gi_frame),
         ("a generator's code", lambda: gen.gi_code),
         ("a function's globals", lambda: cb.__globals__),
+        ("a test case's skip", lambda: case.skipTest("no")),
     ):
         try:
             act()
@@ -318,6 +319,7 @@ def tamper(obj, cls, gen, cb):
 HONEST_USE_TESTS = """
 import io
 import types
+import unittest
 
 import solution
 
@@ -362,9 +364,14 @@ def test_the_tests_objects_through_their_protocols():
 
 def test_but_nothing_reached_through_them():
     item = Item(1, 1)
-    denied = solution.tamper(item, Item, gen(), lambda: None)
-    assert len(denied) == 5, denied
+    denied = solution.tamper(item, Item, gen(), lambda: None, Case("test_nothing"))
+    assert len(denied) == 6, denied
     assert item.area() == 0 and Item.count == 1
+
+
+class Case(unittest.TestCase):
+    def test_nothing(self):
+        pass
 """
 
 
