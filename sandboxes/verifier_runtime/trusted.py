@@ -205,6 +205,7 @@ class TrustedEndpoint(rpc.Endpoint):
         self.values = set()  # oids the other side may use: handed over, and never forbidden
         self.output_left = OUTPUT_CAP
         self.env_sent = None  # the environment the tested process has (endpoint() sets it)
+        self.env_seen = None  # ours as last seen (bytes as the OS has them: cheap to copy)
         self.random_sent = None
         self.reseeded = False  # the tests called random.seed or random.setstate
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
@@ -310,10 +311,14 @@ class TrustedEndpoint(rpc.Endpoint):
 
     def before_request(self, msg):
         super().before_request(msg)
-        current = _tested_environment()
-        if current != self.env_sent:
-            self.env_sent = current
-            msg["env"] = current
+        raw = getattr(os.environ, "_data", None)
+        seen = dict(raw) if raw is not None else dict(os.environ)
+        if seen != self.env_seen:
+            self.env_seen = seen
+            current = _tested_environment()
+            if current != self.env_sent:  # not when only the runner's variables changed
+                self.env_sent = current
+                msg["env"] = current
         state = random.getstate()
         if state != self.random_sent or self.reseeded:
             msg["rs"] = _random_state(state)
