@@ -156,6 +156,47 @@ _SOLUTION_ATTACKS = {
     "malformed_verdict": _WRONG_FN + _VERDICT_FORGERY.format(header="rollouts-verdict 0 9 0"),
 }
 
+# Solution code that attacks the process boundary itself from the tested process (round 3 of
+# docs/reliability.md's threat model); tests/unit/test_verifier_capabilities.py runs each against
+# tests of other shapes too (parametrized, passing an iterator, with int arguments).
+BOUNDARY_ATTACKS = {
+    # A comparison whose answer is not a bool: its truth is told when asked, false for the first
+    # two of every three asked (the decoys', asked first) and true for the third (the test's).
+    "late_truth": "class _Late:\n    asked = [0]\n\n"
+    "    def __bool__(self):\n        _Late.asked[0] += 1\n"
+    "        return _Late.asked[0] % 3 == 0\n\n\n"
+    "class _Answer:\n    def __eq__(self, other):\n        return _Late()\n\n"
+    "    __hash__ = object.__hash__\n\n\n"
+    "def fn(name):\n    return _Answer()\n",
+    # The runner's own state in the environment: pytest's current-test variable holds the
+    # parametrized ids (the inputs and the expected values).
+    "runner_environment": "import os\nimport re\n\n\ndef fn(name):\n"
+    "    found = re.search(r'\\[(.*)\\]', os.environ.get('PYTEST_CURRENT_TEST', ''))\n"
+    "    return found.group(1).split('-')[-1] if found else name\n",
+    # From an object of the tests (here a generator they pass) through its frame, its module's
+    # globals and loader to the runner's config, and the runner's hook implementation that
+    # calls each test replaced by nothing. Every object of the tests' process this process
+    # holds is tried.
+    "reach_through_objects": "import gc\n\n\n"
+    "def _nothing(item):\n    return None\n\n\n"
+    "def _reach(obj):\n    try:\n        frame = obj.gi_frame\n"
+    "        loader = frame.f_globals['__loader__']\n"
+    "        impls = loader.config.hook.pytest_runtest_call.get_hookimpls()\n"
+    "        for impl in impls:\n            if impl.plugin_name == 'runner':\n"
+    "                impl.function = _nothing\n"
+    "    except Exception as e:\n        print('reach failed:', type(e).__name__, e)\n\n\n"
+    "def take(iterable, n):\n    _reach(iterable)\n"
+    "    return [x for _, x in zip(range(n), iterable)]\n\n\n"
+    "def fn(name):\n    for o in gc.get_objects():\n"
+    "        if '_rollouts_oid' in getattr(type(o), '__dict__', {}):\n            _reach(o)\n"
+    "    return name\n",
+    # Functions of the tests' own process named by the tested code, which the tests then call
+    # natively: the runner's skip (every test skipped passes an exit-status-only test.sh), and
+    # os._exit for tests that pass an int (the tests' process ends with status 0).
+    "runner_by_name": "import os\n\ntry:\n    from _pytest.outcomes import skip as fn\n"
+    "except ImportError:\n    def fn(name):\n        return name\n\n\nquit_with = os._exit\n",
+}
+
 _CHANNEL_ATTACK = r"""import base64, gzip, io, os, signal, subprocess, sys, tarfile, time
 
 # Reach PID 1's streams, or those of the processes serving a request, and feed the service a
@@ -309,6 +350,7 @@ def _channel_attack(mode: str) -> str:
 # Adversarial first commands for reliability tests, by name. Data, not code: each is typed as is.
 ATTACKS: dict[str, str] = {
     **{name: _plant_solution(src) for name, src in _SOLUTION_ATTACKS.items()},
+    **{name: _plant_solution(src) for name, src in BOUNDARY_ATTACKS.items()},
     **{name: _plant_files(files) for name, files in _FILE_ATTACKS.items()},
     # The service's own tools in the agent container, broken by the agent: graded 0, not masked.
     "chmod_state_dir": "chmod 000 /run/rollouts\n",

@@ -9,12 +9,23 @@ reward, the tests, their report or this process's memory, cannot signal or trace
 and cannot see the hooks of whatever runs them (pytest, unittest, a script). Its only way to
 the verdict is the values it answers with, which the tests judge here.
 
+What the tested process can use of this one is a capability, not a name (TrustedEndpoint):
+the objects the tests handed it (arguments, what their callbacks answer, what their iterators
+yield), through the protocol of their type (call, iterate, the container and number
+protocols, their own public attributes); never frames, code, tracebacks, modules, loaders or
+the runner's objects, however reached; attributes it sets only as data of the tests' plain
+objects. The names it sends resolve here only to an allow-list of pure functions, to modules
+and classes that are not the runner's; anything else stays its own, a proxy. Nothing of the
+runner's state reaches it: its environment is the tests' without the runner's variables.
+
 What answers cannot do either: stand for a value they are not. A proxy compared with a plain
 value (`fn(x) == "abc"`) is asked about the real value and about decoys that differ from it
-(one character, one element, one unit), in random order; an object that claims to equal a
-decoy is a value hack (the always-equal return value): the comparison is False and the
-attempt is written to the guard's report, where the grade finds it. The same for ordering
-(both `a < b` and `a >= b`), for `in`, and for equality with a fresh object of ours.
+(one character, one element, one unit), all in one request in random order, and answers with
+bools only, taken there (an answer whose truth is told later could tell the test's from the
+decoys'); an object that claims to equal a decoy is a value hack (the always-equal return
+value): the comparison is False and the attempt is written to the guard's report, where the
+grade finds it. The same for ordering (both `a < b` and `a >= b`), for `in`, for equality
+with a fresh object of ours, and for sums and differences with a number.
 
 Standard library only: this runs under the task image's Python.
 """
@@ -64,21 +75,153 @@ def _manifest():
         return json.load(f)
 
 
+# ---- capabilities ------------------------------------------------------------------------------
+
+# Packages of test runners and of the import system, and this runtime: their objects hold the
+# verdict's machinery (config, hooks, reports, outcomes) or reach every module (loaders).
+_RUNNER_PACKAGES = frozenset(
+    {
+        "_pytest", "pytest", "pluggy", "py", "_py", "xdist", "execnet", "unittest", "nose",
+        "nose2", "doctest", "importlib", "_frozen_importlib", "_frozen_importlib_external",
+        "zipimport", "pkgutil", "runpy",
+    }
+)  # fmt: skip
+_NOT_RUNNER = ("unittest.mock",)  # mocks the tests hand over are theirs to hand
+# What no path through the tests' objects may yield: execution state and namespaces.
+_NEVER_TARGETS = (
+    types.ModuleType,
+    types.FrameType,
+    types.CodeType,
+    types.TracebackType,
+    types.CellType,
+)
+_ROUTINES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
+)
+
+
+def _runner_module(name):
+    """Whether module `name` is a runner's, the import system's or this runtime's."""
+    if not isinstance(name, str) or name.startswith("_rollouts_"):
+        return True
+    if any(name == n or name.startswith(n + ".") for n in _NOT_RUNNER):
+        return False
+    return name.partition(".")[0] in _RUNNER_PACKAGES
+
+
+def _forbidden(obj):
+    """Whether `obj` may never be a target of the tested process: a frame, code, traceback,
+    cell or module; a class of a runner (see _RUNNER_PACKAGES) or derived from one (a
+    unittest.TestCase of the tests: its methods skip, fail, report), a routine of a runner, a
+    method bound to one of those classes or their objects, or an instance of one."""
+    if isinstance(obj, _NEVER_TARGETS):
+        return True
+    if isinstance(obj, type):
+        return _runner_class(obj)
+    if isinstance(obj, _ROUTINES):
+        if _runner_module(getattr(obj, "__module__", None) or type(obj).__module__):
+            return True
+        owner = getattr(obj, "__self__", None)  # a bound method: its object's class counts
+        if owner is None or isinstance(owner, types.ModuleType):
+            return False
+        return _runner_class(owner if isinstance(owner, type) else type(owner))
+    return _runner_class(type(obj))
+
+
+def _runner_class(cls):
+    return any(_runner_module(getattr(k, "__module__", None)) for k in cls.__mro__)
+
+
+def _module_globals(value):
+    """Whether `value` is a module's namespace (a function's or frame's globals)."""
+    return type(value) is dict and any(
+        getattr(m, "__dict__", None) is value for m in list(sys.modules.values())
+    )
+
+
+def _writable(obj, name, delete):
+    """setattr/delattr by the tested process: data in the instance dictionary of a plain
+    object of the tests (a record they pass to be filled); never a class, routine, module or
+    runner's object, nor a name its class defines as a method or descriptor (which would change
+    what the tests' own calls of it do)."""
+    if isinstance(obj, type) or isinstance(obj, _ROUTINES) or _forbidden(obj):
+        return False
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    if not isinstance(namespace, dict):
+        return False
+    if delete:
+        return name in namespace
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            return not hasattr(type(klass.__dict__[name]), "__get__")
+    return True
+
+
+# Functions the tested process may name and the tests then use as their own: pure ones, whose
+# only effect is their answer (calling them here or there is the same, and `is` holds).
+_PURE_BUILTINS = frozenset(
+    (
+        "abs all any ascii bin callable chr divmod format hash hex isinstance issubclass iter len "
+        "max min next oct ord pow repr round sorted sum"
+    ).split()
+)
+_PURE_MODULES = frozenset(("math", "cmath", "operator", "_operator"))
+
+
+def _resolvable(module_name, qualname):
+    """Whether a module or function the tested process names (module, qualified name) is
+    used as the tests' own: a module that is not a runner's (the tests' own copy is the one
+    the tested code cannot have changed), a pure function; anything else stays its proxy."""
+    if not qualname:  # the tests' own __main__ is not the tested code's
+        return module_name != "__main__" and not _runner_module(module_name)
+    if module_name == "builtins":
+        return qualname in _PURE_BUILTINS
+    return module_name in _PURE_MODULES and "." not in qualname
+
+
+# The runner's own variables: pytest's current test holds a parametrized test's ids, which are
+# its inputs and expected values.
+_RUNNER_VARIABLES = ("PYTEST_", "_PYTEST")
+
+
+def _tested_environment():
+    """The environment the tested process sees: the tests', less the runner's variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_RUNNER_VARIABLES)}
+
+
 class TrustedEndpoint(rpc.Endpoint):
     def __init__(self, sock, manifest):
         super().__init__(sock)
         self.manifest = manifest
-        self.values = set()  # oids we sent as values: the only objects the other side may use
+        self.values = set()  # oids the other side may use: handed over, and never forbidden
         self.output_left = OUTPUT_CAP
-        self.env_sent = None
+        self.env_sent = None  # the environment the tested process has (endpoint() sets it)
+        self.env_seen = None  # ours as last seen (bytes as the OS has them: cheap to copy)
         self.random_sent = None
         self.reseeded = False  # the tests called random.seed or random.setstate
+        # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
+        self.twins = {}
+        self.runner_modules = {}  # oid of a proxy of the tested process's runner module -> name
 
     # ---- what the tested process may do with our objects -----------------------------------
+    # A target is an object the tests handed over: an argument of their call, what their
+    # callback or iterator answered, a public attribute of a target. Whatever the path, what
+    # _forbidden names is never one (sent, it stays an opaque handle the tested process can
+    # only give back): that is how a generator's frame, the module globals and loader behind
+    # it, and the runner's config, hooks and reports stay out of reach.
 
     def export(self, obj, value=True):
         oid = super().export(obj)
-        if value:
+        if value and not _forbidden(obj):
             self.values.add(oid)
         return oid
 
@@ -91,21 +234,91 @@ class TrustedEndpoint(rpc.Endpoint):
         # Public names only: no path from a handed-over callable to its globals or builtins.
         return isinstance(name, str) and not name.startswith("_")
 
+    def dispatch(self, op, args):
+        if op == "getattr":
+            obj, name = args[0], args[1]
+            if not self.allowed_name(name):
+                raise AttributeError("attribute %r is not available to the other process" % (name,))
+            self.check_target(obj)
+            value = getattr(obj, name)
+            if _forbidden(value) or _module_globals(value):
+                raise AttributeError(
+                    "attribute %r of %s is not available to the other process"
+                    % (name, type(obj).__name__)
+                )
+            return value
+        if op in ("setattr", "delattr"):
+            obj, name = args[0], args[1]
+            if not self.allowed_name(name):
+                raise AttributeError("attribute %r is not available to the other process" % (name,))
+            self.check_target(obj)
+            if not _writable(obj, name, op == "delattr"):
+                raise PermissionError(
+                    "the tested code may not change %r of %s" % (name, type(obj).__name__)
+                )
+        return super().dispatch(op, args)
+
     def dispatch_other(self, op, args):
         raise rpc.ProtocolError("the tested process asked for %r" % op)
 
+    def encode_exception(self, e, memo):
+        # Our traceback stays here: its source lines are the tests' (an expected value beside
+        # the callback that raised).
+        node = super().encode_exception(e, memo)
+        node[4] = ""
+        return node
+
+    # ---- names the tested process sends ------------------------------------------------------
+    # It may name a function or module it holds; only where that name means the same pure
+    # thing here (see _resolvable) is the tests' own object used, else the tests get a proxy of
+    # its own, which runs there: `from _pytest.outcomes import skip as fn` cannot make the
+    # tests skip themselves, nor `fn = os._exit` end their process with status 0.
+
+    def _global(self, node):
+        module_name, qualname = node[1], node[2]
+        if not isinstance(module_name, str) or not isinstance(qualname, str):
+            raise rpc.ProtocolError("global name")
+        if _resolvable(module_name, qualname):
+            return super()._global(node)
+        proxy = self._proxy(node[3], node[4])
+        if not qualname:
+            self.runner_modules[node[3]] = module_name
+        return proxy
+
+    def own_module(self, value, name):
+        """A workspace module's attribute `name`: the tests' own runner module where the
+        tested code's is bound under that module's own name (`import pytest` read by a star
+        import: the tests keep their own pytest), else `value` as it came."""
+        if isinstance(value, rpc.RemoteObject):
+            module_name = self.runner_modules.get(value.__dict__.get("_rollouts_oid"))
+            if module_name is not None and name in (module_name, module_name.rpartition(".")[2]):
+                own = sys.modules.get(module_name)
+                if own is not None:
+                    return own
+        return value
+
+    def class_value(self, node):
+        meta = node[2] if isinstance(node, list) and len(node) == 3 else None
+        named = meta.get("g") if isinstance(meta, dict) else None
+        if isinstance(named, list) and len(named) == 2 and _runner_module(str(named[0])):
+            return self.mirror(node)
+        return super().class_value(node)
+
     # ---- the state a test may change around a call -----------------------------------------
-    # One way only: the tested code sees the tests' environment and random state as they are
-    # at each call, and nothing it does changes ours (a random state sent back could make the
-    # tests draw the same input for ever).
+    # One way only: the tested code sees the tests' environment (less the runner's own
+    # variables) and random state as they are at each call, and nothing it does changes ours
+    # (a random state sent back could make the tests draw the same input for ever).
 
     def before_request(self, msg):
         super().before_request(msg)
-        raw = getattr(os.environ, "_data", None)  # bytes as the OS has them: cheap to copy
-        current = dict(raw) if raw is not None else dict(os.environ)
-        if current != self.env_sent:
-            self.env_sent = current
-            msg["env"] = dict(os.environ)
+        raw = getattr(os.environ, "_data", None)
+        seen = dict(raw) if raw is not None else dict(os.environ)
+        if seen != self.env_seen:
+            self.env_seen = seen
+            current = _tested_environment()
+            if current != self.env_sent:  # not when only the runner's variables changed
+                self.env_sent = current
+                msg["env"] = current
         state = random.getstate()
         if state != self.random_sent or self.reseeded:
             msg["rs"] = _random_state(state)
@@ -151,37 +364,46 @@ class TrustedEndpoint(rpc.Endpoint):
     # ---- comparisons that a value hack would win ----------------------------------------------
 
     def compare(self, proxy, op, other):
-        if op in ("eq", "ne") and _decoys(other, 1):
-            return self._probe_equality(proxy, op, other)
-        if op in _COMPLEMENT and _orderable(other):
-            return self._probe_order(proxy, op, other)
-        result = self.request("op", op, proxy, other)
-        if op in ("eq", "ne") and _claims(op, result):
-            if _claims("eq", self.request("op", "eq", proxy, _Sentinel())):
+        if op in ("eq", "ne"):
+            decoys = _decoys(other, 2)
+            if decoys:
+                answers = self._probe(proxy, [(op, other)] + [(op, d) for d in decoys])
+                if any(_claims(op, a) for a in answers[1:]):
+                    self.value_hack(proxy, op, "equal to values that differ from each other")
+                    return op == "ne"
+                return _outcome(answers[0])
+            real, fresh = self._probe(proxy, [(op, other), ("eq", _Sentinel())])
+            if _claims(op, real) and fresh is True:
                 self.value_hack(proxy, op, "equal to a fresh object of the tests")
                 return op == "ne"
-        return result
+            return _outcome(real)
+        if op in _COMPLEMENT and _orderable(other):
+            real, complement = self._probe(proxy, [(op, other), (_COMPLEMENT[op], other)])
+            if real is True and complement is True:
+                self.value_hack(proxy, op, "both %s and %s the same value" % (op, _COMPLEMENT[op]))
+                return False
+            return _outcome(real)
+        return _outcome(self._probe(proxy, [(op, other)])[0])
 
-    def _probe_equality(self, proxy, op, other):
-        asked = [other] + _decoys(other, 2)
+    def _probe(self, proxy, asked):
+        """The answers to [(operator, operand), ...] about `proxy`, asked in one request in an
+        order the tested process cannot learn (shuffled here), and answered all at once: for
+        a comparison or `in`, a bool reduced there (None: NotImplemented), so no question asked
+        later can tell the real operand from the decoys; an exception the operator raised."""
         order = list(range(len(asked)))
         _rng.shuffle(order)
-        answers = {}
-        for i in order:
-            answers[i] = self.request("op", op, proxy, asked[i])
-        if any(_claims(op, answers[i]) for i in range(1, len(asked))):
-            self.value_hack(proxy, op, "equal to values that differ from each other")
-            return op == "ne"
-        return answers[0]
-
-    def _probe_order(self, proxy, op, other):
-        ops = [op, _COMPLEMENT[op]]
-        _rng.shuffle(ops)
-        answers = {o: self.request("op", o, proxy, other) for o in ops}
-        if all(_truth(a) for a in answers.values()):
-            self.value_hack(proxy, op, "both %s and %s the same value" % tuple(ops))
-            return False
-        return answers[op]
+        answers = self.request("probe", proxy, [[asked[i][0], asked[i][1]] for i in order])
+        if not isinstance(answers, list) or len(answers) != len(asked):
+            raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
+        out = [None] * len(asked)
+        for at, i in enumerate(order):
+            answer = answers[at]
+            if asked[i][0] in _TRUTHS and not (
+                answer is None or type(answer) is bool or isinstance(answer, BaseException)
+            ):
+                raise rpc.ProtocolError("a comparison answered with a %s" % type(answer).__name__)
+            out[i] = answer
+        return out
 
     def arithmetic(self, proxy, op, other):
         """`proxy - x` (or + x) answered the same for another x: the difference that makes
@@ -189,33 +411,55 @@ class TrustedEndpoint(rpc.Endpoint):
         if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
             return self.request("op", op, proxy, other)
         decoy = other + _rng.choice((-1, 1)) * (abs(other) * 0.25 + _rng.uniform(1.0, 2.0))
-        asked = [other, decoy]
-        order = [0, 1]
-        _rng.shuffle(order)
-        answers = {i: self.request("op", op, proxy, asked[i]) for i in order}
-        real, other_answer = answers[0], answers[1]
-        if (
-            type(real) in (int, float)
-            and type(other_answer) in (int, float)
-            and real == other_answer
-            and abs(real) * 1e-9 < abs(decoy - other)  # not a rounding of a huge value
-        ):
+        real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
+        if _same_number(real, other_answer, abs(decoy - other)):
             self.value_hack(proxy, op, "the same %s for different operands" % op)
             return NotImplemented
+        if isinstance(real, BaseException):
+            raise real
+        self._pair(real, other_answer)
         return real
 
-    def contains(self, proxy, item):
-        decoys = _far_decoys(item, 2)
-        if not decoys:
-            return self.request("op", "contains", proxy, item)
-        asked = [item] + decoys
-        order = list(range(len(asked)))
+    def _pair(self, real, twin):
+        """Remember the decoy's answer beside the real one when both are objects of the tested
+        process: a number taken from them later (abs, float, round...) is asked of both at
+        once, so a difference that is an object whose abs() is 0 is caught as a plain one."""
+        if isinstance(real, rpc.RemoteObject) and isinstance(twin, rpc.RemoteObject):
+            if len(self.twins) >= _TWINS_KEPT:
+                del self.twins[next(iter(self.twins))]
+            self.twins[real.__dict__["_rollouts_oid"]] = twin
+
+    def request(self, op, *args):
+        if op == "op" and len(args) >= 2 and args[0] in _NUMBER_OPS:
+            target = args[1]
+            if isinstance(target, rpc.RemoteObject):
+                twin = self.twins.get(target.__dict__.get("_rollouts_oid"))
+                if twin is not None:
+                    return self._number_of_pair(args[0], target, twin, list(args[2:]))
+        return super().request(op, *args)
+
+    def _number_of_pair(self, name, real, twin, extra):
+        pair = [real, twin]
+        order = [0, 1]
         _rng.shuffle(order)
-        found = {i: self.request("op", "contains", proxy, asked[i]) for i in order}
-        if _truth(found[0]) and any(_truth(found[i]) for i in range(1, len(asked))):
+        answers = super().request("unary", [[name, pair[i], extra] for i in order])
+        if not isinstance(answers, list) or len(answers) != 2:
+            raise rpc.ProtocolError("unary probe")
+        answer, twin_answer = answers[order.index(0)], answers[order.index(1)]
+        if _same_number(answer, twin_answer, 1.0):
+            self.value_hack(real, name, "the same %s of different differences" % name)
+            return float("nan")  # no tolerance holds it
+        if isinstance(answer, BaseException):
+            raise answer
+        self._pair(answer, twin_answer)
+        return answer
+
+    def contains(self, proxy, item):
+        answers = self._probe(proxy, [("contains", x) for x in [item] + _far_decoys(item, 2)])
+        if answers[0] is True and any(a is True for a in answers[1:]):
             self.value_hack(proxy, "contains", "contains values that differ from each other")
             return False
-        return found[0]
+        return _outcome(answers[0])
 
     def value_hack(self, proxy, op, why):
         report("value_hack", op=op, type=type(proxy).__qualname__, why=why)
@@ -224,19 +468,33 @@ class TrustedEndpoint(rpc.Endpoint):
         report("fidelity_gap", module=module, qualname=qualname, why=why)
 
 
-def _truth(answer):
-    """What `assert answer` would take it for (a proxy's truth is asked of its side)."""
-    try:
-        return bool(answer)
-    except Exception:  # e.g. an array's ambiguous truth: it claims nothing
-        return False
+_TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
+# What turns a difference into the number a tolerance is checked against.
+_NUMBER_OPS = frozenset(
+    ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
+)
+_TWINS_KEPT = 4096
+
+
+def _same_number(a, b, apart):
+    """Whether two answers for operands `apart` apart are the same plain number (and not the
+    rounding of a huge one)."""
+    return type(a) in (int, float) and type(b) in (int, float) and a == b and abs(a) * 1e-9 < apart
 
 
 def _claims(op, answer):
-    """Whether an answer to == or != says "equal"."""
-    if answer is NotImplemented:
-        return False
-    return _truth(answer) if op == "eq" else not _truth(answer)
+    """Whether a probe's answer to == or != says "equal" (an exception, an ambiguous truth,
+    NotImplemented: it claims nothing)."""
+    return answer is True if op == "eq" else answer is False
+
+
+def _outcome(answer):
+    """What the tests get for a probe's answer about the real operand: the bool, or the
+    exception the operator raised there (as they would in one process), or NotImplemented
+    (their own operand is asked next, here)."""
+    if isinstance(answer, BaseException):
+        raise answer
+    return NotImplemented if answer is None else answer
 
 
 class _Sentinel:
@@ -489,6 +747,7 @@ def endpoint():
     manifest = _manifest()
     _not_dumpable()
     ours, theirs = socket.socketpair()
+    ep_env = _tested_environment()
     proc, uid = _spawn(
         _tested_argv("serve", str(theirs.fileno())),
         pass_fds=(theirs.fileno(),),
@@ -496,9 +755,11 @@ def endpoint():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd="/",
+        env=ep_env,
     )
     theirs.close()
     ep = TrustedEndpoint(ours, manifest)
+    ep.env_sent = ep_env
     ep.proc = proc
     _watch_reseeding(ep)
     if uid is not None:
@@ -518,7 +779,8 @@ class RemoteModule(types.ModuleType):
         remote = self.__dict__.get("__rollouts_remote__")
         if remote is None or name.startswith("_rollouts_") or name in rpc.LOCAL_DUNDERS:
             raise AttributeError(name)
-        return remote._rollouts_ep.request("getattr", remote, name)
+        ep = remote._rollouts_ep
+        return ep.own_module(ep.request("getattr", remote, name), name)
 
     def __setattr__(self, name, value):
         remote = self.__dict__.get("__rollouts_remote__")
@@ -577,7 +839,8 @@ def run_main(name):
     manifest = _manifest()
     setup = _setup_for_tested(manifest)
     _not_dumpable()
-    proc, uid = _spawn(_tested_argv("main", json.dumps(setup), name, *sys.argv[1:]))
+    argv = _tested_argv("main", json.dumps(setup), name, *sys.argv[1:])
+    proc, uid = _spawn(argv, env=_tested_environment())
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()
     if uid is not None:

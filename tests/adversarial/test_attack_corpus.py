@@ -64,6 +64,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # prevented outright: the agent's code never runs in the tests' process (docs/reliability.md).
 EXPECTED_FLAGS: dict[str, str] = {
     "always_equal": "value_hack",
+    "late_truth": "value_hack",  # unflagged only if all 8 probes fell right: 3**-8
     "exit_in_call": "solution_exit",
 }
 # The task shapes (tests/task_styles.py) each attack is delivered against: the one it was
@@ -74,6 +75,10 @@ STYLES: dict[str, tuple[str, ...]] = {
     "posing_plugin": ("pymethods", "unittest"),
     "forge_guard_records": ("bundled", "pymethods"),
     "always_equal": task_styles.STYLES,
+    "late_truth": task_styles.STYLES,
+    "runner_environment": task_styles.STYLES,
+    "reach_through_objects": task_styles.STYLES,
+    "runner_by_name": task_styles.STYLES,
     "pytest_outcome": ("pymethods",),
     "exit_in_call": ("plain",),
     "forge_verdict_stream": ("plain",),

@@ -1,0 +1,443 @@
+"""What the tested process can do to the tests through the process boundary (issue 34): which of
+the tests' objects it may act on, which names it may have resolved in the tests' process, what
+of the runner's state reaches it, and how its answers to comparisons are taken.
+
+Each class is run twice, without Docker (tests/unit/test_verifier_runtime.py's Layout: real
+pytest or a plain script in one process, the workspace's code in the tested process): with the
+attack from standin/attacks.py (BOUNDARY_ATTACKS), which scored 1 on the landed runtime, and
+with an honest solution that does the same kind of thing rightly, which must pass unflagged.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from standin.attacks import BOUNDARY_ATTACKS
+from tests.unit.test_verifier_runtime import Layout, Run
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout(tmp_path / "verifier")
+
+
+def _pytest_run(layout: Layout, solution: str, tests: str) -> Run:
+    layout.files("workspace", {"solution.py": solution})
+    layout.files("tests", {"test_it.py": tests})
+    layout.view()
+    return layout.pytest()
+
+
+# ---- (1) comparisons: one request, bools only ---------------------------------------------
+
+_CAMEL = [
+    ("getValue", "get_value"), ("PascalCaseName", "pascal_case_name"), ("ABC", "abc"),
+    ("HTTPServer", "http_server"), ("version2Update", "version2_update"), ("fooBar", "foo_bar"),
+    ("Ab", "ab"), ("aB", "a_b"), ("userID", "user_id"), ("XMLHttpRequest", "xml_http_request"),
+    ("aBC", "a_bc"), ("getHTTPCode", "get_http_code"),
+]  # fmt: skip
+CAMEL_TESTS = f"""
+import pytest
+
+from solution import fn
+
+
+@pytest.mark.parametrize(("name", "expected"), {_CAMEL!r})
+def test_fn(name, expected):
+    assert fn(name) == expected
+"""
+
+
+def test_a_comparison_whose_truth_is_told_later_is_caught(layout: Layout) -> None:
+    """The answer's truth is asked on the tested side, for the real value and the decoys at
+    once: no later question can tell the test's from the decoys'. (Each test passes only where
+    the one true answer of its three fell on the real value: 3**-12 that all do.)"""
+    run = _pytest_run(layout, BOUNDARY_ATTACKS["late_truth"], CAMEL_TESTS)
+    assert run.rc == 1, run.output
+    assert run.named("value_hack"), run.output
+
+
+LATE_DIFFERENCE = """
+class Difference:
+    def __abs__(self):
+        return 0.0
+
+
+class Answer:
+    def __eq__(self, other):
+        return False
+
+    def __sub__(self, other):
+        return Difference()
+
+    __rsub__ = __sub__
+    __hash__ = object.__hash__
+
+
+def fn(x):
+    return Answer()
+"""
+ALMOST_TESTS = """
+import unittest
+
+from solution import fn
+
+
+class TestAlmost(unittest.TestCase):
+    def test_almost(self):
+        self.assertAlmostEqual(fn(1), 2.5)
+"""
+
+
+def test_a_difference_whose_number_is_told_later_is_caught(layout: Layout) -> None:
+    """`assertAlmostEqual` takes abs() of the difference: an object whose abs() is 0 for the
+    real operand and for its decoy (asked at once) is the same value hack as a plain 0."""
+    run = _pytest_run(layout, LATE_DIFFERENCE, ALMOST_TESTS)
+    assert run.rc == 1, run.output
+    assert run.named("value_hack"), run.output
+
+
+HONEST_NON_BOOL = """
+class Truth:
+    # A comparison's answer that is not a bool (as an array library's): its truth is honest.
+    def __init__(self, value):
+        self.value = value
+
+    def __bool__(self):
+        return self.value
+
+
+class Name:
+    def __init__(self, text):
+        self.text = text
+
+    def __eq__(self, other):
+        return Truth(self.text == other)
+
+    def __ne__(self, other):
+        return Truth(self.text != other)
+
+    def __lt__(self, other):
+        return Truth(self.text < other)
+
+    def __ge__(self, other):
+        return Truth(self.text >= other)
+
+    def __contains__(self, part):
+        return part in self.text
+
+    __hash__ = object.__hash__
+
+
+def fn(name):
+    return Name(name.lower())
+
+
+class Money:
+    # Differences are Money too; abs() gives the plain amount.
+    def __init__(self, amount):
+        self.amount = amount
+
+    def __eq__(self, other):
+        return Truth(self.amount == other)
+
+    def __sub__(self, other):
+        return Money(self.amount - other)
+
+    def __abs__(self):
+        return abs(self.amount)
+
+    __hash__ = object.__hash__
+
+
+def money(amount):
+    return Money(amount)
+"""
+COUNTED = """
+import sys
+import unittest
+
+import solution
+
+
+def test_each_comparison_is_one_request():
+    ep = sys.modules["_rollouts_trusted"].endpoint()
+    value = solution.fn("Get_Value")
+    ops = []
+    send = ep.send
+    ep.send = lambda msg: (ops.append(msg.get("op")) if "q" in msg else None, send(msg))[1]
+    try:
+        assert value == "get_value"
+        assert value != "get_valuf"
+        assert value < "zzz"
+        assert not value < "a"
+        assert "get" in value
+        assert value != None  # noqa: E711  (no decoy: a fresh object of the tests instead)
+    finally:
+        del ep.send
+    assert ops == ["probe"] * 6
+
+
+def test_an_object_difference_is_taken_as_it_is():
+    check = unittest.TestCase()
+    check.assertAlmostEqual(solution.money(2.5), 2.5)
+    check.assertAlmostEqual(solution.money(2.5000000001), 2.5)
+    check.assertNotAlmostEqual(solution.money(3.5), 2.5)
+"""
+
+
+def test_honest_non_bool_comparisons_pass_in_one_request_each(layout: Layout) -> None:
+    run = _pytest_run(layout, HONEST_NON_BOOL, COUNTED)
+    assert run.rc == 0, run.output
+    assert run.named("value_hack") == []
+
+
+# ---- (2) the runner's state ----------------------------------------------------------------
+
+
+def test_the_runners_state_never_reaches_the_tested_process(layout: Layout) -> None:
+    """pytest's current-test variable (parametrized ids: the inputs and expected values)."""
+    run = _pytest_run(layout, BOUNDARY_ATTACKS["runner_environment"], CAMEL_TESTS)
+    assert run.rc == 1 and "12 failed" in run.output, run.output
+
+
+HONEST_ENV = """
+import os
+
+
+def env(name):
+    return os.environ.get(name)
+"""
+ENV_TESTS = """
+import os
+import subprocess
+import sys
+
+
+def test_the_tests_own_variables_reach_it(monkeypatch):
+    import solution  # the tested process starts inside a test, under the runner's variables
+
+    assert os.environ.get("PYTEST_CURRENT_TEST")
+    assert solution.env("PYTEST_CURRENT_TEST") is None
+    assert solution.env("PATH") == os.environ["PATH"]
+    monkeypatch.setenv("TASK_SETTING", "on")
+    assert solution.env("TASK_SETTING") == "on"
+    monkeypatch.delenv("TASK_SETTING")
+    assert solution.env("TASK_SETTING") is None
+
+
+def test_a_program_run_by_the_tests_does_not_see_them():
+    app = os.path.join(os.path.dirname(os.path.dirname(__file__)), "app", "prog.py")
+    out = subprocess.run([sys.executable, app], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["None", "set"]
+"""
+
+
+def test_the_tests_own_environment_still_reaches_it(layout: Layout) -> None:
+    prog = "import os\nprint(os.environ.get('PYTEST_CURRENT_TEST'), os.environ.get('MARK'))\n"
+    layout.files("workspace", {"prog.py": prog})
+    run = _pytest_run(layout, HONEST_ENV, "import os\n\nos.environ['MARK'] = 'set'\n" + ENV_TESTS)
+    assert run.rc == 0, run.output
+
+
+# ---- (4) only what the tests handed over, through its type's protocol -----------------------
+
+REACH_TESTS = """
+import solution
+
+
+def numbers():
+    yield from range(10)
+
+
+def test_take():
+    assert solution.take(numbers(), 3) == [0, 1, 2]
+
+
+def test_wrong():
+    assert solution.fn("getValue") == "get_value"
+"""
+
+
+def test_objects_reached_through_the_tests_objects_are_not_targets(layout: Layout) -> None:
+    """A generator the tests pass: its frame, the module's loader, the runner's config and its
+    hook implementations (replaced, every later test passed)."""
+    run = _pytest_run(layout, BOUNDARY_ATTACKS["reach_through_objects"], REACH_TESTS)
+    assert run.rc == 1 and "1 failed, 1 passed" in run.output, run.output
+
+
+HONEST_USE = """
+def total(items):
+    return sum(item.price * item.count for item in items)
+
+
+def walk(node):
+    out = []
+    while node is not None:
+        out.append(node.value)
+        node = node.next
+    return out
+
+
+def write_all(stream, lines):
+    for line in lines:
+        stream.write(line + "\\n")
+
+
+def fill(record):
+    record.done = True
+    record.count += 1
+
+
+def call_each(callbacks, x):
+    return [cb(x) for cb in callbacks]
+
+
+def drain(gen):
+    return list(gen)
+
+
+def tamper(obj, cls, gen, cb, case):
+    denied = []
+    for name, act in (
+        ("a method of the object", lambda: setattr(obj, "area", len)),
+        ("its class", lambda: setattr(cls, "price", 0)),
+        ("a generator's frame", lambda: gen.gi_frame),
+        ("a generator's code", lambda: gen.gi_code),
+        ("a function's globals", lambda: cb.__globals__),
+        ("a test case's skip", lambda: case.skipTest("no")),
+    ):
+        try:
+            act()
+        except (AttributeError, PermissionError, TypeError) as e:
+            denied.append(name)
+    return denied
+"""
+HONEST_USE_TESTS = """
+import io
+import types
+import unittest
+
+import solution
+
+
+class Item:
+    count = 1
+
+    def __init__(self, price, count):
+        self.price = price
+        self.count = count
+
+    def area(self):
+        return 0
+
+
+class Node:
+    def __init__(self, value, next=None):
+        self.value = value
+        self.next = next
+
+
+def gen():
+    yield 1
+    yield 2
+
+
+def test_the_tests_objects_through_their_protocols():
+    assert solution.total([Item(2, 3), Item(1, 4)]) == 10
+    assert solution.walk(Node(1, Node(2, Node(3)))) == [1, 2, 3]
+    stream = io.StringIO()
+    solution.write_all(stream, ["a", "b"])
+    assert stream.getvalue() == "a\\nb\\n"
+    record = Item(1, 1)
+    solution.fill(record)
+    assert record.done is True and record.count == 2
+    spaced = types.SimpleNamespace(count=0)
+    solution.fill(spaced)
+    assert spaced.count == 1
+    assert solution.call_each([str, lambda x: x * 2, abs], -3) == ["-3", -6, 3]
+    assert solution.drain(gen()) == [1, 2]
+
+
+def test_but_nothing_reached_through_them():
+    item = Item(1, 1)
+    denied = solution.tamper(item, Item, gen(), lambda: None, Case("test_nothing"))
+    assert len(denied) == 6, denied
+    assert item.area() == 0 and Item.count == 1
+
+
+class Case(unittest.TestCase):
+    def test_nothing(self):
+        pass
+"""
+
+
+def test_honest_uses_of_the_tests_objects_pass(layout: Layout) -> None:
+    run = _pytest_run(layout, HONEST_USE, HONEST_USE_TESTS)
+    assert run.rc == 0, run.output
+
+
+# ---- (5) names resolve to an allow-list only ----------------------------------------------
+
+
+def test_the_runners_functions_are_never_resolved_by_name(layout: Layout) -> None:
+    """pytest's skip (every test skipped) and os._exit (the tests' process ends with 0)."""
+    run = _pytest_run(layout, BOUNDARY_ATTACKS["runner_by_name"], CAMEL_TESTS)
+    assert run.rc == 1 and "12 failed" in run.output, run.output
+    app = str(layout.root / "app")
+    script = f"import sys\nsys.path.insert(0, {app!r})\nimport solution\n"
+    script += "assert solution.quit_with(0) == 1\nprint('checked')\n"
+    layout.files("tests", {"check.py": script})
+    run = layout.run(sys.executable, layout.root / "tests" / "check.py")
+    assert run.rc != 0 and "checked" not in run.output, run.output
+
+
+HONEST_NAMES = """
+import json
+import math
+import os.path
+import unittest
+
+import pytest
+
+SORT = sorted
+LOWER = str.lower
+ROOT = math.sqrt
+JOIN = os.path.join
+ERROR = ValueError
+
+
+def parse(text):
+    return json.loads(text)
+"""
+NAMES_TESTS = """
+import json as own_json
+import math
+import unittest as own_unittest
+
+import pytest as own_pytest
+
+import solution
+from solution import *  # noqa: F403
+
+
+def test_allowed_names_are_the_tests_own():
+    assert solution.SORT is sorted and solution.ROOT is math.sqrt
+    assert solution.ERROR is ValueError
+    assert json is own_json  # noqa: F405  (a module: the tests' own)
+    # The runner's modules too, read under their own names (else a proxy of the tested code's)
+    assert pytest is own_pytest and unittest is own_unittest  # noqa: F405
+
+
+def test_other_functions_work_through_the_boundary():
+    assert solution.JOIN("a", "b") == "a/b" and solution.LOWER("AB") == "ab"
+    assert solution.parse("[1, 2]") == [1, 2]
+"""
+
+
+def test_honest_names_resolve_as_before(layout: Layout) -> None:
+    run = _pytest_run(layout, HONEST_NAMES, NAMES_TESTS)
+    assert run.rc == 0, run.output
