@@ -777,7 +777,7 @@ class RemoteModule(types.ModuleType):
 
     def __getattr__(self, name):
         remote = self.__dict__.get("__rollouts_remote__")
-        if remote is None or name.startswith("_rollouts_") or name in rpc.LOCAL_DUNDERS:
+        if remote is None or name.startswith("_rollouts_") or not rpc.remote_name(name):
             raise AttributeError(name)
         ep = remote._rollouts_ep
         return ep.own_module(ep.request("getattr", remote, name), name)
