@@ -339,3 +339,21 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     workspace = build_tar({"solution.py": _PATHS_SOLUTION})
     result = await backend.verify(task, workspace, run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
+
+
+async def test_plugin_autoload_is_off_unless_the_task_asks(backend, example_task, run_labels):
+    """pytest loads no plugin by its metadata in the verifier (PYTEST_DISABLE_PLUGIN_AUTOLOAD
+    in the tests' environment) unless task.toml says `[verifier] pytest_plugin_autoload =
+    true`."""
+    script = (
+        b'echo "${PYTEST_DISABLE_PLUGIN_AUTOLOAD-unset}" > /logs/verifier/autoload.txt\n'
+        b"echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = _with_tests(example_task, script)
+    raw = {**task.config.raw, "verifier": {"timeout_sec": 60, "pytest_plugin_autoload": True}}
+    asks = replace(task, config=replace(task.config, raw=raw))
+    seen = []
+    for t in (task, asks):
+        result = await backend.verify(t, build_tar({"solution.py": b""}), run_labels)
+        seen.append(result.files.get("autoload.txt"))
+    assert seen == ["1\n", "unset\n"]
