@@ -440,22 +440,46 @@ def _grant_handed(ep, msg):
             access.grant(path, uid, roots, ep.made_after)
 
 
-def _end_session(sid):
-    """Kill what a program the tests ran left in its session, as the tested user (so nothing
-    else can be hit). The tested processes of the tests' own imports live on."""
-    code = (
-        "import os, sys\n"
-        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    try:\n"
-        "        with open('/proc/%s/stat' % p) as f:\n"
-        "            if f.read().rpartition(')')[2].split()[3] == sys.argv[1]:\n"
-        "                os.kill(int(p), 9)\n"
-        "    except (OSError, IndexError):\n"
-        "        pass\n"
-    )
+# Run as the tested user after a program the tests ran: kill every process of that user that
+# is not a child of one of the tests' processes (root's, not PID 1). What the program started,
+# daemons included, goes (its children are reparented to PID 1 as it ends); the tested
+# processes of the tests' imports, and other programs still running, stay.
+_END_PROGRAM = """
+import os
+
+def owner_and_parent(pid):
+    uid = ppid = None
+    with open("/proc/%s/status" % pid) as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+            elif line.startswith("PPid:"):
+                ppid = int(line.split()[1])
+    return uid, ppid
+
+me = os.getuid()
+for _ in range(100):
+    killed = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            uid, ppid = owner_and_parent(pid)
+            if uid != me or int(pid) == os.getpid():
+                continue
+            if ppid != 1 and owner_and_parent(ppid)[0] == 0:
+                continue
+            os.kill(int(pid), 9)
+            killed += 1
+        except (OSError, ValueError, TypeError):
+            pass
+    if not killed:
+        break
+"""
+
+
+def _end_program():
     try:
         subprocess.run(
-            [sys.executable, "-I", "-S", "-c", code, str(sid)],
+            [sys.executable, "-I", "-S", "-c", _END_PROGRAM],
             preexec_fn=_drop_privileges,
             timeout=30,
         )
@@ -668,7 +692,7 @@ def run_main(name):
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()
     if uid is not None:
-        _end_session(proc.pid)
+        _end_program()
     copied, failed = view.sync(workspace, app)
     if copied or failed:
         report("synced", copied=copied[:50], failed=failed[:50])

@@ -42,6 +42,7 @@ EXCLUDED_NAMES = {
     ".pytest_cache",
     "conftest.py",
     "pytest.ini",
+    ".pytest.ini",
     "tox.ini",
     "setup.cfg",
     "setup.py",

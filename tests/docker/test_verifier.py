@@ -274,8 +274,27 @@ def convert(source, target):
     return len(list(pathlib.Path(target).parent.iterdir()))
 
 
+def daemon(pid_file):
+    # Leave a process of its own behind (a program that did would outlive itself).
+    import os
+    import time
+
+    ready, signal = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            pathlib.Path(pid_file).write_text(str(os.getpid()))
+            os.write(signal, b"x")
+            while True:
+                time.sleep(1)
+        os._exit(0)
+    os.read(ready, 1)
+
+
 if __name__ == "__main__":
     convert(sys.argv[1], sys.argv[2])
+    if len(sys.argv) > 3:
+        daemon(sys.argv[3])
 """
 _PATHS_TESTS = b"""
 import shutil
@@ -318,9 +337,17 @@ def test_a_program_writes_its_output_in_app():
 
 def test_a_program_run_in_tmp_path_writes_an_app_path(tmp_path):
     (tmp_path / "in.txt").write_text("mno")
-    argv = [sys.executable, "/app/solution.py", "in.txt", "/app/res.txt"]
+    argv = [sys.executable, "/app/solution.py", "in.txt", "/app/res.txt", "daemon.pid"]
     subprocess.run(argv, cwd=tmp_path, check=True)
     assert Path("/app/res.txt").read_text() == "MNO"
+    # What the program left behind ended with it; the solution the tests import did not.
+    pid = (tmp_path / "daemon.pid").read_text()
+    try:
+        state = Path("/proc", pid, "stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("Z", "gone")
+    assert convert(tmp_path / "in.txt", tmp_path / "again.txt") == 3
 """
 
 
