@@ -143,6 +143,7 @@ def build(workspace, app, tests, runtime):
                 dest = os.path.join(app, *parts, f)
                 shutil.copyfile(src, dest)
                 os.chmod(dest, 0o644)
+                os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))  # sync: the same file
                 continue
             dotted = ".".join(parts + ([] if name == "__init__" else [name]))
             if (
@@ -222,7 +223,7 @@ def _copy_file(src_dir, dst_dir, name, mode):
             try:
                 was = os.fstat(old)
                 if stat.S_ISREG(was.st_mode) and (
-                    was.st_mtime_ns > st.st_mtime_ns
+                    was.st_mtime_ns >= st.st_mtime_ns  # the same (copies keep it), or newer
                     or (was.st_size == st.st_size and _same(src, old))
                 ):
                     return False
