@@ -52,6 +52,7 @@ GUARD_CONFTEST = "conftest.py"
 TASK_CONFTEST = "_task_conftest.py"  # the task's own tests/conftest.py, loaded by the guard
 RUNTIME_DIR = "rollouts/lib"  # the verifier runtime, in the container (root's, read-only)
 WORKSPACE_DIR = "rollouts/workspace"  # the agent's files as they were; the tests never see it
+AUTOLOAD_FLAG = "rollouts/plugin-autoload"  # uploaded when the task asks for plugin autoload
 # The tested process switches to another user: the verifier container keeps the capabilities
 # to switch (and, for its root processes, to kill what runs as that user when the tests end).
 # The agent container has none; after the switch the tested process has none either.
@@ -78,7 +79,9 @@ if ! {{ rm -rf /logs/verifier /logs/rollouts-guard &&
 fi
 tar -x --no-same-owner -C / -f - >&2 || {{ verdict 91 - 0; exit 0; }}
 exec </dev/null
-chmod -R a+rX,go-w /{WORKSPACE_DIR} /{RUNTIME_DIR} >&2
+# The workspace is the tested code's writable view of /app (the tests never see it; only data
+# files come back from it, view.py's sync); the runtime is read-only to it.
+chmod -R a+rX,go-w /{RUNTIME_DIR} >&2 && chmod -R a+rwX /{WORKSPACE_DIR} >&2
 report=/logs/rollouts-guard/report.jsonl
 if command -v python3 >/dev/null; then
   python3 -I /{RUNTIME_DIR}/view.py /{WORKSPACE_DIR} /app /tests /rollouts/view.json \
@@ -94,6 +97,9 @@ now() {{ local t=${{EPOCHREALTIME/./}}; echo $((10#$t)); }}
 start=$(now)
 # The watchdog: killing everything ends the tests and wakes the wait below.
 ( sleep "$1"; kill -KILL -1 ) >/dev/null 2>&1 &
+# pytest loads no plugin it finds by its metadata (a place the tested code may write can be on
+# a later session's sys.path) unless the task asks (plugin_autoload); `-p NAME` still loads one.
+[ -e /{AUTOLOAD_FLAG} ] || export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 bash -lc 'bash /tests/test.sh' >&2 2>&1 &
 wait $!
 rc=$?
@@ -164,17 +170,29 @@ def default_grader() -> Grader:
     return Grader(grade, runtime, grader_version(runtime, rules))
 
 
+def plugin_autoload(task: Task) -> bool:
+    """Whether the task asks pytest to autoload the plugins it finds installed
+    (`[verifier] pytest_plugin_autoload = true` in task.toml); by default it does not."""
+    section = task.config.raw.get("verifier")
+    return isinstance(section, dict) and section.get("pytest_plugin_autoload") is True
+
+
 def verifier_upload(task: Task, workspace: bytes, grader: Grader | None = None) -> bytes:
     """One tar: the sanitized workspace (already under rollouts/workspace/), the verifier
     runtime under rollouts/lib/, and the task's tests under tests/ with the pytest guard as
-    tests/conftest.py (the task's own conftest renamed beside it)."""
+    tests/conftest.py (the task's own conftest renamed beside it); AUTOLOAD_FLAG if the task
+    asks for plugin autoload."""
     runtime = dict((grader or default_grader()).runtime)
     tests = dict(task.test_files)
     if GUARD_CONFTEST in tests:
         tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
     tests[GUARD_CONFTEST] = runtime.pop("pytest_guard.py")
+    flag = {AUTOLOAD_FLAG: b""} if plugin_autoload(task) else {}
     return merge_tars(
-        workspace, build_tar(runtime, prefix=RUNTIME_DIR), build_tar(tests, prefix="tests")
+        workspace,
+        build_tar(runtime, prefix=RUNTIME_DIR),
+        build_tar(tests, prefix="tests"),
+        build_tar(flag),
     )
 
 

@@ -34,6 +34,11 @@ def _plant_files(files: dict[str, str]) -> str:
 _WRONG_FN = "def fn(name):\n    return name\n"
 # Code that neuters a pytest test item: its body is never called, so it passes.
 _NEUTER_ITEM = "def _skip_body(item):\n    item.runtest = lambda: None\n"
+# A pytest plugin that replaces every test body with nothing.
+_EVIL_PLUGIN = (
+    "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\n"
+    "def pytest_runtest_call(item):\n    item.runtest = lambda: None\n"
+)
 # Attacks on the test runner from files the agent leaves in /app, each of which scored 1.0
 # with the tested code in the tests' own process (see docs/reliability.md).
 _FILE_ATTACKS = {
@@ -41,11 +46,32 @@ _FILE_ATTACKS = {
     # any conftest, and it replaces every test body with nothing.
     "pytest_plugin_autoload": {
         "solution.py": _WRONG_FN,
-        "rollouts_evil_plugin.py": "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\n"
-        "def pytest_runtest_call(item):\n    item.runtest = lambda: None\n",
+        "rollouts_evil_plugin.py": _EVIL_PLUGIN,
         "rollouts_evil-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: rollouts-evil\n"
         "Version: 1.0\n",
         "rollouts_evil-1.0.dist-info/entry_points.txt": "[pytest11]\n"
+        "rollouts_evil = rollouts_evil_plugin\n",
+    },
+    # The same plugin, its metadata named by another case (importlib.metadata folds names, so
+    # `.DIST-INFO` is found like `.dist-info`), and again in a folder named like data.
+    "plugin_metadata_case": {
+        "solution.py": _WRONG_FN,
+        "rollouts_evil_plugin.py": _EVIL_PLUGIN,
+        "rollouts_evil-1.0.DIST-INFO/METADATA": "Metadata-Version: 2.1\nName: rollouts-evil\n"
+        "Version: 1.0\n",
+        "rollouts_evil-1.0.DIST-INFO/entry_points.txt": "[pytest11]\n"
+        "rollouts_evil = rollouts_evil_plugin\n",
+        "docs/METADATA": "Metadata-Version: 2.1\nName: rollouts-evil2\nVersion: 1.0\n",
+        "docs/entry_points.txt": "[pytest11]\nrollouts_evil2 = rollouts_evil_plugin\n",
+    },
+    # A `.PTH` that imports the plugin, beside `.Egg-Info` metadata with its entry point.
+    "pth_case": {
+        "solution.py": _WRONG_FN,
+        "rollouts_evil_plugin.py": _EVIL_PLUGIN,
+        "rollouts_evil.PTH": "import rollouts_evil_plugin\n",
+        "rollouts_evil.Egg-Info/PKG-INFO": "Metadata-Version: 1.1\nName: rollouts-evil\n"
+        "Version: 1.0\n",
+        "rollouts_evil.Egg-Info/entry_points.txt": "[pytest11]\n"
         "rollouts_evil = rollouts_evil_plugin\n",
     },
 }

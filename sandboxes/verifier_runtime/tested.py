@@ -6,8 +6,10 @@ trusted.py starts it (as another user where it can) with one end of a socket:
     python3 -I -B tested.py main SETUP NAME   run workspace module NAME as __main__
 
 Before any code of the workspace is read it confines itself with Landlock where the kernel has
-it: writes only beneath /tmp, /var/tmp, /root and /dev, no signals to processes outside its
-domain (the tests, the verifier script), no connecting to their abstract sockets. Its
+it: writes only beneath /tmp, /var/tmp, /root, /dev and its own workspace (the verifier makes
+that the tested user's: its writable view of /app, which trusted.py syncs with the tests'
+/app around a program they run), no signals to processes outside its domain (the tests, the
+verifier script), no connecting to their abstract sockets. Its
 `print`s and log records go to the tests' process (so capsys and caplog see them); its file
 descriptors 1 and 2 go nowhere.
 
@@ -65,9 +67,10 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def confine():
-    """Apply the Landlock ruleset to this process and its future children. Returns the ABI
-    version it applied, or a string saying why none was."""
+def confine(workspace):
+    """Apply the Landlock ruleset to this process and its future children: writes beneath
+    WRITABLE and `workspace` only. Returns the ABI version it applied, or a string saying why
+    none was."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     abi = libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
@@ -85,7 +88,7 @@ def confine():
     if ruleset < 0:
         return "landlock_create_ruleset: " + os.strerror(ctypes.get_errno())
     try:
-        for path in WRITABLE:
+        for path in WRITABLE + (workspace,):
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
@@ -106,9 +109,9 @@ def confine():
 
 
 class TestedEndpoint(rpc.Endpoint):
-    def __init__(self, sock, landlock):
+    def __init__(self, sock):
         super().__init__(sock)
-        self.landlock = landlock
+        self.landlock = None
         self.workspace = None
 
     def is_own_module(self, module):
@@ -131,10 +134,17 @@ class TestedEndpoint(rpc.Endpoint):
 
     def dispatch_other(self, op, args):
         if op == "hello":
+            if self.workspace is not None:
+                raise rpc.ProtocolError("hello twice")
             _apply_setup(args[0])
             self.workspace = args[0]["workspace"]
+            # The first request, before any code of the workspace is read: the ruleset needs
+            # the workspace's path, which the tests' side says here.
+            self.landlock = confine(self.workspace)
             return {"landlock": self.landlock, "uid": os.getuid()}
         if op == "import":
+            if self.workspace is None:
+                raise rpc.ProtocolError("import before hello")
             return rpc.AsReference(importlib.import_module(args[0]))
         if op == "exports":
             names = getattr(args[0], "__all__", None)
@@ -273,8 +283,7 @@ class _Logs(logging.Handler):
 
 
 def serve(fd):
-    landlock = confine()
-    ep = TestedEndpoint(rpc.socket_from_fd(fd), landlock)
+    ep = TestedEndpoint(rpc.socket_from_fd(fd))
     sys.stdout = _Output(ep, 1)
     sys.stderr = _Output(ep, 2)
     root = logging.getLogger()
@@ -287,7 +296,7 @@ def serve(fd):
 
 
 def run_main(setup, name, args):
-    confine()
+    confine(setup["workspace"])
     _apply_setup(setup)
     spec = importlib.util.find_spec(name)
     sys.argv = [getattr(spec, "origin", None) or name] + args

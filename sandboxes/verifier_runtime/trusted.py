@@ -62,6 +62,7 @@ def _load(name):
 import importlib.util  # noqa: E402  (used by _load at import time of the stubs)
 
 rpc = _load("rpc")
+access = _load("access")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
 TESTED_UID = 64000  # the tested process's user and group: owns nothing the tests rely on
@@ -311,6 +312,7 @@ class TrustedEndpoint(rpc.Endpoint):
 
     def before_request(self, msg):
         super().before_request(msg)
+        _grant_handed(self, msg)
         raw = getattr(os.environ, "_data", None)
         seen = dict(raw) if raw is not None else dict(os.environ)
         if seen != self.env_seen:
@@ -324,6 +326,9 @@ class TrustedEndpoint(rpc.Endpoint):
             msg["rs"] = _random_state(state)
             self.random_sent = state
             self.reseeded = False
+
+    def before_answer(self, reply):
+        _grant_handed(self, reply)
 
     def on_output(self, msg):
         text = msg.get("s")
@@ -683,6 +688,66 @@ def _kill_tested_user():
         pass
 
 
+def _grant_handed(ep, msg):
+    """The tested user may use what the tests hand over: each path under a temporary folder in
+    a request's arguments or an answer (access.py)."""
+    uid = getattr(ep, "tested_uid", None)
+    if uid is None:
+        return
+    roots = access.temporary_roots()
+    for path in access.paths_in([msg.get("a"), msg.get("v"), msg.get("t"), msg.get("u")], roots):
+        if path not in ep.granted:
+            ep.granted.add(path)
+            access.grant(path, uid, roots, ep.made_after)
+
+
+# Run as the tested user after a program the tests ran: kill every process of that user that
+# is not a child of one of the tests' processes (root's, not PID 1). What the program started,
+# daemons included, goes (its children are reparented to PID 1 as it ends); the tested
+# processes of the tests' imports, and other programs still running, stay.
+_END_PROGRAM = """
+import os
+
+def owner_and_parent(pid):
+    uid = ppid = None
+    with open("/proc/%s/status" % pid) as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+            elif line.startswith("PPid:"):
+                ppid = int(line.split()[1])
+    return uid, ppid
+
+me = os.getuid()
+for _ in range(100):
+    killed = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            uid, ppid = owner_and_parent(pid)
+            if uid != me or int(pid) == os.getpid():
+                continue
+            if ppid != 1 and owner_and_parent(ppid)[0] == 0:
+                continue
+            os.kill(int(pid), 9)
+            killed += 1
+        except (OSError, ValueError, TypeError):
+            pass
+    if not killed:
+        break
+"""
+
+
+def _end_program():
+    try:
+        subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _END_PROGRAM],
+            preexec_fn=_drop_privileges,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
 def _end_tested(ep):
     """When the tests' process ends, so does the tested code."""
     ep.sock.close()
@@ -761,6 +826,8 @@ def endpoint():
     ep = TrustedEndpoint(ours, manifest)
     ep.env_sent = ep_env
     ep.proc = proc
+    ep.tested_uid, ep.granted = uid, set()
+    ep.made_after = access.made_after(os.getpid())
     _watch_reseeding(ep)
     if uid is not None:
         atexit.register(_end_tested, ep)
@@ -833,16 +900,66 @@ def attach(module_globals, name):
     return module
 
 
+_SHELLS = {"sh", "bash", "dash", "zsh", "ash", "env", "timeout", "xargs"}
+
+
+def _tests_process():
+    """The process of the tests that ran this program: the nearest ancestor that is not a
+    shell (the tests' interpreter, which may pass on strings the tested code chose), or the
+    parent when a shell (test.sh) ran it directly (its arguments are the task's own)."""
+    pid = os.getppid()
+    try:
+        while pid > 1:
+            with open("/proc/%d/stat" % pid) as f:
+                stat = f.read()
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            if name not in _SHELLS:
+                return pid
+            pid = int(stat.rpartition(")")[2].split()[1])
+    except (OSError, ValueError):
+        pass
+    return os.getppid()
+
+
+def _in_workspace(arg, app, workspace):
+    """A program's argument naming something in /app, as the same place in its workspace (the
+    tested code's writable view of /app): `PATH` or `--opt=PATH`."""
+    head, eq, tail = arg.partition("=")
+    for prefix, path in (("", arg), (head + eq, tail if eq else "")):
+        if path == app or path.startswith(app + os.sep):
+            return prefix + workspace + path[len(app) :]
+    return arg
+
+
 def run_main(name):
     """`python3 /app/NAME.py ARGS` or `python3 -m NAME`: run the real module as __main__ in a
-    tested process that shares this one's standard streams, and exit with its status."""
+    tested process that shares this one's standard streams, and exit with its status.
+
+    The program runs in its workspace, which the tested user may write: what the tests put in
+    /app is copied there first, paths in /app among its arguments name the same files there,
+    and when it ends the data files it wrote come back to /app (view.sync: data only, so
+    nothing the tests' processes would load). Paths under a temporary folder among its
+    arguments, and its working folder there, are handed over (access.py)."""
     manifest = _manifest()
+    app, workspace = manifest["app"], manifest["workspace"]
     setup = _setup_for_tested(manifest)
+    args = [_in_workspace(a, app, workspace) for a in sys.argv[1:]]
+    view = _load("view")
+    view.sync(app, workspace, file_mode=0o666, dir_mode=0o777)
+    if os.getuid() == 0:
+        roots = access.temporary_roots()
+        cwd = os.getcwd()
+        since = access.made_after(_tests_process())
+        for path in [cwd] + access.argument_paths(args, cwd, roots):
+            access.grant(path, TESTED_UID, roots, since)
     _not_dumpable()
-    argv = _tested_argv("main", json.dumps(setup), name, *sys.argv[1:])
+    argv = _tested_argv("main", json.dumps(setup), name, *args)
     proc, uid = _spawn(argv, env=_tested_environment())
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()
     if uid is not None:
-        _kill_tested_user()
+        _end_program()
+    copied, failed = view.sync(workspace, app)
+    if copied or failed:
+        report("synced", copied=copied[:50], failed=failed[:50])
     sys.exit(status if status >= 0 else 128 - status)

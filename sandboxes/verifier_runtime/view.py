@@ -13,8 +13,16 @@ WORKSPACE holds the agent's files as they were; the tests never see it. APP gets
   `conftest.py`, no `pytest.ini`/`tox.ini`/`setup.cfg`/`pyproject.toml`/`setup.py`, no
   `sitecustomize`, and no module that would shadow one the tests' interpreter has (the
   standard library, installed packages, a module beside the tests) or named like a test.
+  Names are compared case-folded (importlib.metadata finds `EVIL.DIST-INFO` as readily as
+  `evil.dist-info`), and a folder is metadata by what it holds (`METADATA`, `PKG-INFO`,
+  `entry_points.txt`), whatever its name.
 MANIFEST records the stubbed modules for trusted.py; REPORT gets one line saying what was
 left out.
+
+`sync` copies data files (what `build` would lay out as data, and nothing else) between the
+tests' /app and the tested code's writable workspace: trusted.py calls it around a program
+the tests run, so the program reads what the tests put in /app and the tests read what it
+wrote (module files, metadata and the rest stay where they are).
 
 Standard library only: this runs under the task image's Python.
 """
@@ -28,17 +36,21 @@ import shutil
 import stat
 import sys
 
+# Compared case-folded.
 EXCLUDED_NAMES = {
     "__pycache__",
     ".pytest_cache",
     "conftest.py",
     "pytest.ini",
+    ".pytest.ini",
     "tox.ini",
     "setup.cfg",
     "setup.py",
     "pyproject.toml",
 }
 EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".pth", ".egg-link", ".dist-info", ".egg-info", ".egg", ".whl")
+# A folder holding one of these is package metadata, whatever its own name.
+METADATA_FILES = {"metadata", "pkg-info", "entry_points.txt"}
 RESERVED_MODULES = {"sitecustomize", "usercustomize", "__main__", "conftest"}
 _TEST_FILE = re.compile(r"^(test_.*|.*_test)$")
 _MODULE_SUFFIXES = sorted(
@@ -79,7 +91,15 @@ def _module_name(filename):
 
 
 def _excluded(name):
-    return name in EXCLUDED_NAMES or name.endswith(EXCLUDED_SUFFIXES)
+    folded = name.casefold()
+    return folded in EXCLUDED_NAMES or folded.endswith(EXCLUDED_SUFFIXES)
+
+
+def _metadata_folder(path):
+    try:
+        return any(n.casefold() in METADATA_FILES for n in os.listdir(path))
+    except OSError:
+        return True
 
 
 def _shadows(top, tests):
@@ -103,7 +123,7 @@ def build(workspace, app, tests, runtime):
         kept_dirs = []
         for d in sorted(dirs):
             path = os.path.join(here, d)
-            if _excluded(d) or os.path.islink(path):
+            if _excluded(d) or os.path.islink(path) or _metadata_folder(path):
                 left_out.append(os.path.join(rel, d))
             else:
                 kept_dirs.append(d)
@@ -123,6 +143,7 @@ def build(workspace, app, tests, runtime):
                 dest = os.path.join(app, *parts, f)
                 shutil.copyfile(src, dest)
                 os.chmod(dest, 0o644)
+                os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))  # sync: the same file
                 continue
             dotted = ".".join(parts + ([] if name == "__init__" else [name]))
             if (
@@ -142,6 +163,152 @@ def build(workspace, app, tests, runtime):
             os.chmod(dest, 0o644)
             modules.append(dotted)
     return modules, left_out
+
+
+# ---- sync: data files between /app and the tested code's workspace -----------------------------
+# One side is written by the tested user while this runs as root, so every step is taken
+# through a descriptor of the folder above it and never follows a link: a link or a folder
+# swapped in midway fails that one copy, and nothing outside the two trees is read or written.
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO swapped in: no wait
+_MAKE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CHUNK = 1 << 20
+
+
+def _open_dir(top, parts, make=None):
+    """A descriptor of top/parts; `make`: the mode of folders made on the way (else None)."""
+    fd = os.dup(top)
+    try:
+        for part in parts:
+            if make is not None:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    child = os.open(part, _DIR, dir_fd=fd)
+                    os.fchmod(child, make)
+                    os.close(child)
+                except FileExistsError:
+                    pass
+            child = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _same(a, b):
+    while True:
+        x, y = os.read(a, _CHUNK), os.read(b, _CHUNK)
+        if x != y:
+            return False
+        if not x:
+            return True
+
+
+def _copy_file(src_dir, dst_dir, name, mode):
+    """Copy src_dir/name over dst_dir/name, unless they hold the same bytes or dst's is the
+    newer (each side keeps the other's latest writes). True if copied."""
+    src = os.open(name, _READ, dir_fd=src_dir)
+    try:
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            old = os.open(name, _READ, dir_fd=dst_dir)
+        except OSError:
+            old = None
+        if old is not None:
+            try:
+                was = os.fstat(old)
+                if stat.S_ISREG(was.st_mode) and (
+                    was.st_mtime_ns >= st.st_mtime_ns  # the same (copies keep it), or newer
+                    or (was.st_size == st.st_size and _same(src, old))
+                ):
+                    return False
+            finally:
+                os.close(old)
+            os.lseek(src, 0, os.SEEK_SET)
+        tmp = ".rollouts-sync-%d" % os.getpid()
+        out = os.open(tmp, _MAKE, 0o600, dir_fd=dst_dir)
+        try:
+            while True:
+                chunk = os.read(src, _CHUNK)
+                if not chunk:
+                    break
+                os.write(out, chunk)
+            os.fchmod(out, mode)
+            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        except BaseException:
+            os.unlink(tmp, dir_fd=dst_dir)
+            raise
+        finally:
+            os.close(out)
+        os.replace(tmp, name, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+        return True
+    finally:
+        os.close(src)
+
+
+def _sync_folder(tops, parts, pending, copied, failed, file_mode, dir_mode):
+    rel = os.path.join(*parts) if parts else ""
+    try:
+        src_dir = _open_dir(tops[0], parts)
+    except OSError:
+        failed.append(rel)
+        return
+    dst_dir = None
+    try:
+        names = sorted(os.listdir(src_dir))
+        if parts and any(n.casefold() in METADATA_FILES for n in names):
+            return
+        for name in names:
+            if _excluded(name):
+                continue
+            try:
+                st = os.stat(name, dir_fd=src_dir, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(parts + [name])
+            elif stat.S_ISREG(st.st_mode) and _module_name(name) is None:
+                try:
+                    if dst_dir is None:
+                        dst_dir = _open_dir(tops[1], parts, make=dir_mode)
+                    if _copy_file(src_dir, dst_dir, name, file_mode):
+                        copied.append(os.path.join(rel, name))
+                except OSError:
+                    failed.append(os.path.join(rel, name))
+    except OSError:
+        failed.append(rel)
+    finally:
+        os.close(src_dir)
+        if dst_dir is not None:
+            os.close(dst_dir)
+
+
+def sync(src, dst, file_mode=0o644, dir_mode=0o755):
+    """Copy every data file of `src` that `dst` lacks, or holds with other bytes, into `dst`
+    (folders made with `dir_mode`, files written with `file_mode`). Data: what `build` lays out
+    as data; module files, bytecode, metadata and the other excluded names are never copied,
+    nor anything under a folder that is not copied. Nothing is deleted. Returns the relative
+    paths copied and those that failed (a file the tests' user may not write, a full disk)."""
+    copied, failed = [], []
+    tops = []
+    try:
+        tops = [os.open(src, _DIR)]
+        tops.append(os.open(dst, _DIR))
+        pending = [[]]
+        while pending:
+            parts = pending.pop()
+            _sync_folder(tops, parts, pending, copied, failed, file_mode, dir_mode)
+    except OSError:
+        failed.append(os.curdir)
+    finally:
+        for fd in tops:
+            os.close(fd)
+    return copied, failed
 
 
 def main(argv):

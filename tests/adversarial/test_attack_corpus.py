@@ -71,6 +71,8 @@ EXPECTED_FLAGS: dict[str, str] = {
 # found on, or every one where it applies to all. The rest use the bundled task.
 STYLES: dict[str, tuple[str, ...]] = {
     "pytest_plugin_autoload": ("pymethods", "unittest"),
+    "plugin_metadata_case": ("pymethods", "unittest"),
+    "pth_case": ("pymethods", "unittest"),
     "hook_swap": ("pymethods", "unittest"),
     "posing_plugin": ("pymethods", "unittest"),
     "forge_guard_records": ("bundled", "pymethods"),

@@ -11,6 +11,7 @@ from sandboxes.oracle import run_oracle
 from sandboxes.reward import RewardError, parse_reward
 from sandboxes.task import Task, TaskConfig
 from sandboxes.workspace_tar import build_tar
+from tests import task_styles
 from tests.runtimes import both_runtimes
 
 pytestmark = pytest.mark.docker
@@ -261,3 +262,125 @@ async def test_tests_that_never_use_the_agents_modules_are_flagged_unguarded(
     )
     result = await backend.verify(task, build_tar({"answer.txt": b"42\n"}), run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, ["unguarded"])
+
+
+_PATHS_SOLUTION = b"""
+import pathlib
+import sys
+
+
+def convert(source, target):
+    pathlib.Path(target).write_text(pathlib.Path(source).read_text().upper())
+    return len(list(pathlib.Path(target).parent.iterdir()))
+
+
+def daemon(pid_file):
+    # Leave a process of its own behind (a program that did would outlive itself).
+    import os
+    import time
+
+    ready, signal = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            pathlib.Path(pid_file).write_text(str(os.getpid()))
+            os.write(signal, b"x")
+            while True:
+                time.sleep(1)
+        os._exit(0)
+    os.read(ready, 1)
+
+
+if __name__ == "__main__":
+    convert(sys.argv[1], sys.argv[2])
+    if len(sys.argv) > 3:
+        daemon(sys.argv[3])
+"""
+_PATHS_TESTS = b"""
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from solution import convert
+
+
+def test_tmp_path(tmp_path):
+    (tmp_path / "in.txt").write_text("abc")
+    assert convert(tmp_path / "in.txt", tmp_path / "out.txt") == 2
+    assert (tmp_path / "out.txt").read_text() == "ABC"
+
+
+def test_tmpdir(tmpdir):
+    tmpdir.join("in.txt").write("def")
+    convert(str(tmpdir.join("in.txt")), str(tmpdir.join("out.txt")))
+    assert tmpdir.join("out.txt").read() == "DEF"
+
+
+def test_mkdtemp():
+    folder = tempfile.mkdtemp()
+    try:
+        Path(folder, "in.txt").write_text("ghi")
+        convert(folder + "/in.txt", folder + "/out.txt")
+        assert Path(folder, "out.txt").read_text() == "GHI"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_program_writes_its_output_in_app():
+    Path("/app/in.txt").write_text("jkl")
+    argv = [sys.executable, "/app/solution.py", "in.txt", "out.txt"]
+    subprocess.run(argv, cwd="/app", check=True)
+    assert Path("/app/out.txt").read_text() == "JKL"
+
+
+def test_a_program_run_in_tmp_path_writes_an_app_path(tmp_path):
+    (tmp_path / "in.txt").write_text("mno")
+    argv = [sys.executable, "/app/solution.py", "in.txt", "/app/res.txt", "daemon.pid"]
+    subprocess.run(argv, cwd=tmp_path, check=True)
+    assert Path("/app/res.txt").read_text() == "MNO"
+    # What the program left behind ended with it; the solution the tests import did not.
+    pid = (tmp_path / "daemon.pid").read_text()
+    try:
+        state = Path("/proc", pid, "stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("Z", "gone")
+    assert convert(tmp_path / "in.txt", tmp_path / "again.txt") == 3
+"""
+
+
+@pytest.mark.parametrize(
+    ("style", "runtime"),
+    [("pymethods", "runc"), ("bundled", "runc"), ("pymethods", "runsc")],
+    indirect=["runtime"],
+)
+async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_labels, style):
+    """Oracle shapes that plain pytest passes: a file the test writes in its tmp_path, tmpdir
+    or mkdtemp folder read by the solution, which writes its output beside it; a program the
+    tests run that writes its output in /app (relative to /app, or by an /app path from the
+    tests' tmp_path). A correct solution scores 1, unflagged."""
+    tests = {**example_task.test_files, "test_solution.py": _PATHS_TESTS}
+    task = task_styles.styled(replace(example_task, test_files=tests), style)
+    workspace = build_tar({"solution.py": _PATHS_SOLUTION})
+    result = await backend.verify(task, workspace, run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
+
+
+async def test_plugin_autoload_is_off_unless_the_task_asks(backend, example_task, run_labels):
+    """pytest loads no plugin by its metadata in the verifier (PYTEST_DISABLE_PLUGIN_AUTOLOAD
+    in the tests' environment) unless task.toml says `[verifier] pytest_plugin_autoload =
+    true`."""
+    script = (
+        b'echo "${PYTEST_DISABLE_PLUGIN_AUTOLOAD-unset}" > /logs/verifier/autoload.txt\n'
+        b"echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = _with_tests(example_task, script)
+    raw = {**task.config.raw, "verifier": {"timeout_sec": 60, "pytest_plugin_autoload": True}}
+    asks = replace(task, config=replace(task.config, raw=raw))
+    seen = []
+    for t in (task, asks):
+        result = await backend.verify(t, build_tar({"solution.py": b""}), run_labels)
+        seen.append(result.files.get("autoload.txt"))
+    assert seen == ["1\n", "unset\n"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from tests import task_styles
 RUNTIME = Path(sandboxes.__file__).parent / "verifier_runtime"
 BOUNDARY = Path(__file__).parents[1] / "fixtures" / "boundary"
 EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
+TESTED_UID = 64000  # trusted.TESTED_UID
 
 
 @dataclass
@@ -330,6 +333,118 @@ def test_a_workspace_module_run_as_a_program_runs_in_the_tested_process(layout: 
     assert isolated["mode"] == "main" and str(isolated["tested_pid"]) in run.output
 
 
+CLI = """
+import os, pathlib, sys
+
+source, target = sys.argv[1], sys.argv[2]
+pathlib.Path(target).write_text(pathlib.Path(source).read_text().upper())
+# What a runner would load, written beside the output: it must never reach /app.
+for name in ("planted.py", "sitecustomize.py", "conftest.py", "x.pth", "Y.PTH"):
+    pathlib.Path(name).write_text("raise SystemExit(0)\\n")
+os.makedirs("evil-1.0.Dist-Info", exist_ok=True)
+pathlib.Path("evil-1.0.Dist-Info/entry_points.txt").write_text("[pytest11]\\nevil = planted\\n")
+os.makedirs("meta", exist_ok=True)
+pathlib.Path("meta/METADATA").write_text("Name: evil\\n")
+"""
+CLI_TESTS = """
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+APP = Path({app!r})
+
+
+def test_a_program_writes_its_output_in_app_relative_to_its_cwd():
+    (APP / "in.txt").write_text("abc")  # the tests' own input, in /app
+    subprocess.run([sys.executable, str(APP / "cli.py"), "in.txt", "out.txt"], cwd=APP, check=True)
+    assert (APP / "out.txt").read_text() == "ABC"
+
+
+def test_a_program_writes_an_app_path_from_the_tests_tmp_path(tmp_path):
+    (tmp_path / "in.txt").write_text("xyz")
+    target = str(APP / "res.txt")
+    argv = [sys.executable, str(APP / "cli.py"), "in.txt", target]
+    subprocess.run(argv, cwd=tmp_path, check=True)
+    assert (APP / "res.txt").read_text() == "XYZ"
+
+
+def test_what_a_runner_loads_never_comes_back():
+    left = {{"planted.py", "sitecustomize.py", "conftest.py", "x.pth", "Y.PTH", "meta"}}
+    assert not left & set(os.listdir(APP)), os.listdir(APP)
+    assert not [n for n in os.listdir(APP) if n.lower().endswith(".dist-info")]
+"""
+
+
+def test_a_program_the_tests_run_writes_in_app(layout: Layout) -> None:
+    """A command-line program the tests run writes its output in /app (by a path relative to
+    its working folder, or an absolute one) and the tests read it there; what a runner would
+    load, written beside it, stays in the tested code's workspace."""
+    layout.files("workspace", {"cli.py": CLI})
+    layout.files("tests", {"test_cli.py": CLI_TESTS.format(app=str(layout.root / "app"))})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0 and "3 passed" in run.output, run.output
+    synced = run.named("synced")
+    assert {"out.txt", "res.txt"} <= {f for e in synced for f in e["copied"]}, run.events
+    workspace = set(os.listdir(layout.root / "workspace"))
+    assert {"planted.py", "conftest.py", "Y.PTH", "meta"} <= workspace
+
+
+def _as_tested_user(script: str, *args: str) -> subprocess.CompletedProcess:
+    def drop() -> None:
+        os.setgroups([])
+        os.setresgid(TESTED_UID, TESTED_UID, TESTED_UID)
+        os.setresuid(TESTED_UID, TESTED_UID, TESTED_UID)
+
+    return subprocess.run(
+        ["/bin/sh", "-c", script, "sh", *args], preexec_fn=drop, capture_output=True, text=True
+    )
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="switching to the tested user needs root")
+def test_the_tested_user_gets_exactly_the_folders_handed_over() -> None:
+    """access.grant on a tree like pytest's (0700 folders under 0700 folders): the handed
+    folder is usable, its parents only searchable, another test's folder, a folder made
+    before the tests' process, and whatever a link planted in the handed folder points at
+    stay closed."""
+    access = _load("access")
+    root = Path(tempfile.mkdtemp(prefix="rollouts-grant-"))
+    try:
+        root.chmod(0o1777)  # as /tmp
+        older = root / "made-by-test-sh"  # e.g. test.sh's `mktemp -d` for its JUnit report
+        older.mkdir(mode=0o700)
+        (older / "report.xml").write_text("junit\n")
+        with subprocess.Popen(["cat"], stdin=subprocess.PIPE) as tests_process:
+            since = access.made_after(tests_process.pid)
+            tests_process.stdin.close()
+        assert older.stat().st_ctime < since
+        run = root / "pytest-of-root" / "pytest-0"
+        run.mkdir(mode=0o700, parents=True)
+        mine, other = run / "test_a0", run / "test_b0"
+        for d in (mine, other):
+            d.mkdir(mode=0o700)
+        (mine / "in.txt").write_text("input\n")
+        (other / "secret.txt").write_text("expected\n")
+        roots = (str(root),)
+        assert access.grant(str(mine / "in.txt"), TESTED_UID, roots, 0.0) == str(mine)
+        done = _as_tested_user('cat "$1/in.txt" && echo out > "$1/out.txt" && ls "$1"', str(mine))
+        assert done.returncode == 0 and done.stdout.split() == ["input", "in.txt", "out.txt"]
+        (mine / "link").symlink_to(other)
+        refused = [
+            access.grant(str(mine / "link" / "secret.txt"), TESTED_UID, roots, 0.0),
+            access.grant(str(older / "report.xml"), TESTED_UID, roots, since),
+            access.grant(str(other / "secret.txt"), TESTED_UID, roots, time.time() + 3600),
+            access.grant("/tests/test_solution.py", TESTED_UID, roots, 0.0),
+        ]
+        assert refused == [None, None, None, None]
+        for path in (other / "secret.txt", older / "report.xml", run):
+            probe = _as_tested_user('cat "$1" 2>/dev/null || ls "$1"', str(path))
+            assert probe.returncode != 0, (path, probe.stdout)
+    finally:
+        shutil.rmtree(root)
+
+
 # ---- what the tested process cannot reach ---------------------------------------------------
 
 REACH = """
@@ -393,6 +508,13 @@ def test_the_view_holds_stubs_and_data_only(layout: Layout) -> None:
             "test_planted.py": "def test_ok():\n    pass\n",
             "evil.pth": "import os\n",
             "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = solution\n",
+            # The same by another case (importlib.metadata folds it), or by content alone.
+            "evil-2.0.DIST-INFO/entry_points.txt": "[pytest11]\nevil2 = solution\n",
+            "Evil.Egg-Info/PKG-INFO": "Name: evil\n",
+            "EVIL.PTH": "import os\n",
+            "Conftest.PY": "raise SystemExit\n",
+            "plain_folder/METADATA": "Name: evil\n",
+            "plain_folder/entry_points.txt": "[pytest11]\nevil3 = solution\n",
             "__pycache__/solution.cpython-311.pyc": b"\x00bytecode",
             "helper.pyc": b"\x00bytecode",
             "bad-name/x.py": "w = 4\n",
@@ -408,7 +530,15 @@ def test_the_view_holds_stubs_and_data_only(layout: Layout) -> None:
     stub = (app / "solution.py").read_text()
     assert "x = 1" not in stub and "attach(globals(), 'solution')" in stub
     (view,) = [json.loads(line) for line in layout.report.read_text().splitlines()]
-    assert "./evil-1.0.dist-info" in view["left_out"] and "./conftest.py" in view["left_out"]
+    assert {
+        "./evil-1.0.dist-info",
+        "./evil-2.0.DIST-INFO",
+        "./Evil.Egg-Info",
+        "./plain_folder",
+        "./EVIL.PTH",
+        "./Conftest.PY",
+        "./conftest.py",
+    } <= set(view["left_out"])
     code = "from pkg import mod; import ns.inner, solution; print(mod.y, ns.inner.z, solution.x)"
     run = layout.run(sys.executable, "-I", "-c", f"import sys; sys.path.append('.'); {code}")
     assert run.rc == 0 and run.output.split() == ["2", "3", "1"], run.output
@@ -417,11 +547,15 @@ def test_the_view_holds_stubs_and_data_only(layout: Layout) -> None:
 # ---- the codec ------------------------------------------------------------------------------
 
 
-def _codec():
-    spec = importlib.util.spec_from_file_location("_rollouts_codec_test", RUNTIME / "codec.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_rollouts_{name}_test", RUNTIME / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _codec():
+    return _load("codec")
 
 
 def _round_trip(codec, value):
