@@ -39,7 +39,7 @@ from typing import Any
 from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
 from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
-from sandboxes.reward import VERDICT_FORGED, Evidence, Grade, grade
+from sandboxes.reward import NO_VERDICT, VERDICT_FORGED, Evidence, Grade, grade
 from sandboxes.task import Task
 from sandboxes.workspace_tar import build_tar, sanitize_workspace_async
 
@@ -56,20 +56,26 @@ WORKSPACE_DIR = "rollouts/workspace"  # the agent's files as they were; the test
 # to switch (and, for its root processes, to kill what runs as that user when the tests end).
 # The agent container has none; after the switch the tested process has none either.
 VERIFIER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
+# The tested process's user, a fresh one per verification (verifier_runtime/trusted.py says
+# why; sent on stdin, so warm verifier containers stay interchangeable), from a range no image
+# or host account uses.
+TESTED_UIDS = range(1 << 30, (1 << 30) + (1 << 24))
 
 # PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US`. It reads
-# a nonce line and then the upload on stdin (the service attaches when it takes the container
-# from the warm pool), lays out /app, runs the tests with all their output on stderr, kills
-# every other process, then writes the evidence on stdout, which nothing but this process ever
-# holds: a header line "rollouts-verdict <nonce> <code> <mode of /logs/verifier> <timed out
-# 0|1>", then a tar of /logs/verifier and the guard's report. Being PID 1 it cannot be
-# signalled from inside, and when it exits the kernel ends whatever is left. Codes: 90, the
-# fresh container could not even make its folders (the infrastructure); 91, the upload did
-# not fit or unpack, or /app could not be laid out from it, which only the agent's workspace
-# can cause (ours is small and checked); otherwise test.sh's exit status.
+# a line "<nonce> <tested user id>" and then the upload on stdin (the service attaches when it
+# takes the container from the warm pool), lays out /app, runs the tests with all their output
+# on stderr, kills every other process, then writes the evidence on stdout, which nothing but
+# this process ever holds: a header line "rollouts-verdict <nonce> <code> <mode of
+# /logs/verifier> <timed out 0|1>", then a tar of /logs/verifier and the guard's report. Being
+# PID 1 it cannot be signalled from inside, and when it exits the kernel ends whatever is
+# left. Codes: 90, the fresh container could not even make its folders (the infrastructure);
+# 91, the upload did not fit or unpack, or /app could not be laid out from it, which only the
+# agent's workspace can cause (ours is small and checked); otherwise test.sh's exit status.
 _SCRIPT = f"""
 trap '' TERM INT HUP
-IFS= read -r nonce
+read -r nonce tested_uid
+case $tested_uid in ''|*[!0-9]*) tested_uid=64000 ;; esac
+export ROLLOUTS_TESTED_UID=$tested_uid  # the tested process's user (verifier_runtime/trusted.py)
 verdict() {{ echo "rollouts-verdict $nonce $1 $2 $3"; }}
 if ! {{ rm -rf /logs/verifier /logs/rollouts-guard &&
        mkdir -p /logs/verifier /logs/rollouts-guard /tests /app /rollouts &&
@@ -90,17 +96,22 @@ else
   echo '{{"event": "view", "python": false}}' >>"$report"
 fi
 cd /app
-now() {{ local t=${{EPOCHREALTIME/./}}; echo $((10#$t)); }}
-start=$(now)
+t=${{EPOCHREALTIME/./}}; start=$((10#$t))
 # The watchdog: killing everything ends the tests and wakes the wait below.
 ( sleep "$1"; kill -KILL -1 ) >/dev/null 2>&1 &
 bash -lc 'bash /tests/test.sh' >&2 2>&1 &
 wait $!
 rc=$?
+# Builtins only until everything else is dead: the tested code may hold every pid the
+# container has left, and a fork that keeps failing ends bash without a verdict. kill(-1)
+# from PID 1 reaches every other process in one pass of the kernel, and nothing it reached
+# can fork again.
+t=${{EPOCHREALTIME/./}}
+kill -KILL -1 2>/dev/null
 timed_out=0
-[ $(( $(now) - start )) -ge "$2" ] && timed_out=1
+[ $(( 10#$t - start )) -ge "$2" ] && timed_out=1
 # Nothing the tests or the tested code started may live on to write while the evidence is read.
-kill -KILL -1 2>/dev/null; sleep 0.05; kill -KILL -1 2>/dev/null
+sleep 0.05; kill -KILL -1 2>/dev/null
 # find, not stat: coreutils' stat uses statx, which gVisor (runsc) answers with EINVAL.
 if [ -d /logs/verifier ] && [ ! -L /logs/verifier ]; then
   mode=$(find /logs/verifier -maxdepth 0 -printf '%m')
@@ -313,9 +324,10 @@ async def _verify_in_container(
         durations["acquire_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         nonce = secrets.token_hex(16)
+        tested_uid = TESTED_UIDS[secrets.randbelow(len(TESTED_UIDS))]
         result, cut = await adapter.attach_stream(
             cid,
-            stdin=nonce.encode() + b"\n" + upload,
+            stdin=f"{nonce} {tested_uid}\n".encode() + upload,
             max_output=VERIFIER_OUTPUT_CAP,
             collect_stdout=EVIDENCE_CAP + 4096,
             timeout_s=limit_s + READ_GRACE_S,
@@ -368,23 +380,32 @@ async def _verify_in_container(
 async def _script_died(
     adapter: DockerAdapter, cid: str, output: str, durations: dict[str, float]
 ) -> VerifyResult:
-    """The stream ended without the script's verdict. The tested code can end the script only
-    by exhausting the container's memory (the kernel's OOM killer); anything else is the
-    engine's doing or a removal from outside, and is masked."""
+    """The stream ended without the script's verdict. Whose doing that was, as for the agent
+    container (docker_backend's `_classify`): a container the engine still answers for, not
+    being removed and no longer running, was ended from inside, where the tested code runs (it
+    can exhaust the container's memory, or its pids so that PID 1 cannot fork, or end the
+    Sentry under gVisor): graded 0, never masked, whatever the exit. An engine that does not
+    answer, a container removed from outside, or a stream that ended while the script still
+    runs are the infrastructure's doing, and masked."""
     try:
         state = (await adapter.inspect_container(cid)).get("State") or {}
     except Exception as e:
         gone = f"verifier container gone: {e}"
         return VerifyResult(None, Verdict.infrastructure, gone, durations)
+    status = state.get("Status")
+    if state.get("Running") or status in ("removing", "dead"):
+        return VerifyResult(
+            None,
+            Verdict.infrastructure,
+            f"the verifier's stream ended without a verdict (state {status}): {output}",
+            durations,
+        )
     if state.get("OOMKilled"):
-        note = "graded 0: the tests exhausted the verifier container's memory"
-        return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
-    return VerifyResult(
-        None,
-        Verdict.infrastructure,
-        f"the verifier script ended without a verdict (state {state.get('Status')}): {output}",
-        durations,
-    )
+        why = "the tests exhausted the verifier container's memory"
+    else:
+        why = f"the verifier container ended without a verdict (exit code {state.get('ExitCode')})"
+    note = f"graded 0: {why}"
+    return VerifyResult(0.0, Verdict.graded, _append(output, note), durations, flags=[NO_VERDICT])
 
 
 def _text(data: bytes) -> str:

@@ -7,10 +7,14 @@ from dataclasses import replace
 import pytest
 
 from sandboxes.backend import Verdict
+from sandboxes.isolation import LABEL_BACKEND, container_args
 from sandboxes.oracle import run_oracle
-from sandboxes.reward import RewardError, parse_reward
+from sandboxes.reward import NO_VERDICT, RewardError, parse_reward
 from sandboxes.task import Task, TaskConfig
+from sandboxes.verifier import TESTED_UIDS, _script_died, verifier_container_args
+from sandboxes.verifier_runtime.trusted import TESTED_NPROC
 from sandboxes.workspace_tar import build_tar
+from standin.attacks import _PID_FILLER
 from tests.runtimes import both_runtimes
 
 pytestmark = pytest.mark.docker
@@ -204,10 +208,11 @@ async def test_the_tested_code_runs_as_another_user_and_reaches_nothing(
     result = await backend.verify(example_task, build_tar({"solution.py": _PROBE}), run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [])
     # Under gVisor there is no Landlock: the user id alone holds, and says so.
-    assert result.isolation["user"] == 64000
+    uid = result.isolation["user"]
+    assert uid in TESTED_UIDS  # one of its own: the kernel counts a user's tasks host-wide
     line = next(x for x in result.output.splitlines() if x.startswith("SEEN "))
     seen = eval(line.removeprefix("SEEN "))  # a dict literal printed by the probe
-    assert (seen.pop("uid"), seen.pop("gid"), seen.pop("groups")) == (64000, 64000, [])
+    assert (seen.pop("uid"), seen.pop("gid"), seen.pop("groups")) == (uid, uid, [])
     assert set(seen.values()) <= {13, 1}, seen  # EACCES, EPERM: nothing written, opened, sent
 
 
@@ -261,3 +266,50 @@ async def test_tests_that_never_use_the_agents_modules_are_flagged_unguarded(
     )
     result = await backend.verify(task, build_tar({"answer.txt": b"42\n"}), run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, ["unguarded"])
+
+
+@both_runtimes
+async def test_tested_code_that_takes_every_pid_is_graded_never_masked(
+    backend, example_task, run_labels
+):
+    """The tested code forks until the kernel refuses and keeps re-taking every pid that frees
+    (standin/attacks.py's pid filler). Its user holds at most its share of the container's
+    pids (RLIMIT_NPROC, set before its exec), so the tests, their killer of the tested user
+    and the verifier script still fork: test.sh writes its 0, and the script its verdict."""
+    result = await backend.verify(
+        example_task, build_tar({"solution.py": _PID_FILLER.encode()}), run_labels
+    )
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, []), result.output
+    assert result.files.get("reward.txt") == "0\n", result.files
+    taken = int(next(x for x in result.output.splitlines() if "PIDS TAKEN" in x).split()[-1])
+    # Its user's processes, zombies included (the kernel compares the count before a fork
+    # adds one); without the limit it took the container's 256 but a few.
+    assert 0 < taken <= TESTED_NPROC + 1, result.output
+
+
+async def test_a_verifier_container_ended_from_inside_is_graded_never_masked(
+    backend, example_task, run_labels
+):
+    """When the verifier's stream ends without the script's verdict, a container the engine
+    still answers for and that exited was ended from inside, where the tested code runs (its
+    memory, its pids, gVisor's Sentry): graded 0, flagged. A container still running (the
+    stream broke) or removed from outside is the infrastructure's doing: masked."""
+    image = await backend.resolver.resolve(example_task, None)
+    labels = {**run_labels, LABEL_BACKEND: backend.backend_id}
+    args = verifier_container_args(container_args(example_task, labels, image), 10.0)
+    adapter, pool = backend.adapter, backend.pool
+    exited, _ = await pool.acquire({**args, "command": ["bash", "-c", "exit 3"]})
+    running, _ = await pool.acquire({**args, "command": ["sleep", "1000"]})
+    removed, _ = await pool.acquire({**args, "command": ["sleep", "1000"]})
+    try:
+        await adapter.call(adapter.client.api.wait, exited)
+        await adapter.remove(removed)
+        died = await _script_died(adapter, exited, "", {})
+        assert (died.verdict, died.reward, died.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
+        assert "exit code 3" in died.output
+        for cid in (running, removed):
+            masked = await _script_died(adapter, cid, "", {})
+            assert (masked.verdict, masked.reward) == (Verdict.infrastructure, None), cid
+    finally:
+        for cid in (exited, running, removed):
+            await pool.remove(cid)
