@@ -24,7 +24,6 @@ in only here. The agent's code does run here, so who decides the reward is the d
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import importlib.resources
@@ -41,11 +40,12 @@ from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
 from sandboxes.reward import NO_VERDICT, VERDICT_FORGED, Evidence, Grade, grade
 from sandboxes.task import Task
-from sandboxes.workspace_tar import build_tar, sanitize_workspace_async
+from sandboxes.workspace_tar import add_files, check_workspace_async, copy_workspace
 
 VERIFIER_OUTPUT_CAP = 16 << 10
 EVIDENCE_CAP = 256 << 10  # the tar of /logs/verifier and the guard's report
 EVIDENCE_FILE_CAP = 16 << 10  # per file kept in the record
+UPLOAD_CHUNK = 1 << 20  # the upload is sent in pieces of this size, never held whole
 # After the tests' own limit: time for the kills and the evidence tar before the stream is cut.
 READ_GRACE_S = 30.0
 GUARD_CONFTEST = "conftest.py"
@@ -175,29 +175,55 @@ def default_grader() -> Grader:
     return Grader(grade, runtime, grader_version(runtime, rules))
 
 
-def verifier_upload(task: Task, workspace: bytes, grader: Grader | None = None) -> bytes:
-    """One tar: the sanitized workspace (already under rollouts/workspace/), the verifier
-    runtime under rollouts/lib/, and the task's tests under tests/ with the pytest guard as
-    tests/conftest.py (the task's own conftest renamed beside it)."""
+def write_upload(out: _Sender, task: Task, workspace: bytes, grader: Grader | None = None) -> None:
+    """One tar, written to `out` a block at a time (never whole in memory): the workspace
+    sanitized (it must have passed `check_workspace` with the same prefix) under
+    rollouts/workspace/, the verifier runtime under rollouts/lib/, and the task's tests under
+    tests/ with the pytest guard as tests/conftest.py (the task's own conftest renamed beside
+    it)."""
     runtime = dict((grader or default_grader()).runtime)
     tests = dict(task.test_files)
     if GUARD_CONFTEST in tests:
         tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
     tests[GUARD_CONFTEST] = runtime.pop("pytest_guard.py")
-    return merge_tars(
-        workspace, build_tar(runtime, prefix=RUNTIME_DIR), build_tar(tests, prefix="tests")
-    )
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:  # type: ignore[arg-type]
+        copy_workspace(workspace, dst, prefix=WORKSPACE_DIR)
+        add_files(dst, runtime, prefix=RUNTIME_DIR)
+        add_files(dst, tests, prefix="tests")
 
 
-def merge_tars(*blobs: bytes) -> bytes:
-    """Tars cannot simply be concatenated (end-of-archive blocks): re-pack into one."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
-        for blob in blobs:
-            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as src:
-                for m in src:
-                    dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-    return out.getvalue()
+def _send_upload(
+    line: bytes, task: Task, workspace: bytes, grader: Grader, send: Callable[[bytes], object]
+) -> None:
+    """The verifier's stdin: the first line, then the upload (`write_upload`)."""
+    send(line)
+    out = _Sender(send)
+    write_upload(out, task, workspace, grader)
+    out.flush()
+
+
+class _Sender:
+    """The verifier's stdin as tarfile writes it: gathered into sends of UPLOAD_CHUNK bytes."""
+
+    def __init__(self, send: Callable[[bytes], object]) -> None:
+        self._send = send
+        self._buf = bytearray()
+        self._offset = 0
+
+    def write(self, data: bytes) -> int:
+        self._buf += data
+        self._offset += len(data)
+        if len(self._buf) >= UPLOAD_CHUNK:
+            self.flush()
+        return len(data)
+
+    def tell(self) -> int:
+        return self._offset
+
+    def flush(self) -> None:
+        if self._buf:
+            self._send(bytes(self._buf))
+            self._buf.clear()
 
 
 def is_pytest_task(task: Task) -> bool:
@@ -294,15 +320,14 @@ async def _run_verifier(
     try:
         # The workspace came out of the agent's container: too large or unreadable is the
         # agent's doing (graded 0), and decoding it is bounded and stops when we are cancelled.
-        workspace, _notes = await sanitize_workspace_async(workspace_tar, prefix=WORKSPACE_DIR)
+        # Checked here, before a container is taken, and written sanitized only while it is
+        # sent (on the stream's thread), so the host never holds a second copy of it.
+        await check_workspace_async(workspace_tar, prefix=WORKSPACE_DIR)
     except AgentCausedSandboxFault as e:
         return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
-    # CPU work on our own small tars: off the event loop, which other samples are waiting on.
-    upload = await asyncio.to_thread(verifier_upload, task, workspace, grader)
-
     async with pool.verifying():
         return await _verify_in_container(
-            adapter, pool, args, task, upload, durations, t_start, grader.rules
+            adapter, pool, args, task, workspace_tar, durations, t_start, grader
         )
 
 
@@ -311,10 +336,10 @@ async def _verify_in_container(
     pool: ContainerPool,
     args: dict[str, Any],
     task: Task,
-    upload: bytes,
+    workspace_tar: bytes,
     durations: dict[str, float],
     t_start: float,
-    rules: Callable[[Evidence], Grade],
+    grader: Grader,
 ) -> VerifyResult:
     limit_s = task.config.verifier_timeout_sec
     cid: str | None = None
@@ -327,7 +352,9 @@ async def _verify_in_container(
         tested_uid = TESTED_UIDS[secrets.randbelow(len(TESTED_UIDS))]
         result, cut = await adapter.attach_stream(
             cid,
-            stdin=f"{nonce} {tested_uid}\n".encode() + upload,
+            stdin=functools.partial(
+                _send_upload, f"{nonce} {tested_uid}\n".encode(), task, workspace_tar, grader
+            ),
             max_output=VERIFIER_OUTPUT_CAP,
             collect_stdout=EVIDENCE_CAP + 4096,
             timeout_s=limit_s + READ_GRACE_S,
@@ -353,7 +380,7 @@ async def _verify_in_container(
             note = "graded 0: the workspace did not fit or unpack in the verifier"
             return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
         evidence = parse_evidence(header, tar_bytes, is_pytest_task(task))
-        g = rules(evidence)
+        g = grader.rules(evidence)
         if g.note:
             output = _append(output, g.note)
         return VerifyResult(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from dataclasses import replace
 
 import pytest
@@ -15,6 +17,7 @@ from sandboxes.verifier import TESTED_UIDS, _script_died, verifier_container_arg
 from sandboxes.verifier_runtime.trusted import TESTED_NPROC
 from sandboxes.workspace_tar import build_tar
 from standin.attacks import _PID_FILLER
+from tests.resource_use import measured
 from tests.runtimes import both_runtimes
 
 pytestmark = pytest.mark.docker
@@ -313,3 +316,31 @@ async def test_a_verifier_container_ended_from_inside_is_graded_never_masked(
     finally:
         for cid in (exited, running, removed):
             await pool.remove(cid)
+
+
+async def test_a_workspace_near_its_cap_costs_the_verifier_no_copy(
+    backend, example_task, run_labels
+):
+    """A free 250 MiB sparse file in /app comes out of the agent container as 250 MiB of zeros.
+    The verifier checks that workspace without copying it and writes it sanitized while it
+    is sent, a block at a time, beside the runtime and the tests: this process grows by far
+    less than the workspace (it held it four times more: 750 MiB)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        sparse = tarfile.TarInfo("sparse")
+        sparse.size = 250 << 20
+        tar.addfile(sparse, io.BytesIO(bytes(sparse.size)))
+        solution = tarfile.TarInfo("solution.py")
+        solution.size = len(_WRONG_SOLUTION)
+        tar.addfile(solution, io.BytesIO(_WRONG_SOLUTION))
+    workspace = buf.getvalue()
+    del buf
+    with measured() as use:
+        result = await backend.verify(example_task, workspace, run_labels)
+    # The tests ran on it: the upload fitted and unpacked, and the wrong answer scored 0.
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, []), result.output
+    assert "3 failed, 1 passed" in result.output, result.output
+    assert use.rss_growth < 64 << 20, use
+
+
+_WRONG_SOLUTION = b"def fn(name):\n    return name\n"
