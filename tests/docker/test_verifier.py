@@ -278,9 +278,12 @@ async def test_tested_code_that_takes_every_pid_is_graded_never_masked(
     """The tested code forks until the kernel refuses and keeps re-taking every pid that frees
     (standin/attacks.py's pid filler). Its user holds at most its share of the container's
     pids (RLIMIT_NPROC, set before its exec), so the tests, their killer of the tested user
-    and the verifier script still fork: test.sh writes its 0, and the script its verdict."""
+    and the verifier script still fork: the tested user's processes are gone when pytest has
+    ended, test.sh writes its 0, and the script its verdict."""
+    count = b'n=0; for d in /proc/[0-9]*; do [ -O "$d" ] || n=$((n+1)); done; echo "LEFT $n"\n'
+    task = _with_tests(example_task, example_task.test_files["test.sh"] + count)
     result = await backend.verify(
-        example_task, build_tar({"solution.py": _PID_FILLER.encode()}), run_labels
+        task, build_tar({"solution.py": _PID_FILLER.encode()}), run_labels
     )
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, []), result.output
     assert result.files.get("reward.txt") == "0\n", result.files
@@ -288,6 +291,7 @@ async def test_tested_code_that_takes_every_pid_is_graded_never_masked(
     # Its user's processes, zombies included (the kernel compares the count before a fork
     # adds one); without the limit it took the container's 256 but a few.
     assert 0 < taken <= TESTED_NPROC + 1, result.output
+    assert "LEFT 0" in result.output.splitlines(), result.output  # none but root's after pytest
 
 
 async def test_a_verifier_container_ended_from_inside_is_graded_never_masked(
