@@ -271,16 +271,18 @@ class DockerAdapter:
         self,
         container_id: str,
         *,
-        stdin: bytes,
+        stdin: bytes | Callable[[Callable[[bytes], object]], None],
         timeout_s: float,
         max_output: int = 1 << 20,
         collect_stdout: int | None = None,
     ) -> tuple[StreamResult, bool]:
         """Talk to the main process of a started container created with `stdin_open`: send
-        `stdin`, then EOF, and read its output until it exits. Nothing is started in the
-        container, so this costs the engine far less than an exec (no runc process, no exec
-        create/inspect calls). The exit code is left None: the process reports its own result
-        on stdout. On timeout the stream is cut; the caller removes the container."""
+        `stdin` (bytes, or a function that writes it piece by piece with the send it is given,
+        on the stream's thread), then EOF, and read its output until it exits. Nothing is
+        started in the container, so this costs the engine far less than an exec (no runc
+        process, no exec create/inspect calls). The exit code is left None: the process
+        reports its own result on stdout. On timeout the stream is cut; the caller removes
+        the container."""
 
         def _open() -> _ExecStream:
             params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -303,7 +305,7 @@ class DockerAdapter:
     async def _pump(
         self,
         stream: _ExecStream,
-        stdin: bytes | None,
+        stdin: bytes | Callable[[Callable[[bytes], object]], None] | None,
         max_output: int,
         collect_stdout: int | None,
         timeout_s: float,
@@ -314,8 +316,11 @@ class DockerAdapter:
         out = io.BytesIO() if collect_stdout is not None else None
 
         def _pump() -> None:
-            if stdin is not None:
+            if callable(stdin):
+                stdin(stream._sock.sendall)  # never whole in memory (a large workspace)
+            elif stdin is not None:
                 stream._sock.sendall(stdin)
+            if stdin is not None:
                 stream._sock.shutdown(socket.SHUT_WR)  # EOF on the process's stdin
             for stream_id, payload in stream.frames():
                 if out is not None and stream_id == 1:

@@ -41,6 +41,9 @@ TESTS_KILLED = "tests_killed"
 VALUE_HACK = "value_hack"
 SOLUTION_EXIT = "solution_exit"
 VERDICT_FORGED = "verdict_forged"
+# The verifier container ended from inside before its script wrote a verdict (its memory or
+# its pids exhausted, the Sentry ended): graded 0 by verifier.py, as the tested code's doing.
+NO_VERDICT = "no_verdict"
 UNGUARDED = "unguarded"
 # Flags that mean the tested code tried to get a reward it did not earn.
 SUSPECTED_HACKS = frozenset(

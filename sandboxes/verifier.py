@@ -24,7 +24,6 @@ in only here. The agent's code does run here, so who decides the reward is the d
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import importlib.resources
@@ -39,13 +38,14 @@ from typing import Any
 from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
 from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
-from sandboxes.reward import VERDICT_FORGED, Evidence, Grade, grade
+from sandboxes.reward import NO_VERDICT, VERDICT_FORGED, Evidence, Grade, grade
 from sandboxes.task import Task
-from sandboxes.workspace_tar import build_tar, sanitize_workspace_async
+from sandboxes.workspace_tar import add_files, check_workspace_async, copy_workspace
 
 VERIFIER_OUTPUT_CAP = 16 << 10
 EVIDENCE_CAP = 256 << 10  # the tar of /logs/verifier and the guard's report
 EVIDENCE_FILE_CAP = 16 << 10  # per file kept in the record
+UPLOAD_CHUNK = 1 << 20  # the upload is sent in pieces of this size, never held whole
 # After the tests' own limit: time for the kills and the evidence tar before the stream is cut.
 READ_GRACE_S = 30.0
 GUARD_CONFTEST = "conftest.py"
@@ -57,20 +57,26 @@ AUTOLOAD_FLAG = "rollouts/plugin-autoload"  # uploaded when the task asks for pl
 # to switch (and, for its root processes, to kill what runs as that user when the tests end).
 # The agent container has none; after the switch the tested process has none either.
 VERIFIER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
+# The tested process's user, a fresh one per verification (verifier_runtime/trusted.py says
+# why; sent on stdin, so warm verifier containers stay interchangeable), from a range no image
+# or host account uses.
+TESTED_UIDS = range(1 << 30, (1 << 30) + (1 << 24))
 
 # PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US`. It reads
-# a nonce line and then the upload on stdin (the service attaches when it takes the container
-# from the warm pool), lays out /app, runs the tests with all their output on stderr, kills
-# every other process, then writes the evidence on stdout, which nothing but this process ever
-# holds: a header line "rollouts-verdict <nonce> <code> <mode of /logs/verifier> <timed out
-# 0|1>", then a tar of /logs/verifier and the guard's report. Being PID 1 it cannot be
-# signalled from inside, and when it exits the kernel ends whatever is left. Codes: 90, the
-# fresh container could not even make its folders (the infrastructure); 91, the upload did
-# not fit or unpack, or /app could not be laid out from it, which only the agent's workspace
-# can cause (ours is small and checked); otherwise test.sh's exit status.
+# a line "<nonce> <tested user id>" and then the upload on stdin (the service attaches when it
+# takes the container from the warm pool), lays out /app, runs the tests with all their output
+# on stderr, kills every other process, then writes the evidence on stdout, which nothing but
+# this process ever holds: a header line "rollouts-verdict <nonce> <code> <mode of
+# /logs/verifier> <timed out 0|1>", then a tar of /logs/verifier and the guard's report. Being
+# PID 1 it cannot be signalled from inside, and when it exits the kernel ends whatever is
+# left. Codes: 90, the fresh container could not even make its folders (the infrastructure);
+# 91, the upload did not fit or unpack, or /app could not be laid out from it, which only the
+# agent's workspace can cause (ours is small and checked); otherwise test.sh's exit status.
 _SCRIPT = f"""
 trap '' TERM INT HUP
-IFS= read -r nonce
+read -r nonce tested_uid
+case $tested_uid in ''|*[!0-9]*) tested_uid=64000 ;; esac
+export ROLLOUTS_TESTED_UID=$tested_uid  # the tested process's user (verifier_runtime/trusted.py)
 verdict() {{ echo "rollouts-verdict $nonce $1 $2 $3"; }}
 if ! {{ rm -rf /logs/verifier /logs/rollouts-guard &&
        mkdir -p /logs/verifier /logs/rollouts-guard /tests /app /rollouts &&
@@ -93,8 +99,7 @@ else
   echo '{{"event": "view", "python": false}}' >>"$report"
 fi
 cd /app
-now() {{ local t=${{EPOCHREALTIME/./}}; echo $((10#$t)); }}
-start=$(now)
+t=${{EPOCHREALTIME/./}}; start=$((10#$t))
 # The watchdog: killing everything ends the tests and wakes the wait below.
 ( sleep "$1"; kill -KILL -1 ) >/dev/null 2>&1 &
 # pytest loads no plugin it finds by its metadata (a place the tested code may write can be on
@@ -103,10 +108,16 @@ start=$(now)
 bash -lc 'bash /tests/test.sh' >&2 2>&1 &
 wait $!
 rc=$?
+# Builtins only until everything else is dead: the tested code may hold every pid the
+# container has left, and a fork that keeps failing ends bash without a verdict. kill(-1)
+# from PID 1 reaches every other process in one pass of the kernel, and nothing it reached
+# can fork again.
+t=${{EPOCHREALTIME/./}}
+kill -KILL -1 2>/dev/null
 timed_out=0
-[ $(( $(now) - start )) -ge "$2" ] && timed_out=1
+[ $(( 10#$t - start )) -ge "$2" ] && timed_out=1
 # Nothing the tests or the tested code started may live on to write while the evidence is read.
-kill -KILL -1 2>/dev/null; sleep 0.05; kill -KILL -1 2>/dev/null
+sleep 0.05; kill -KILL -1 2>/dev/null
 # find, not stat: coreutils' stat uses statx, which gVisor (runsc) answers with EINVAL.
 if [ -d /logs/verifier ] && [ ! -L /logs/verifier ]; then
   mode=$(find /logs/verifier -maxdepth 0 -printf '%m')
@@ -177,34 +188,57 @@ def plugin_autoload(task: Task) -> bool:
     return isinstance(section, dict) and section.get("pytest_plugin_autoload") is True
 
 
-def verifier_upload(task: Task, workspace: bytes, grader: Grader | None = None) -> bytes:
-    """One tar: the sanitized workspace (already under rollouts/workspace/), the verifier
-    runtime under rollouts/lib/, and the task's tests under tests/ with the pytest guard as
-    tests/conftest.py (the task's own conftest renamed beside it); AUTOLOAD_FLAG if the task
-    asks for plugin autoload."""
+def write_upload(out: _Sender, task: Task, workspace: bytes, grader: Grader | None = None) -> None:
+    """One tar, written to `out` a block at a time (never whole in memory): the workspace
+    sanitized (it must have passed `check_workspace` with the same prefix) under
+    rollouts/workspace/, the verifier runtime under rollouts/lib/, and the task's tests under
+    tests/ with the pytest guard as tests/conftest.py (the task's own conftest renamed beside
+    it); AUTOLOAD_FLAG if the task asks for plugin autoload."""
     runtime = dict((grader or default_grader()).runtime)
     tests = dict(task.test_files)
     if GUARD_CONFTEST in tests:
         tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
     tests[GUARD_CONFTEST] = runtime.pop("pytest_guard.py")
-    flag = {AUTOLOAD_FLAG: b""} if plugin_autoload(task) else {}
-    return merge_tars(
-        workspace,
-        build_tar(runtime, prefix=RUNTIME_DIR),
-        build_tar(tests, prefix="tests"),
-        build_tar(flag),
-    )
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:  # type: ignore[arg-type]
+        copy_workspace(workspace, dst, prefix=WORKSPACE_DIR)
+        add_files(dst, runtime, prefix=RUNTIME_DIR)
+        add_files(dst, tests, prefix="tests")
+        if plugin_autoload(task):
+            add_files(dst, {AUTOLOAD_FLAG: b""})
 
 
-def merge_tars(*blobs: bytes) -> bytes:
-    """Tars cannot simply be concatenated (end-of-archive blocks): re-pack into one."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
-        for blob in blobs:
-            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:") as src:
-                for m in src:
-                    dst.addfile(m, src.extractfile(m) if m.isreg() else None)
-    return out.getvalue()
+def _send_upload(
+    line: bytes, task: Task, workspace: bytes, grader: Grader, send: Callable[[bytes], object]
+) -> None:
+    """The verifier's stdin: the first line, then the upload (`write_upload`)."""
+    send(line)
+    out = _Sender(send)
+    write_upload(out, task, workspace, grader)
+    out.flush()
+
+
+class _Sender:
+    """The verifier's stdin as tarfile writes it: gathered into sends of UPLOAD_CHUNK bytes."""
+
+    def __init__(self, send: Callable[[bytes], object]) -> None:
+        self._send = send
+        self._buf = bytearray()
+        self._offset = 0
+
+    def write(self, data: bytes) -> int:
+        self._buf += data
+        self._offset += len(data)
+        if len(self._buf) >= UPLOAD_CHUNK:
+            self.flush()
+        return len(data)
+
+    def tell(self) -> int:
+        return self._offset
+
+    def flush(self) -> None:
+        if self._buf:
+            self._send(bytes(self._buf))
+            self._buf.clear()
 
 
 def is_pytest_task(task: Task) -> bool:
@@ -301,15 +335,14 @@ async def _run_verifier(
     try:
         # The workspace came out of the agent's container: too large or unreadable is the
         # agent's doing (graded 0), and decoding it is bounded and stops when we are cancelled.
-        workspace, _notes = await sanitize_workspace_async(workspace_tar, prefix=WORKSPACE_DIR)
+        # Checked here, before a container is taken, and written sanitized only while it is
+        # sent (on the stream's thread), so the host never holds a second copy of it.
+        await check_workspace_async(workspace_tar, prefix=WORKSPACE_DIR)
     except AgentCausedSandboxFault as e:
         return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
-    # CPU work on our own small tars: off the event loop, which other samples are waiting on.
-    upload = await asyncio.to_thread(verifier_upload, task, workspace, grader)
-
     async with pool.verifying():
         return await _verify_in_container(
-            adapter, pool, args, task, upload, durations, t_start, grader.rules
+            adapter, pool, args, task, workspace_tar, durations, t_start, grader
         )
 
 
@@ -318,10 +351,10 @@ async def _verify_in_container(
     pool: ContainerPool,
     args: dict[str, Any],
     task: Task,
-    upload: bytes,
+    workspace_tar: bytes,
     durations: dict[str, float],
     t_start: float,
-    rules: Callable[[Evidence], Grade],
+    grader: Grader,
 ) -> VerifyResult:
     limit_s = task.config.verifier_timeout_sec
     cid: str | None = None
@@ -331,9 +364,12 @@ async def _verify_in_container(
         durations["acquire_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         nonce = secrets.token_hex(16)
+        tested_uid = TESTED_UIDS[secrets.randbelow(len(TESTED_UIDS))]
         result, cut = await adapter.attach_stream(
             cid,
-            stdin=nonce.encode() + b"\n" + upload,
+            stdin=functools.partial(
+                _send_upload, f"{nonce} {tested_uid}\n".encode(), task, workspace_tar, grader
+            ),
             max_output=VERIFIER_OUTPUT_CAP,
             collect_stdout=EVIDENCE_CAP + 4096,
             timeout_s=limit_s + READ_GRACE_S,
@@ -359,7 +395,7 @@ async def _verify_in_container(
             note = "graded 0: the workspace did not fit or unpack in the verifier"
             return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
         evidence = parse_evidence(header, tar_bytes, is_pytest_task(task))
-        g = rules(evidence)
+        g = grader.rules(evidence)
         if g.note:
             output = _append(output, g.note)
         return VerifyResult(
@@ -386,23 +422,32 @@ async def _verify_in_container(
 async def _script_died(
     adapter: DockerAdapter, cid: str, output: str, durations: dict[str, float]
 ) -> VerifyResult:
-    """The stream ended without the script's verdict. The tested code can end the script only
-    by exhausting the container's memory (the kernel's OOM killer); anything else is the
-    engine's doing or a removal from outside, and is masked."""
+    """The stream ended without the script's verdict. Whose doing that was, as for the agent
+    container (docker_backend's `_classify`): a container the engine still answers for, not
+    being removed and no longer running, was ended from inside, where the tested code runs (it
+    can exhaust the container's memory, or its pids so that PID 1 cannot fork, or end the
+    Sentry under gVisor): graded 0, never masked, whatever the exit. An engine that does not
+    answer, a container removed from outside, or a stream that ended while the script still
+    runs are the infrastructure's doing, and masked."""
     try:
         state = (await adapter.inspect_container(cid)).get("State") or {}
     except Exception as e:
         gone = f"verifier container gone: {e}"
         return VerifyResult(None, Verdict.infrastructure, gone, durations)
+    status = state.get("Status")
+    if state.get("Running") or status in ("removing", "dead"):
+        return VerifyResult(
+            None,
+            Verdict.infrastructure,
+            f"the verifier's stream ended without a verdict (state {status}): {output}",
+            durations,
+        )
     if state.get("OOMKilled"):
-        note = "graded 0: the tests exhausted the verifier container's memory"
-        return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
-    return VerifyResult(
-        None,
-        Verdict.infrastructure,
-        f"the verifier script ended without a verdict (state {state.get('Status')}): {output}",
-        durations,
-    )
+        why = "the tests exhausted the verifier container's memory"
+    else:
+        why = f"the verifier container ended without a verdict (exit code {state.get('ExitCode')})"
+    note = f"graded 0: {why}"
+    return VerifyResult(0.0, Verdict.graded, _append(output, note), durations, flags=[NO_VERDICT])
 
 
 def _text(data: bytes) -> str:

@@ -22,7 +22,7 @@ import tarfile
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 MANIFEST_VERSION = 1
 ZLIB_LEVEL = 6  # source files shrink ~3-4x; higher levels gain little for much more CPU
@@ -82,7 +82,10 @@ def split(tar: bytes) -> Snapshot:
     digest = _sha(tar)
     try:
         snapshot = _split_members(tar, digest)
-        if _sha(rebuild(snapshot.manifest, snapshot.blobs)) == digest:
+        # Hashed as it is written: the check holds no second copy of the workspace.
+        rebuilt = _Hashing()
+        _write_members(snapshot.manifest["members"], snapshot.blobs, rebuilt)
+        if rebuilt.sha.hexdigest() == digest:
             return snapshot
     except (tarfile.TarError, EOFError, OSError, ValueError, SnapshotError):
         pass
@@ -115,7 +118,9 @@ def rebuild(manifest: Mapping[str, Any], blobs: Mapping[str, bytes]) -> bytes:
         if "whole" in manifest:
             data = blobs[manifest["whole"]]
         else:
-            data = _write_members(manifest["members"], blobs)
+            out = io.BytesIO()
+            _write_members(manifest["members"], blobs, out)
+            data = out.getvalue()
     except KeyError as e:
         raise SnapshotError(f"blob {e.args[0]} of the workspace is missing") from None
     if _sha(data) != manifest["tar"]:
@@ -123,10 +128,27 @@ def rebuild(manifest: Mapping[str, Any], blobs: Mapping[str, bytes]) -> bytes:
     return data
 
 
-def _write_members(members: list[Member], blobs: Mapping[str, bytes]) -> bytes:
-    out = io.BytesIO()
+class _Hashing:
+    """A file that keeps only the sha256 and length of what is written to it."""
+
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+        self._offset = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self._offset += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._offset
+
+
+def _write_members(
+    members: list[Member], blobs: Mapping[str, bytes], out: IO[bytes] | _Hashing
+) -> None:
     # As workspace_tar.sanitize_workspace writes it: GNU format, tarfile's default owners.
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as dst:
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as dst:  # type: ignore[arg-type]
         for name, kind, mode, mtime, size, linkname, content in members:
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime, info.size = kind.encode("latin-1"), mode, mtime, size
@@ -135,7 +157,6 @@ def _write_members(members: list[Member], blobs: Mapping[str, bytes]) -> bytes:
                 dst.addfile(info)
             else:
                 dst.addfile(info, io.BytesIO(blobs[content]))
-    return out.getvalue()
 
 
 def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:

@@ -11,8 +11,12 @@ is bounded by it. Anything it cannot read is `WorkspaceUnreadable`, the agent's 
 files not in the archive, device nodes, FIFOs, absolute paths and `..` components are
 dropped, each with a note.
 
-The decode runs on a small pool of its own (`sanitize_workspace_async`), never the event loop's
-default executor, and stops at the next member or block when its sample is cancelled.
+`sanitize_workspace` returns the re-packed tar; `check_workspace` makes the same decisions
+without keeping what it writes, and `copy_workspace` then writes the kept members into a tar
+of the caller's (the verifier's upload, sent as it is written), so a workspace already in
+memory is never held a second time. The decode runs on a small pool of its own
+(`sanitize_workspace_async`, `check_workspace_async`), never the event loop's default
+executor, and stops at the next member or block when its sample is cancelled.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import os
 import posixpath
 import tarfile
 import threading
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import IO
+from typing import IO, TypeVar
 
 # Defined with the sandbox interface (the episode grades them 0); re-exported for callers here.
 from sandboxes.backend import WorkspaceTooLarge as WorkspaceTooLarge
@@ -44,6 +49,7 @@ _REFUSED_TYPES = {
     tarfile.GNUTYPE_SPARSE: "a GNU sparse file",
 }
 _DECODE_WORKERS = 2
+T = TypeVar("T")
 
 
 class UnsafePath(ValueError):
@@ -106,15 +112,22 @@ def build_tar(files: dict[str, bytes], prefix: str = "", mode: int = 0o644) -> b
     """A tar of `files` (relative path -> bytes), each placed under `prefix`."""
     bio = io.BytesIO()
     with tarfile.open(fileobj=bio, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for name in sorted(files):
-            clean = _clean_name(name)
-            if clean is None or clean == ".":
-                raise UnsafePath(f"unsafe file name {name!r}")
-            info = tarfile.TarInfo(posixpath.join(prefix, clean) if prefix else clean)
-            info.size = len(files[name])
-            info.mode = 0o755 if clean.endswith(".sh") else mode
-            tf.addfile(info, io.BytesIO(files[name]))
+        add_files(tf, files, prefix, mode)
     return bio.getvalue()
+
+
+def add_files(
+    dst: tarfile.TarFile, files: Mapping[str, bytes], prefix: str = "", mode: int = 0o644
+) -> None:
+    """Write `files` (relative path -> bytes) into `dst`, each placed under `prefix`."""
+    for name in sorted(files):
+        clean = _clean_name(name)
+        if clean is None or clean == ".":
+            raise UnsafePath(f"unsafe file name {name!r}")
+        info = tarfile.TarInfo(posixpath.join(prefix, clean) if prefix else clean)
+        info.size = len(files[name])
+        info.mode = 0o755 if clean.endswith(".sh") else mode
+        dst.addfile(info, io.BytesIO(files[name]))
 
 
 def _link_inside(member_name: str, target: str) -> bool:
@@ -148,8 +161,63 @@ def sanitize_workspace(
     `tar -c` writes it. Setting `cancelled` stops it (with WorkspaceUnreadable) at the next
     member or data block.
     """
+    out = io.BytesIO()
+    notes = _checked(data, out, max_bytes, prefix, max_members, cancelled)
+    return out.getvalue(), notes
+
+
+def check_workspace(
+    data: bytes,
+    max_bytes: int = DEFAULT_MAX_WORKSPACE_BYTES,
+    prefix: str = "",
+    *,
+    max_members: int = DEFAULT_MAX_WORKSPACE_MEMBERS,
+    cancelled: threading.Event | None = None,
+) -> list[str]:
+    """`sanitize_workspace` without keeping what it writes (so without holding a copy): the
+    same errors, and the notes. A workspace that passes is then written with `copy_workspace`."""
+    return _checked(data, _Discard(), max_bytes, prefix, max_members, cancelled)
+
+
+def copy_workspace(
+    data: bytes,
+    dst: tarfile.TarFile,
+    max_bytes: int = DEFAULT_MAX_WORKSPACE_BYTES,
+    prefix: str = "",
+    *,
+    cancelled: threading.Event | None = None,
+) -> None:
+    """Write into `dst` what `sanitize_workspace` keeps of a workspace that `check_workspace`
+    passed with the same arguments, a member and a data block at a time. Reading it again
+    fails the same way or not at all, so an error raised here (as it is) is `dst`'s."""
+    _copy(data, dst, max_bytes, prefix, DEFAULT_MAX_WORKSPACE_MEMBERS, cancelled)
+
+
+class _Discard:
+    """A file that keeps nothing of what is written to it."""
+
+    def __init__(self) -> None:
+        self._offset = 0
+
+    def write(self, data: bytes) -> int:
+        self._offset += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._offset
+
+
+def _checked(
+    data: bytes,
+    out: IO[bytes] | _Discard,
+    max_bytes: int,
+    prefix: str,
+    max_members: int,
+    cancelled: threading.Event | None,
+) -> list[str]:
     try:
-        return _sanitize(data, max_bytes, prefix, max_members, cancelled)
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as dst:  # type: ignore[arg-type]
+            return _copy(data, dst, max_bytes, prefix, max_members, cancelled)
     except (WorkspaceTooLarge, WorkspaceUnreadable):
         raise
     except _Cancelled:
@@ -157,26 +225,25 @@ def sanitize_workspace(
     except _Refused as e:
         raise WorkspaceUnreadable(f"the workspace archive holds {e}") from None
     except (tarfile.TarError, EOFError, ValueError, OSError, RecursionError) as e:
-        # Only ever the bytes' fault: the archive and its copy are both in memory.
+        # Only ever the bytes' fault: the archive is in memory, and so is what is written.
         raise WorkspaceUnreadable(f"the workspace is not a readable tar archive: {e}") from None
 
 
-def _sanitize(
+def _copy(
     data: bytes,
+    dst: tarfile.TarFile,
     max_bytes: int,
     prefix: str,
     max_members: int,
     cancelled: threading.Event | None,
-) -> tuple[bytes, list[str]]:
+) -> list[str]:
     notes: list[str] = []
     dropped = 0
     kept_files: set[str] = set()
     total = 0
     members = 0
-    out = io.BytesIO()
     # "r:": never decompressed, whatever the first bytes claim.
-    src = tarfile.open(fileobj=io.BytesIO(data), mode="r:", tarinfo=_WorkspaceMember)
-    with src, tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as dst:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:", tarinfo=_WorkspaceMember) as src:
         while (m := src.next()) is not None:
             # tarfile keeps every member it has read; these are not looked up again.
             src.members.clear()
@@ -222,7 +289,7 @@ def _sanitize(
                 dst.addfile(new)
     if dropped > len(notes):
         notes.append(f"... and {dropped - len(notes)} more dropped")
-    return out.getvalue(), notes
+    return notes
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -244,9 +311,20 @@ async def sanitize_workspace_async(
 ) -> tuple[bytes, list[str]]:
     """`sanitize_workspace` off the event loop, on the decoders' pool; cancelling the caller
     stops the decode at its next member or data block."""
+    return await _decode(sanitize_workspace, data, max_bytes, prefix)
+
+
+async def check_workspace_async(
+    data: bytes, max_bytes: int = DEFAULT_MAX_WORKSPACE_BYTES, prefix: str = ""
+) -> list[str]:
+    """`check_workspace` as `sanitize_workspace_async` runs its decode."""
+    return await _decode(check_workspace, data, max_bytes, prefix)
+
+
+async def _decode(fn: Callable[..., T], data: bytes, max_bytes: int, prefix: str) -> T:
     cancelled = threading.Event()
     loop = asyncio.get_running_loop()
-    work = partial(sanitize_workspace, data, max_bytes, prefix, cancelled=cancelled)
+    work = partial(fn, data, max_bytes, prefix, cancelled=cancelled)
     try:
         return await loop.run_in_executor(_decode_pool(), work)
     except asyncio.CancelledError:

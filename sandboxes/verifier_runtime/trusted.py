@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import random
+import resource
 import socket
 import subprocess
 import sys
@@ -65,7 +66,13 @@ rpc = _load("rpc")
 access = _load("access")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
-TESTED_UID = 64000  # the tested process's user and group: owns nothing the tests rely on
+# The tested process's user and group: owns nothing the tests rely on. One per verification
+# (PID 1 sets it from what the service sent): the kernel counts a user's tasks across every
+# container of the host, so a shared one would let one sample's tested code starve another's.
+TESTED_UID = int(os.environ.get("ROLLOUTS_TESTED_UID") or 64000)
+# The tasks (processes and threads) the tested user may hold, well below the container's pids
+# limit (256): the tests, their killer of the tested user and PID 1 can always fork.
+TESTED_NPROC = 128
 OUTPUT_CAP = 16 << 20  # the tested code's forwarded output, per process
 _PR_SET_DUMPABLE = 4
 _rng = random.SystemRandom()  # decoys: neither the tests' seeds nor the tested code sway it
@@ -664,6 +671,11 @@ def _drop_privileges():
     os.setgroups([])
     os.setresgid(TESTED_UID, TESTED_UID, TESTED_UID)
     os.setresuid(TESTED_UID, TESTED_UID, TESTED_UID)
+    # Set after the switch, which then did not mark this process over the limit: the exec
+    # that follows succeeds even when the user already holds its share (the killer below must
+    # start then), while every fork of the user's from here on is counted against it. Without
+    # capabilities the user cannot raise it again.
+    resource.setrlimit(resource.RLIMIT_NPROC, (TESTED_NPROC, TESTED_NPROC))
 
 
 def _spawn(argv, **kwargs):

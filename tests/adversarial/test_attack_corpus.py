@@ -91,7 +91,7 @@ STYLES: dict[str, tuple[str, ...]] = {
 UNDER_GVISOR = (
     "always_equal", "channel_flood", "channel_forge_workspace", "disk_fill", "fork_bomb",
     "forge_reward_and_kill_tests", "forge_verdict_stream", "kill_all", "memory_bomb",
-    "network_gateway", "pytest_plugin_autoload", "symlink_escape",
+    "network_gateway", "pid_filler", "pytest_plugin_autoload", "symlink_escape",
 )  # fmt: skip
 CASES = [
     pytest.param(name, style, "runc", id=f"{name}-{style}")

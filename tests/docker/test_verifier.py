@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from dataclasses import replace
 
 import pytest
 
 from sandboxes.backend import Verdict
+from sandboxes.isolation import LABEL_BACKEND, container_args
 from sandboxes.oracle import run_oracle
-from sandboxes.reward import RewardError, parse_reward
+from sandboxes.reward import NO_VERDICT, RewardError, parse_reward
 from sandboxes.task import Task, TaskConfig
+from sandboxes.verifier import TESTED_UIDS, _script_died, verifier_container_args
+from sandboxes.verifier_runtime.trusted import TESTED_NPROC
 from sandboxes.workspace_tar import build_tar
+from standin.attacks import _PID_FILLER
 from tests import task_styles
+from tests.resource_use import measured
 from tests.runtimes import both_runtimes
 
 pytestmark = pytest.mark.docker
@@ -205,10 +212,11 @@ async def test_the_tested_code_runs_as_another_user_and_reaches_nothing(
     result = await backend.verify(example_task, build_tar({"solution.py": _PROBE}), run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [])
     # Under gVisor there is no Landlock: the user id alone holds, and says so.
-    assert result.isolation["user"] == 64000
+    uid = result.isolation["user"]
+    assert uid in TESTED_UIDS  # one of its own: the kernel counts a user's tasks host-wide
     line = next(x for x in result.output.splitlines() if x.startswith("SEEN "))
     seen = eval(line.removeprefix("SEEN "))  # a dict literal printed by the probe
-    assert (seen.pop("uid"), seen.pop("gid"), seen.pop("groups")) == (64000, 64000, [])
+    assert (seen.pop("uid"), seen.pop("gid"), seen.pop("groups")) == (uid, uid, [])
     assert set(seen.values()) <= {13, 1}, seen  # EACCES, EPERM: nothing written, opened, sent
 
 
@@ -384,3 +392,82 @@ async def test_plugin_autoload_is_off_unless_the_task_asks(backend, example_task
         result = await backend.verify(t, build_tar({"solution.py": b""}), run_labels)
         seen.append(result.files.get("autoload.txt"))
     assert seen == ["1\n", "unset\n"]
+
+
+@both_runtimes
+async def test_tested_code_that_takes_every_pid_is_graded_never_masked(
+    backend, example_task, run_labels
+):
+    """The tested code forks until the kernel refuses and keeps re-taking every pid that frees
+    (standin/attacks.py's pid filler). Its user holds at most its share of the container's
+    pids (RLIMIT_NPROC, set before its exec), so the tests, their killer of the tested user
+    and the verifier script still fork: the tested user's processes are gone when pytest has
+    ended, test.sh writes its 0, and the script its verdict."""
+    count = b'n=0; for d in /proc/[0-9]*; do [ -O "$d" ] || n=$((n+1)); done; echo "LEFT $n"\n'
+    task = _with_tests(example_task, example_task.test_files["test.sh"] + count)
+    result = await backend.verify(
+        task, build_tar({"solution.py": _PID_FILLER.encode()}), run_labels
+    )
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, []), result.output
+    assert result.files.get("reward.txt") == "0\n", result.files
+    taken = int(next(x for x in result.output.splitlines() if "PIDS TAKEN" in x).split()[-1])
+    # Its user's processes, zombies included (the kernel compares the count before a fork
+    # adds one); without the limit it took the container's 256 but a few.
+    assert 0 < taken <= TESTED_NPROC + 1, result.output
+    assert "LEFT 0" in result.output.splitlines(), result.output  # none but root's after pytest
+
+
+async def test_a_verifier_container_ended_from_inside_is_graded_never_masked(
+    backend, example_task, run_labels
+):
+    """When the verifier's stream ends without the script's verdict, a container the engine
+    still answers for and that exited was ended from inside, where the tested code runs (its
+    memory, its pids, gVisor's Sentry): graded 0, flagged. A container still running (the
+    stream broke) or removed from outside is the infrastructure's doing: masked."""
+    image = await backend.resolver.resolve(example_task, None)
+    labels = {**run_labels, LABEL_BACKEND: backend.backend_id}
+    args = verifier_container_args(container_args(example_task, labels, image), 10.0)
+    adapter, pool = backend.adapter, backend.pool
+    exited, _ = await pool.acquire({**args, "command": ["bash", "-c", "exit 3"]})
+    running, _ = await pool.acquire({**args, "command": ["sleep", "1000"]})
+    removed, _ = await pool.acquire({**args, "command": ["sleep", "1000"]})
+    try:
+        await adapter.call(adapter.client.api.wait, exited)
+        await adapter.remove(removed)
+        died = await _script_died(adapter, exited, "", {})
+        assert (died.verdict, died.reward, died.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
+        assert "exit code 3" in died.output
+        for cid in (running, removed):
+            masked = await _script_died(adapter, cid, "", {})
+            assert (masked.verdict, masked.reward) == (Verdict.infrastructure, None), cid
+    finally:
+        for cid in (exited, running, removed):
+            await pool.remove(cid)
+
+
+async def test_a_workspace_near_its_cap_costs_the_verifier_no_copy(
+    backend, example_task, run_labels
+):
+    """A free 250 MiB sparse file in /app comes out of the agent container as 250 MiB of zeros.
+    The verifier checks that workspace without copying it and writes it sanitized while it
+    is sent, a block at a time, beside the runtime and the tests: this process grows by far
+    less than the workspace (it held it four times more: 750 MiB)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        sparse = tarfile.TarInfo("sparse")
+        sparse.size = 250 << 20
+        tar.addfile(sparse, io.BytesIO(bytes(sparse.size)))
+        solution = tarfile.TarInfo("solution.py")
+        solution.size = len(_WRONG_SOLUTION)
+        tar.addfile(solution, io.BytesIO(_WRONG_SOLUTION))
+    workspace = buf.getvalue()
+    del buf
+    with measured() as use:
+        result = await backend.verify(example_task, workspace, run_labels)
+    # The tests ran on it: the upload fitted and unpacked, and the wrong answer scored 0.
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, []), result.output
+    assert "3 failed, 1 passed" in result.output, result.output
+    assert use.rss_growth < 64 << 20, use
+
+
+_WRONG_SOLUTION = b"def fn(name):\n    return name\n"
