@@ -107,7 +107,7 @@ class FakeBackend:
         self.destroyed.append(sandbox.id)
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         await asyncio.sleep(0)
         self.verified.append(dict(labels))
