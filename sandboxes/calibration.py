@@ -213,24 +213,35 @@ class Calibrator:
 
     async def _calibrate(self, task: Task, key: str) -> Calibration | None:
         try:
-            async with self._limit:
-                labels = {"rollouts.rollout_id": "calibration", "rollouts.task_id": task.id}
-                result = await run_oracle(task, self.backend, solve_script=None, labels=labels)
-            cal = judge(task, key, result, self.grader_version, self.setting)
-            if cal is None:
-                self.runs["failed"] += 1
-                log.warning("calibration of %s failed (%s): %s", task.id, result.verdict.value,
-                            result.output[-300:])  # fmt: skip
-                return None
-            self.runs[cal.outcome] += 1
-            if not cal.calibrated:
-                log.warning("task %s is uncalibrated: %s; its samples are graded in the "
-                            "fallback, flagged unguarded", task.id, cal.why)  # fmt: skip
-            await asyncio.to_thread(self.cache.put, cal)
-            return cal
+            return await self._run(task, key)
+        except Exception:  # noqa: BLE001 - a bug here must not cost the samples their grades
+            self.runs["failed"] += 1
+            log.exception("calibration of %s failed; its samples are graded through the "
+                          "boundary", task.id)  # fmt: skip
+            return None
         finally:
             # Cached now (or failed: the next use tries again); running samples hold the task.
             self._running.pop(key, None)
+
+    async def _run(self, task: Task, key: str) -> Calibration | None:
+        async with self._limit:
+            labels = {"rollouts.rollout_id": "calibration", "rollouts.task_id": task.id}
+            result = await run_oracle(task, self.backend, solve_script=None, labels=labels)
+        cal = judge(task, key, result, self.grader_version, self.setting)
+        if cal is None:
+            self.runs["failed"] += 1
+            log.warning("calibration of %s failed (%s): %s", task.id, result.verdict.value,
+                        result.output[-300:])  # fmt: skip
+            return None
+        self.runs[cal.outcome] += 1
+        if not cal.calibrated:
+            log.warning("task %s is uncalibrated: %s; its samples are graded in the fallback, "
+                        "flagged unguarded", task.id, cal.why)  # fmt: skip
+        try:
+            await asyncio.to_thread(self.cache.put, cal)
+        except OSError as e:  # kept in memory all the same; the file is only a cache
+            log.warning("calibration cache %s not written: %s", self.cache.path, e)
+        return cal
 
     async def aclose(self) -> None:
         """Cancel the calibrations still running (nothing of theirs is cached)."""
