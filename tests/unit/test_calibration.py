@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from clients.trainer import TrainerClient
 from sandboxes.backend import Verdict, VerifyResult
 from sandboxes.calibration import (
     CALIBRATED,
@@ -30,7 +31,7 @@ from service.metrics import Metrics
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory
 from tests.fakes import FakeBackend
-from tests.unit.live_service import Runner, Server
+from tests.unit.live_service import KEY, Runner, Server
 from tests.unit.test_api import TASKS, make_settings
 from tests.unit.test_episode_runner import TASK, FakeVLLM, PolicyClient, solves
 
@@ -202,12 +203,12 @@ def test_the_request_option_is_checked_at_the_boundary_and_reaches_the_samples(
         r = c.post("/v1/rollouts", json={**body, "uncalibrated": "sometimes"})
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["loc"] == ["body", "uncalibrated"]
+        trainer = TrainerClient(server.url, api_key=KEY)
         for option in ("drop", None):  # None: the default
-            extra = {} if option is None else {"uncalibrated": option}
-            r = c.post("/v1/rollouts", json={**body, **extra})
-            assert r.status_code == 202, r.text
+            rid = trainer.submit(TASKS, 2, ids=["camel-to-snake"], uncalibrated=option,
+                                 advantage={"min_group_size": 2})  # fmt: skip
             # The lease's long poll returns once the group is complete.
-            lease = {"rollout_id": r.json()["id"], "wait_s": 30}
+            lease = {"rollout_id": rid, "wait_s": 30}
             assert c.post("/v1/batches/lease", json=lease).status_code == 200
         assert runner.uncalibrated == ["drop", "drop", "fallback", "fallback"]
 
