@@ -75,7 +75,7 @@ class NoopBackend:
         return None
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         with tarfile.open(fileobj=io.BytesIO(workspace_tar)) as tar:
             member = tar.extractfile(KEYSTROKE_LOG)

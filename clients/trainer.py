@@ -102,12 +102,15 @@ def _rollout_body(
     agent: dict[str, Any] | None,
     advantage: dict[str, Any] | None,
     priority: int,
+    uncalibrated: str | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "tasks": {"path": tasks_path, "ids": ids, "limit": limit},
         "n_samples": n_samples,
         "priority": priority,
     }
+    if uncalibrated is not None:  # "fallback" or "drop" (docs/reliability.md#calibration)
+        body["uncalibrated"] = uncalibrated
     for key, value in (("sampling", sampling), ("agent", agent), ("advantage", advantage)):
         if value is not None:
             body[key] = value
@@ -221,9 +224,10 @@ class TrainerClient:
         agent: dict[str, Any] | None = None,
         advantage: dict[str, Any] | None = None,
         priority: int = 0,
+        uncalibrated: str | None = None,
     ) -> str:
         body = _rollout_body(
-            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
         )
         # One key per submit, the same on every retry: a retry after a lost response gets the
         # rollout the first attempt made, never a second one.
@@ -394,9 +398,10 @@ class AsyncTrainerClient:
         agent: dict[str, Any] | None = None,
         advantage: dict[str, Any] | None = None,
         priority: int = 0,
+        uncalibrated: str | None = None,
     ) -> str:
         body = _rollout_body(
-            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
         )
         return RolloutCreated.model_validate_json(
             await self._json(

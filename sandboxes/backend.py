@@ -123,10 +123,12 @@ class SandboxBackend(Protocol):
         ...
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         """Fresh container from the task's image; copy workspace to /app and tests/ to /tests;
-        run tests/test.sh with the verifier timeout; read /logs/verifier/reward.json|txt."""
+        run tests/test.sh with the verifier timeout; read /logs/verifier/reward.json|txt.
+        `plain`: the calibration fallback (sandboxes/calibration.py): the workspace itself as
+        /app, the tests with the agent's code in their process, the grade flagged `unguarded`."""
         ...
 
     async def snapshot(self, workspace_tar: bytes, known: KnownBlobs) -> Snapshot:

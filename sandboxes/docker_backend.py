@@ -261,7 +261,7 @@ class DockerBackend:
         self.pool.remove_in_background(sandbox.id)
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         await self._ensure_started()
         t0 = time.monotonic()
@@ -270,7 +270,9 @@ class DockerBackend:
         except Exception as e:  # no image, no verdict: masked, never a fake zero
             return VerifyResult(None, Verdict.infrastructure, f"verifier image: {e}")
         image_s = time.monotonic() - t0
-        result = await run_verifier(self.adapter, self.pool, args, task, workspace_tar, self.grader)
+        result = await run_verifier(
+            self.adapter, self.pool, args, task, workspace_tar, self.grader, plain
+        )
         result.durations["image_s"] = image_s
         return result
 

@@ -34,8 +34,10 @@ async def run_oracle(
     *,
     solve_script: bytes | None,
     labels: dict[str, str],
+    plain: bool = False,
 ) -> OracleResult:
     """Run `solve_script` (None: the task's solution/solve.sh; b"": do nothing) as the agent.
+    `plain`: grade in the calibration fallback (SandboxBackend.verify).
 
     An agent timeout still runs the verifier, and its reward counts (status agent_timeout).
     A sandbox the script wrecked itself (workspace over the cap, container exited) scores 0
@@ -81,7 +83,7 @@ async def run_oracle(
         return OracleResult(None, Verdict.infrastructure, f"agent container failed: {e}", durations)
     await backend.destroy(sandbox)
     assert agent is not None  # set whenever the try block completed
-    verdict = await backend.verify(task, workspace, labels)
+    verdict = await backend.verify(task, workspace, labels, plain=plain)
     status = verdict.verdict
     if agent.timed_out and status == Verdict.graded:
         status = Verdict.agent_timeout

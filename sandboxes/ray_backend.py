@@ -228,7 +228,7 @@ class RayBackend:
             self.cluster.spawn(self.cluster.quiet_call(node, "destroy", sandbox.id))
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         """On the node holding the workspace (a `RemoteWorkspace`), else on a placed node.
         Never raises: a lost node is an `infrastructure` verdict (masked)."""
@@ -254,7 +254,7 @@ class RayBackend:
                 return VerifyResult(None, Verdict.infrastructure, f"verifier node: {e}")
             payload = bytes(workspace_tar)
         try:
-            ref = node.actor.verify.remote(task, payload, labels)
+            ref = node.actor.verify.remote(task, payload, labels, plain)
             result: VerifyResult = await self.cluster.call(node, ref, timeout_s, "verify")
         except SandboxLost as e:
             return VerifyResult(None, Verdict.infrastructure, f"[rollouts] {e}")

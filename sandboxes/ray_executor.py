@@ -298,7 +298,7 @@ class SandboxExecutor:
             await self._backend.destroy(sandbox)
 
     async def verify(
-        self, task: Task, workspace: str | bytes, labels: dict[str, str]
+        self, task: Task, workspace: str | bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         """Grade a workspace archived here (`workspace` is its key) or sent along (bytes).
         Never raises: a fault is an `infrastructure` verdict (masked)."""
@@ -314,7 +314,8 @@ class SandboxExecutor:
                         "(the executor restarted, or it expired)",
                     )
                 workspace = stored[0]
-            result = await backend.verify(task, workspace, {**labels, LABEL_NODE: self.node_id})
+            labels = {**labels, LABEL_NODE: self.node_id}
+            result = await backend.verify(task, workspace, labels, plain)
             self.counts["verified"] += 1
             return result
         except Exception as e:

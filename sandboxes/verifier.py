@@ -38,7 +38,7 @@ from typing import Any
 from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
 from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
 from sandboxes.pool import ContainerPool
-from sandboxes.reward import NO_VERDICT, VERDICT_FORGED, Evidence, Grade, grade
+from sandboxes.reward import NO_VERDICT, UNGUARDED, VERDICT_FORGED, Evidence, Grade, grade
 from sandboxes.task import Task
 from sandboxes.workspace_tar import add_files, check_workspace_async, copy_workspace
 
@@ -62,16 +62,17 @@ VERIFIER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
 # or host account uses.
 TESTED_UIDS = range(1 << 30, (1 << 30) + (1 << 24))
 
-# PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US`. It reads
-# a line "<nonce> <tested user id>" and then the upload on stdin (the service attaches when it
-# takes the container from the warm pool), lays out /app, runs the tests with all their output
-# on stderr, kills every other process, then writes the evidence on stdout, which nothing but
-# this process ever holds: a header line "rollouts-verdict <nonce> <code> <mode of
-# /logs/verifier> <timed out 0|1>", then a tar of /logs/verifier and the guard's report. Being
-# PID 1 it cannot be signalled from inside, and when it exits the kernel ends whatever is
-# left. Codes: 90, the fresh container could not even make its folders (the infrastructure);
-# 91, the upload did not fit or unpack, or /app could not be laid out from it, which only the
-# agent's workspace can cause (ours is small and checked); otherwise test.sh's exit status.
+# PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US LAYOUT`
+# (LAYOUT: view, or plain for the calibration fallback). It reads a line "<nonce> <tested user
+# id>" and then the upload on stdin (the service attaches when it takes the container from the
+# warm pool), lays out /app, runs the tests with all their output on stderr, kills every other
+# process, then writes the evidence on stdout, which nothing but this process ever holds: a
+# header line "rollouts-verdict <nonce> <code> <mode of /logs/verifier> <timed out 0|1>", then
+# a tar of /logs/verifier and the guard's report. Being PID 1 it cannot be signalled from
+# inside, and when it exits the kernel ends whatever is left. Codes: 90, the fresh container
+# could not even make its folders (the infrastructure); 91, the upload did not fit or unpack,
+# or /app could not be laid out from it, which only the agent's workspace can cause (ours is
+# small and checked); otherwise test.sh's exit status.
 _SCRIPT = f"""
 trap '' TERM INT HUP
 read -r nonce tested_uid
@@ -89,7 +90,12 @@ exec </dev/null
 # files come back from it, view.py's sync); the runtime is read-only to it.
 chmod -R a+rX,go-w /{RUNTIME_DIR} >&2 && chmod -R a+rwX /{WORKSPACE_DIR} >&2
 report=/logs/rollouts-guard/report.jsonl
-if command -v python3 >/dev/null; then
+if [ "$3" = plain ]; then
+  # The calibration fallback (sandboxes/calibration.py): the workspace itself as /app and no
+  # tested process, as plain pytest would have it; the service flags the grade `unguarded`.
+  cp -a /{WORKSPACE_DIR}/. /app/ >&2
+  echo '{{"event": "view", "plain": true}}' >>"$report"
+elif command -v python3 >/dev/null; then
   python3 -I /{RUNTIME_DIR}/view.py /{WORKSPACE_DIR} /app /tests /rollouts/view.json \
     "$report" >&2 || {{ verdict 91 - 0; exit 0; }}
 else
@@ -130,19 +136,31 @@ exit 0
 _HEADER = b"rollouts-verdict "
 
 
-def verifier_container_args(args: dict[str, Any], limit_s: float) -> dict[str, Any]:
+def verifier_container_args(
+    args: dict[str, Any], limit_s: float, plain: bool = False
+) -> dict[str, Any]:
     """The agent container's arguments (same image and isolation), with the verifier script as
     PID 1 waiting for its upload on stdin (read from the attached stream, never from logs), a
     tmpfs for the runtime and the workspace, and the capabilities to start the tested process
-    as another user."""
+    as another user. `plain`: the calibration fallback's layout (the workspace as /app, no
+    stubs, no tested process)."""
     limit_us = int(limit_s * 1e6)
+    layout = "plain" if plain else "view"
     host = dict(args["host_config"])
     tmpfs = dict(host["tmpfs"])
     tmpfs["/rollouts"] = tmpfs["/app"].replace("mode=1777", "mode=755")
     host.update(tmpfs=tmpfs, cap_add=VERIFIER_CAPABILITIES)
     return {
         **args,
-        "command": ["bash", "-c", _SCRIPT, "rollouts-verify", f"{limit_s:.3f}", str(limit_us)],
+        "command": [
+            "bash",
+            "-c",
+            _SCRIPT,
+            "rollouts-verify",
+            f"{limit_s:.3f}",
+            str(limit_us),
+            layout,
+        ],
         "stdin_open": True,
         "host_config": host,
     }
@@ -311,11 +329,13 @@ async def run_verifier(
     task: Task,
     workspace_tar: bytes,
     grader: Grader | None = None,
+    plain: bool = False,
 ) -> VerifyResult:
     """Grade `workspace_tar` in a fresh container made from the agent container's `args`,
-    with `grader` (default: this code's). The result names the grader and the tests used."""
+    with `grader` (default: this code's). The result names the grader and the tests used.
+    `plain`: in the calibration fallback (sandboxes/calibration.py), flagged `unguarded`."""
     grader = grader or default_grader()
-    result = await _run_verifier(adapter, pool, args, task, workspace_tar, grader)
+    result = await _run_verifier(adapter, pool, args, task, workspace_tar, grader, plain)
     result.grader_version, result.tests_digest = grader.version, task.tests_digest
     return result
 
@@ -327,6 +347,7 @@ async def _run_verifier(
     task: Task,
     workspace_tar: bytes,
     grader: Grader,
+    plain: bool,
 ) -> VerifyResult:
     durations: dict[str, float] = {}
     t_start = time.monotonic()
@@ -342,7 +363,7 @@ async def _run_verifier(
         return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
     async with pool.verifying():
         return await _verify_in_container(
-            adapter, pool, args, task, workspace_tar, durations, t_start, grader
+            adapter, pool, args, task, workspace_tar, durations, t_start, grader, plain
         )
 
 
@@ -355,12 +376,13 @@ async def _verify_in_container(
     durations: dict[str, float],
     t_start: float,
     grader: Grader,
+    plain: bool,
 ) -> VerifyResult:
     limit_s = task.config.verifier_timeout_sec
     cid: str | None = None
     try:
         t0 = time.monotonic()
-        cid, _ = await pool.acquire(verifier_container_args(args, limit_s))
+        cid, _ = await pool.acquire(verifier_container_args(args, limit_s, plain))
         durations["acquire_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         nonce = secrets.token_hex(16)
@@ -396,6 +418,8 @@ async def _verify_in_container(
             return VerifyResult(0.0, Verdict.graded, _append(output, note), durations)
         evidence = parse_evidence(header, tar_bytes, is_pytest_task(task))
         g = grader.rules(evidence)
+        if plain:
+            g = fallback_grade(g)
         if g.note:
             output = _append(output, g.note)
         return VerifyResult(
@@ -417,6 +441,19 @@ async def _verify_in_container(
         if cid is not None:
             pool.remove_in_background(cid)
         durations["verify_s"] = time.monotonic() - t_start
+
+
+def fallback_grade(g: Grade) -> Grade:
+    """A grade made in the calibration fallback: the agent's code ran in the tests' process, so
+    whatever the evidence says, the grade is flagged `unguarded` (set here, out of its reach)."""
+    flags = g.flags if UNGUARDED in g.flags else [*g.flags, UNGUARDED]
+    note = (
+        "unguarded: graded in the calibration fallback (the task's oracle fails through the "
+        "boundary, so the tests ran with the agent's code in their own process)"
+    )
+    if g.reward == 0 and g.note:  # why the 0, as the rules said
+        note = f"{note}; {g.note}"
+    return Grade(g.reward, flags, note, g.layers)
 
 
 async def _script_died(

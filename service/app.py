@@ -114,6 +114,8 @@ def create_app(
             metrics.bind_warm_pool(components.warm_pool_size)
         if components.sandbox_stats is not None:
             metrics.bind_sandbox_nodes(components.sandbox_stats)
+        if components.calibrator is not None:
+            metrics.bind_calibration(components.calibrator)
         disk = DiskBudget(store, config.disk_reserve_mb << 20)
         metrics.bind_disk(disk)
         fleet = components.fleet
@@ -199,7 +201,9 @@ def create_app(
     app.include_router(batches.router, dependencies=auth, responses=guarded)
     app.include_router(policy.router, dependencies=auth, responses=guarded)
     app.include_router(events.router, dependencies=auth, responses=guarded)
-    app.state.ui_source = StoreSource(settings.service.data_dir, "service")  # the web view's
+    app.state.ui_source = StoreSource(
+        settings.service.data_dir, "service", settings.service.calibration_path
+    )  # the web view's
     app.include_router(ui.pages)  # /ui: a page without data; it calls the guarded routes
     app.include_router(ui.api, dependencies=auth, responses=guarded)
     app.add_middleware(BodySizeLimit, max_bytes=settings.service.max_body_bytes)

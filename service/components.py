@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandboxes.backend import SandboxBackend
+from sandboxes.calibration import Calibrator
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, TaskRoots, UnknownTaskIds, select_tasks
 from service.errors import ClientError, InvalidRequest
@@ -56,6 +57,8 @@ class Components:
     sandboxes: SandboxBackend | None = None
     # The policy client, for the web view's token texts (/detokenize; service/ui/tokens.py).
     policy: PolicyClient | None = None
+    # Grades each task's oracle at its first use (sandboxes/calibration.py), for /metrics.
+    calibrator: Calibrator | None = None
     _checks_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _checked: tuple[float, dict[str, bool]] | None = field(default=None, repr=False)
 
@@ -161,9 +164,11 @@ async def build_components(
     logs (serve: vLLM may still be loading weights; /readyz says not ready meanwhile, and the
     first episode resolves the model).
     """
+    from sandboxes.calibration import CalibrationCache, sandbox_setting
     from sandboxes.docker_adapter import default_adapter
     from sandboxes.docker_backend import BackendSettings, DockerBackend
     from sandboxes.images import ImageResolver
+    from sandboxes.verifier import default_grader
     from service.episode import EpisodeRunner
     from service.policy.client import PolicyClient, PolicyError
 
@@ -205,6 +210,13 @@ async def build_components(
         backend = DockerBackend(
             backend_settings, resolver=ImageResolver(build=settings.sandboxes.build())
         )
+    # The cache is read here, once, before the loop serves anything (a small file).
+    calibrator = Calibrator(
+        backend,
+        CalibrationCache(settings.service.calibration_path),
+        grader_version=default_grader().version,
+        setting=sandbox_setting(settings.sandboxes.runtime, settings.sandboxes.image),
+    )
     runner = EpisodeRunner(
         policy,
         backend,
@@ -212,6 +224,7 @@ async def build_components(
         chat_template_kwargs=p.chat_template_kwargs,
         harnesses=harnesses,
         default_harness=settings.agent.harness,
+        calibrator=calibrator,
     )
     adapter = default_adapter()
 
@@ -228,6 +241,7 @@ async def build_components(
             return False
 
     async def aclose() -> None:
+        await calibrator.aclose()
         await backend.aclose()
         await policy.aclose()
 
@@ -250,6 +264,7 @@ async def build_components(
         fleet=policy.fleet,
         sandboxes=backend,
         policy=policy,
+        calibrator=calibrator,
     )
 
 

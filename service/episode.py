@@ -19,13 +19,14 @@ from sandboxes.backend import (
     Verdict,
     VerifyResult,
 )
+from sandboxes.calibration import Calibration, Calibrator
 from sandboxes.task import Task
 from service.agent.harnesses import Harness, HarnessSession, ProfileError, build_harnesses
 from service.agent.harnesses.sandbox_terminal import SandboxTerminal
 from service.agent.tokens import InvariantError, TokenLedger
 from service.policy.client import ContextLengthError, PolicyClient, PolicyFault
 from service.policy.generations import Generation
-from service.sample import SampleSpec
+from service.sample import UNCALIBRATED_DROP, SampleSpec
 from service.store.workspaces import KeptWorkspace, pack_snapshot
 from service.trajectory import (
     Grading,
@@ -37,6 +38,7 @@ from service.trajectory import (
     Timings,
     Trajectory,
     VerifierFile,
+    empty_trajectory,
 )
 
 log = logging.getLogger(__name__)
@@ -133,10 +135,14 @@ class EpisodeRunner:
         chat_template_kwargs: dict[str, Any] | None = None,
         harnesses: Mapping[str, Harness] | None = None,
         default_harness: str = "default",
+        calibrator: Calibrator | None = None,
     ) -> None:
         """`chat_template_kwargs`: for samples whose spec names none (the service default).
         `harnesses`: the conversation formats samples may name (default: the shipped ones,
-        `default` and `tools`); `default_harness`: for samples whose spec names none."""
+        `default` and `tools`); `default_harness`: for samples whose spec names none.
+        `calibrator`: grades each task's oracle at its first use; the samples of a task whose
+        oracle does not score 1 unflagged are graded in the fallback, or dropped (their
+        spec's `uncalibrated`). None: every sample through the boundary."""
         self.policy = policy
         self.sandboxes = sandboxes
         self.current_version = current_version
@@ -144,6 +150,7 @@ class EpisodeRunner:
         self.harnesses = dict(harnesses) if harnesses is not None else build_harnesses()
         self.default_harness = default_harness
         self.harness_for(None)  # the default must exist
+        self.calibrator = calibrator
         self.known_blobs: KnownBlobs | None = None  # set: final workspaces are kept
 
     def keep_workspaces(self, known_blobs: KnownBlobs | None) -> None:
@@ -180,6 +187,15 @@ class EpisodeRunner:
         episode begin once `on_start(trajectory_id)` returns (its slot: the scheduler's)."""
         if not samples:
             return
+        # Calibration starts with the task's first group and runs while its samples do; only
+        # grading waits for it, or the start where uncalibrated tasks are dropped.
+        calibration = self.calibrator.start(task) if self.calibrator is not None else None
+        if calibration is not None and samples[0].uncalibrated == UNCALIBRATED_DROP:
+            cal = await asyncio.shield(calibration)  # shared: a cancelled group leaves it be
+            if cal is not None and not cal.calibrated:
+                for spec in samples:
+                    await on_trajectory(self._dropped(spec, cal))
+                return
         harness = self.harness_for(samples[0])  # one request: one harness for the group
         messages = [Message(**m) for m in harness.first_messages(task.instruction)]
         started = time.monotonic()
@@ -212,6 +228,7 @@ class EpisodeRunner:
                     on_trajectory,
                     on_episode_end,
                     started,
+                    calibration,
                 )
                 for i, (spec, sandbox_task) in enumerate(zip(samples, sandbox_tasks, strict=True))
             ),
@@ -220,6 +237,16 @@ class EpisodeRunner:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+    def _dropped(self, spec: SampleSpec, cal: Calibration) -> Trajectory:
+        why = (
+            f"[rollouts] not run: task {cal.task_id} is uncalibrated ({cal.why}) and the "
+            "request drops uncalibrated tasks"
+        )
+        return empty_trajectory(
+            spec.trajectory_id, spec.rollout_id, spec.group_id, spec.task_id,
+            spec.sample_index, self.current_version(), Status.cancelled, why,
+        )  # fmt: skip
 
     async def _destroy_created(self, sandbox_tasks: list[asyncio.Task]) -> None:
         for t in sandbox_tasks:
@@ -292,6 +319,7 @@ class EpisodeRunner:
         on_trajectory: OnTrajectory,
         on_episode_end: OnEpisodeEnd | None,
         started: float,
+        calibration: asyncio.Future[Calibration | None] | None,
     ) -> None:
         ep = _Episode(
             spec=spec,
@@ -329,7 +357,7 @@ class EpisodeRunner:
             if sandbox is not None and ep.status in _VERIFIED_STATUSES:
                 if on_episode_end is not None:  # the next sample may generate meanwhile
                     await on_episode_end(spec.trajectory_id)
-                verify = await self._verify(task, ep, sandbox)
+                verify = await self._verify(task, ep, sandbox, calibration)
                 sandbox = None
         except asyncio.CancelledError:
             ep.status = Status.cancelled
@@ -543,7 +571,13 @@ class EpisodeRunner:
             )
         return gen.text
 
-    async def _verify(self, task: Task, ep: _Episode, sandbox: Sandbox) -> VerifyResult:
+    async def _verify(
+        self,
+        task: Task,
+        ep: _Episode,
+        sandbox: Sandbox,
+        calibration: asyncio.Future[Calibration | None] | None,
+    ) -> VerifyResult:
         t0 = time.monotonic()
         try:
             workspace = await sandbox.get_workspace()
@@ -562,7 +596,11 @@ class EpisodeRunner:
         }
         if self.known_blobs is not None:  # before verify: on Ray, verify releases it
             ep.kept = await self._keep(workspace, ep, self.known_blobs)
-        result = await self.sandboxes.verify(task, workspace, labels)
+        # A task whose oracle fails through the boundary is graded in the fallback, flagged
+        # `unguarded`, rather than 0 whatever the agent did (sandboxes/calibration.py).
+        cal = await asyncio.shield(calibration) if calibration is not None else None  # shared
+        plain = cal is not None and not cal.calibrated
+        result = await self.sandboxes.verify(task, workspace, labels, plain=plain)
         ep.timings.verify_s += time.monotonic() - t0
         return result
 

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from service.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    from sandboxes.calibration import Calibrator
     from service.policy.fleet import PolicyStats
     from service.store import DiskBudget
 
@@ -101,6 +102,10 @@ class Metrics:
         """Per-node sandbox gauges (the Ray backend's `stats()`), read on every scrape."""
         self.registry.register(_SandboxNodes(stats))
 
+    def bind_calibration(self, calibrator: Calibrator) -> None:
+        """Oracle calibration (sandboxes/calibration.py), read on every scrape."""
+        self.registry.register(_Calibration(calibrator))
+
     def bind_policy(self, stats: Callable[[], PolicyStats]) -> None:
         """Weight-update counters of the policy client, read on every scrape."""
         self.registry.register(_PolicyUpdates(stats))
@@ -179,6 +184,33 @@ class _PolicyUpdates:
             "Generation requests in flight when the last pause began",
             value=float(s.in_flight_at_pause),
         )
+
+
+class _Calibration:
+    """Tasks whose oracle the grader does not score 1 unflagged (their samples are graded in
+    the fallback, flagged `unguarded`, or dropped), and this process's oracle runs."""
+
+    def __init__(self, calibrator: Calibrator) -> None:
+        self.calibrator = calibrator
+
+    def describe(self) -> list:
+        return []
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        yield GaugeMetricFamily(
+            "rollouts_uncalibrated_tasks",
+            "Tasks whose own oracle does not score 1 unflagged through the grader (this "
+            "grader and sandbox setting; docs/reliability.md#calibration)",
+            value=float(len(self.calibrator.uncalibrated())),
+        )
+        runs = CounterMetricFamily(
+            "rollouts_calibrations", "Oracle calibrations run, by outcome", labels=["outcome"]
+        )
+        for outcome, n in sorted(self.calibrator.runs.items()):
+            runs.add_metric([outcome], float(n))
+        yield runs
 
 
 class _SandboxNodes:

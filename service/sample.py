@@ -18,6 +18,11 @@ N_SAMPLES = 8  # samples per task: one group, what RLOO-n compares within
 # Re-runs of a sample masked by an infrastructure fault (a fresh sandbox each), so its group
 # reaches the trainer with every sample graded; 0: none (the masked sample is delivered).
 RETRY_MASKED = 2
+# What happens to the samples of a task whose oracle does not score 1 unflagged through the
+# grader (sandboxes/calibration.py): graded in the fallback, flagged `unguarded`, or not run
+# (`cancelled`, masked).
+UNCALIBRATED_FALLBACK = "fallback"
+UNCALIBRATED_DROP = "drop"
 # Sample seeds stay below 2**31 (every engine takes them), with room for a group's
 # `seed + index` (vLLM seeds the choices of an n-sample request so).
 _SEED_SPACE = 2**31 - 2**10
@@ -82,6 +87,7 @@ class SampleSpec:
     # derived from it. None: unseeded.
     seed: int | None = None
     attempt: int = 1
+    uncalibrated: str = UNCALIBRATED_FALLBACK  # UNCALIBRATED_FALLBACK or UNCALIBRATED_DROP
 
 
 def sample_specs(

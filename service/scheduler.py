@@ -365,6 +365,7 @@ class Scheduler:
             agent=ctx.request.agent.to_limits(),
             chat_template_kwargs=ctx.request.chat_template_kwargs,
             seed=sample_seed(ctx.request.sampling.seed, task_id, index),
+            uncalibrated=ctx.request.uncalibrated,
         )
 
     def _enqueue(self, work: _Work) -> None:

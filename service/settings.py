@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sandboxes.calibration import CALIBRATION_FILE
 from sandboxes.images import BuildSettings
 from sandboxes.pool import PoolSettings
 from service.agent.harnesses import Harness, ProfileError, build_harnesses
@@ -83,6 +84,13 @@ class ServiceSettings(_Group):
     allowed_hosts: list[str] = Field(default_factory=list)
     # Open event streams (GET /v1/events and /v1/rollouts/{id}/events) at once; 429 past it.
     max_event_streams: int = Field(default=256, ge=1)
+    # Where the oracle calibrations are kept (sandboxes/calibration.py); None: calibration.json
+    # in the data dir (collect: the CLI's cache, its data dir being one per run).
+    calibration_cache: Path | None = None
+
+    @property
+    def calibration_path(self) -> Path:
+        return self.calibration_cache or self.data_dir / CALIBRATION_FILE
 
     @property
     def is_loopback(self) -> bool:

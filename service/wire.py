@@ -11,7 +11,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.advantages import AdvantageConfig
-from service.sample import N_SAMPLES, RETRY_MASKED, AgentLimits, SamplingParams
+from service.sample import (
+    N_SAMPLES,
+    RETRY_MASKED,
+    UNCALIBRATED_FALLBACK,
+    AgentLimits,
+    SamplingParams,
+)
 from service.trajectory import Trajectory
 
 # Lease responses carry the number of groups not yet acknowledged (of the rollout asked for).
@@ -148,6 +154,13 @@ class RolloutRequest(_Strict):
         le=MAX_RETRY_MASKED,
         description="re-runs of a sample masked by an infrastructure fault (a fresh sandbox "
         f"each; 0: none); null: the service's --retry-masked (default {RETRY_MASKED})",
+    )
+    uncalibrated: Literal["fallback", "drop"] = Field(
+        default=UNCALIBRATED_FALLBACK,
+        description="samples of a task whose own oracle does not score 1 unflagged through "
+        "the grader (calibration, docs/reliability.md#calibration): `fallback`, graded with "
+        "the tests and the agent's code in one process and flagged `unguarded`; `drop`, not "
+        "run (status `cancelled`, masked)",
     )
 
     _check_kwargs = field_validator("chat_template_kwargs")(check_chat_template_kwargs)

@@ -10,7 +10,7 @@ Everything is scriptable on the backend and applies to every sandbox it creates:
 - `verify_result` (a `VerifyResult`, or a function of the sandbox labels) is the verifier's
   verdict.
 It records what happened: `created` sandboxes (each with its `labels`, `typed` keystrokes and
-`files`), `destroyed` ids, `verified` labels, `closed`.
+`files`), `destroyed` ids, `verified` labels (and whether each was `plain`), `closed`.
 """
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ class FakeBackend:
     created: list[FakeSandbox] = field(default_factory=list)
     destroyed: list[str] = field(default_factory=list)
     verified: list[dict[str, str]] = field(default_factory=list)  # labels, one per verify
+    plain: list[bool] = field(default_factory=list)  # `plain` of each verify (the fallback)
     closed: bool = False
 
     async def create(self, task: Task, labels: dict[str, str]) -> FakeSandbox:
@@ -107,10 +108,11 @@ class FakeBackend:
         self.destroyed.append(sandbox.id)
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         await asyncio.sleep(0)
         self.verified.append(dict(labels))
+        self.plain.append(plain)
         result = self.verify_result
         return result(labels) if callable(result) else result
 

@@ -18,13 +18,14 @@ from clients.commands.agent import agent_settings, describe
 from clients.commands.doctor import refuse_unknown_runtime
 from clients.commands.policy_stub import stand_in_policy
 from clients.commands.shared_settings import invalid, policy_settings, sandbox_settings
+from sandboxes.calibration import default_cache_path
 from sandboxes.images import ensure_base_image
 from sandboxes.tasks import TaskLoadError, load_tasks
 from service.advantages import AdvantageConfig
 from service.collect import CONCURRENCY, CollectSummary, collect
 from service.components import build_components
 from service.policy.client import PolicyError
-from service.sample import N_SAMPLES, AgentLimits, SamplingParams
+from service.sample import N_SAMPLES, UNCALIBRATED_FALLBACK, AgentLimits, SamplingParams
 from service.settings import ServiceSettings, Settings
 from service.wire import (
     AdvantageSpec,
@@ -113,6 +114,13 @@ def register(app: typer.Typer) -> None:
             CONCURRENCY, "--concurrency", min=1, help="Samples in flight."
         ),
         retry_masked: int = options.RETRY_MASKED,
+        uncalibrated: str = typer.Option(
+            UNCALIBRATED_FALLBACK,
+            "--uncalibrated",
+            help="Samples of a task whose oracle does not score 1 unflagged through the grader: "
+            "'fallback' (graded with the tests and the code in one process, flagged "
+            "unguarded) or 'drop' (not run, masked).",
+        ),
         keep_workspaces: bool = options.KEEP_WORKSPACES,
         max_turns: int = typer.Option(AgentLimits.max_turns, "--max-turns", min=1),
         agent: str = options.AGENT,
@@ -203,10 +211,11 @@ def register(app: typer.Typer) -> None:
                 agent=AgentSpec(max_turns=max_turns),
                 advantage=AdvantageSpec(min_group_size=min_group_size),
                 chat_template_kwargs=template_kwargs,
+                uncalibrated=uncalibrated,
             )
         except ValidationError as e:
             msg = e.errors()[0]["msg"].removeprefix("Value error, ")
-            typer.echo(f"error: {msg} (--n-samples, --min-group-size)", err=True)
+            typer.echo(f"error: {msg} (--n-samples, --min-group-size, --uncalibrated)", err=True)
             raise typer.Exit(2) from None
         if not sandboxes.ray_address:  # on Ray, every node's executor sees to its own
             refuse_unknown_runtime(sandboxes.runtime)
@@ -229,6 +238,7 @@ def register(app: typer.Typer) -> None:
                     retry_masked=retry_masked,
                     keep_workspaces=keep_workspaces,
                     tasks_roots=[Path(tasks)],  # the path on the command line is its own root
+                    calibration_cache=default_cache_path(),  # kept across runs, as verify's
                 ),
                 policy=policy,
                 sandboxes=sandboxes,

@@ -1,7 +1,12 @@
 """`rollouts verify`: the oracle agent. Runs each task's solve script in an agent container, then
 the verifier, and prints one JSON line per task: the dataset sanity check. Each line carries
 the grade's flags, so a suspected hack (with `--solve-script`) or a task whose tests the guard
-cannot cover (`unguarded`) shows at once."""
+cannot cover (`unguarded`) shows at once.
+
+With the tasks' own oracles it is also their calibration (sandboxes/calibration.py): each
+outcome goes to the calibration cache, which `collect` and `rollouts tasks list` read, and a
+task whose oracle does not score 1 unflagged is reported, with its oracle graded once more in
+the fallback, to tell a task the boundary cannot grade from a wrong oracle."""
 
 from __future__ import annotations
 
@@ -16,15 +21,24 @@ import typer
 from clients.commands import options
 from clients.commands.doctor import refuse_unknown_runtime
 from sandboxes.backend import Verdict
+from sandboxes.calibration import (
+    CalibrationCache,
+    calibration_key,
+    default_cache_path,
+    judge,
+    sandbox_setting,
+)
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.oracle import run_oracle
 from sandboxes.reward import UNGUARDED
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, load_tasks
+from sandboxes.verifier import default_grader
 from service.episode import status_of
 
 CONCURRENCY = 2  # tasks verified at once: each runs an agent and a verifier container
+UNCALIBRATED = "uncalibrated"  # in the summary's `flagged`: tasks whose oracle the grader fails
 
 
 async def _verify_all(
@@ -34,8 +48,11 @@ async def _verify_all(
     runtime: str | None,
     concurrency: int,
     as_json: bool,
-) -> tuple[int, int, float]:
+    cache: CalibrationCache,
+) -> tuple[int, int, float, dict[str, list[str]]]:
     backend = DockerBackend(BackendSettings(image_override=image, runtime=runtime))
+    grader_version = default_grader().version
+    setting = sandbox_setting(runtime, image)
     limit = asyncio.Semaphore(concurrency)
     run_id = uuid.uuid4().hex[:12]
     passed = 0
@@ -47,6 +64,17 @@ async def _verify_all(
         async with limit:
             labels = {"rollouts.rollout_id": f"verify-{run_id}", "rollouts.task_id": task.id}
             result = await run_oracle(task, backend, solve_script=solve_script, labels=labels)
+            cal = None
+            if solve_script is None:  # the task's own oracle: its calibration
+                key = calibration_key(task, grader_version, setting)
+                cal = judge(task, key, result, grader_version, setting)
+            fallback = None
+            if cal is not None and not cal.calibrated:
+                fallback = await run_oracle(
+                    task, backend, solve_script=None, labels=labels, plain=True
+                )
+        if cal is not None:
+            await asyncio.to_thread(cache.put, cal)
         passed += result.reward is not None and result.reward >= 1.0
         for flag in result.flags:
             flagged.setdefault(flag, []).append(task.id)
@@ -57,6 +85,16 @@ async def _verify_all(
             "flags": result.flags,
             "durations": {k: round(v, 3) for k, v in result.durations.items()},
         }
+        if solve_script is None:
+            # null: the run hit an infrastructure fault and says nothing about the grader.
+            line["calibration"] = cal.outcome if cal is not None else None
+        if fallback is not None:
+            flagged.setdefault(UNCALIBRATED, []).append(task.id)
+            line["fallback"] = {
+                "reward": fallback.reward,
+                "status": status_of(fallback.verdict).value,
+                "flags": fallback.flags,
+            }
         if not as_json:
             line["verifier_output"] = (
                 result.output[-400:] if result.verdict is not Verdict.graded else ""
@@ -86,6 +124,12 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(CONCURRENCY, "--concurrency", min=1),
         as_json: bool = typer.Option(False, "--json", help="Only JSON lines, summary as JSON."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid"),
+        calibration_cache: Path = typer.Option(
+            None,
+            "--calibration-cache",
+            help="Where the oracles' calibrations are kept (default: "
+            "$XDG_CACHE_HOME/rollouts/calibration.json).",
+        ),
     ) -> None:
         """Run the oracle (or a given solve script) and the verifier on every task."""
         try:
@@ -111,7 +155,15 @@ def register(app: typer.Typer) -> None:
         refuse_unknown_runtime(runtime)
         asyncio.run(ensure_base_image(on_build=_announce_build))
         passed, total, seconds, flagged = asyncio.run(
-            _verify_all(loaded, script, image, runtime, concurrency, as_json)
+            _verify_all(
+                loaded,
+                script,
+                image,
+                runtime,
+                concurrency,
+                as_json,
+                CalibrationCache(calibration_cache or default_cache_path()),
+            )
         )
         per_min = 60.0 * total / seconds if seconds else 0.0
         summary = {"passed": passed, "total": total, "seconds": round(seconds, 2),
@@ -123,6 +175,15 @@ def register(app: typer.Typer) -> None:
                 f"solution through the verifier's tested process, so their rewards were not "
                 f"established out of the agent's reach (flag `unguarded`): "
                 f"{', '.join(sorted(flagged[UNGUARDED])[:5])}",
+                err=True,
+            )
+        if UNCALIBRATED in flagged:
+            typer.echo(
+                f"warning: the oracle of {len(flagged[UNCALIBRATED])} task(s) does not score 1 "
+                f"unflagged through the grader (uncalibrated; `fallback` on their lines says how "
+                f"the fallback grades it); their samples are graded in the fallback, flagged "
+                f"`unguarded`, or dropped (request `uncalibrated`): "
+                f"{', '.join(sorted(flagged[UNCALIBRATED])[:5])}",
                 err=True,
             )
         if as_json:

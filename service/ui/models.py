@@ -62,6 +62,17 @@ class VersionReward(BaseModel):
     n: int
 
 
+class UncalibratedTask(BaseModel):
+    """A task whose own oracle the grader does not score 1 unflagged (sandboxes/calibration.py):
+    its samples are graded in the fallback, flagged `unguarded`, or dropped."""
+
+    task_id: str
+    why: str = Field(description="what the oracle scored, and with which flags")
+    output: str = Field(description="the end of the verifier's output for the oracle")
+    setting: str = Field(description="the runtime and image override it was graded under")
+    at: float = Field(description="when it was calibrated (Unix time)")
+
+
 class Overview(BaseModel):
     """What the page shows first; a running service adds its live `stats` events on top."""
 
@@ -70,6 +81,9 @@ class Overview(BaseModel):
     rollouts: list[RolloutRow]
     reward_by_version: list[VersionReward]
     tasks: list[str] = Field(description="task ids for the filter (at most 1,000)")
+    uncalibrated: list[UncalibratedTask] = Field(
+        default_factory=list, description="uncalibrated tasks, with this grader (a data dir's)"
+    )
 
 
 # Bounds of POST /ui/api/tokens (service/ui/tokens.py explains where the texts come from). The

@@ -53,7 +53,8 @@ def _source(request: Request) -> Source:
 
 @api.get("/overview", response_model=Overview)
 def overview(request: Request) -> Overview:
-    """Rollouts with progress and status counts, mean reward per policy version, task ids."""
+    """Rollouts with progress and status counts, mean reward per policy version, task ids, and
+    the uncalibrated tasks."""
     source = _source(request)
     return Overview(
         source=source.label,
@@ -61,6 +62,7 @@ def overview(request: Request) -> Overview:
         rollouts=source.rollouts(),
         reward_by_version=source.reward_by_version(),
         tasks=source.tasks(),
+        uncalibrated=source.uncalibrated(),
     )
 
 

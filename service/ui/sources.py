@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sandboxes.calibration import CALIBRATION_FILE, read_calibrations
+from sandboxes.verifier import default_grader
 from service.store.reader import (
     SampleFilter,
     reward_by_version,
@@ -24,7 +26,14 @@ from service.store.reader import (
     trajectory_row,
 )
 from service.trajectory import Trajectory
-from service.ui.models import RolloutRow, SamplePage, SampleQuery, SampleRow, VersionReward
+from service.ui.models import (
+    RolloutRow,
+    SamplePage,
+    SampleQuery,
+    SampleRow,
+    UncalibratedTask,
+    VersionReward,
+)
 
 MAX_TASKS = 1000
 
@@ -37,6 +46,7 @@ class Source(Protocol):
     def tasks(self) -> list[str]: ...
     def samples(self, q: SampleQuery) -> SamplePage: ...
     def trajectory(self, trajectory_id: str) -> Trajectory | None: ...
+    def uncalibrated(self) -> list[UncalibratedTask]: ...
 
 
 def _filter(q: SampleQuery) -> SampleFilter:
@@ -46,9 +56,22 @@ def _filter(q: SampleQuery) -> SampleFilter:
 class StoreSource:
     """A data dir; every call opens its own read-only connection."""
 
-    def __init__(self, data_dir: Path, label: str) -> None:
+    def __init__(self, data_dir: Path, label: str, calibrations: Path | None = None) -> None:
+        """`calibrations`: the calibration cache (default: the data dir's)."""
         self.data_dir = Path(data_dir)
         self.label = label
+        self.calibrations = calibrations or self.data_dir / CALIBRATION_FILE
+
+    def uncalibrated(self) -> list[UncalibratedTask]:
+        """The cache's uncalibrated tasks with this code's grader (older graders' are stale)."""
+        version = default_grader().version
+        return [
+            UncalibratedTask(
+                task_id=c.task_id, why=c.why, output=c.output, setting=c.setting, at=c.at
+            )
+            for c in sorted(read_calibrations(self.calibrations), key=lambda c: c.task_id)
+            if not c.calibrated and c.grader_version == version
+        ]
 
     def rollouts(self) -> list[RolloutRow]:
         return [RolloutRow.model_validate(r) for r in rollout_rows(self.data_dir)]
@@ -99,6 +122,9 @@ class ParquetSource:
             ids = self._file.read_row_group(group, columns=["trajectory_id"]).column(0)
             for i, tid in enumerate(ids.to_pylist()):
                 self._where[tid] = (group, i)
+
+    def uncalibrated(self) -> list[UncalibratedTask]:
+        return []  # a file holds trajectories, not calibrations
 
     def rollouts(self) -> list[RolloutRow]:
         out = []

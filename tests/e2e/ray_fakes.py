@@ -122,7 +122,7 @@ class SleepBackend:
         return None
 
     async def verify(
-        self, task: Task, workspace_tar: bytes, labels: dict[str, str]
+        self, task: Task, workspace_tar: bytes, labels: dict[str, str], plain: bool = False
     ) -> VerifyResult:
         await asyncio.sleep(self.latency.verify_s)
         return VerifyResult(1.0, Verdict.graded, "1 passed")

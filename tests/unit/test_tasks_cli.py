@@ -39,7 +39,7 @@ def test_list_json() -> None:
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) >= 10
     assert rows[0]["id"] == "camel-to-snake"
-    assert set(rows[0]) == {"id", "instruction_chars", "env_hash", "has_oracle"}
+    assert set(rows[0]) == {"id", "instruction_chars", "env_hash", "has_oracle", "calibration"}
     assert all(r["has_oracle"] and len(r["env_hash"]) == 16 for r in rows)
 
 

@@ -181,6 +181,32 @@ function charts() {
   return el("div", { class: "charts" }, out);
 }
 
+// Tasks whose own oracle the grader does not score 1 unflagged: their samples are graded in the
+// fallback (flagged unguarded) or dropped, so the page names them above everything else.
+function uncalibratedTable() {
+  const tasks = state.overview.uncalibrated || [];
+  if (!tasks.length) return [];
+  const rows = tasks.map((t) =>
+    el(
+      "tr",
+      { "data-task": t.task_id },
+      el("td", {}, link(`#/samples?task_id=${encodeURIComponent(t.task_id)}`, t.task_id)),
+      el("td", { title: t.output }, t.why),
+      el("td", { class: "muted" }, t.setting),
+    ),
+  );
+  return [
+    el("h2", {}, "Uncalibrated tasks"),
+    el("p", { class: "muted" }, "Their oracle does not score 1 unflagged through the grader: samples are graded in the fallback, flagged unguarded, or dropped."),
+    el(
+      "table",
+      { id: "uncalibrated" },
+      el("thead", {}, el("tr", {}, ["task", "oracle", "setting"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows),
+    ),
+  ];
+}
+
 function render() {
-  return [...liveCards(), el("h2", {}, "Rollouts"), rolloutTable(), charts()];
+  return [...liveCards(), ...uncalibratedTable(), el("h2", {}, "Rollouts"), rolloutTable(), charts()];
 }
