@@ -307,6 +307,11 @@ def test_a_version_without_max_staleness_keeps_the_bound(tmp_path: Path) -> None
         assert tc.set_policy(6, max_staleness=0).max_staleness == 0
 
 
+def test_max_stale_requeues_reaches_the_leases(tmp_path: Path) -> None:
+    with Server(make_settings(tmp_path, max_stale_requeues=1), GatedRunner()) as s:
+        assert s.server.config.app.state.service.leasing.policy.max_requeues == 1
+
+
 def test_policy_update_requests_are_checked(tmp_path: Path) -> None:
     """Bad weight-update requests name what to fix; a service that drives no policy servers
     (here: a runner of the test's own) says it cannot pause them."""
