@@ -70,7 +70,8 @@ def lease(
         f"UPDATE groups SET state='leased', batch_id=? WHERE group_id IN ({marks})",
         [batch_id, *ids],
     )
-    # A trainer has these now: a later regrade of them goes out as a batch of its own.
+    # A trainer has these now: a later regrade of them waits for their ack, then goes out as a
+    # batch of its own (regrades.py).
     conn.executemany("INSERT OR IGNORE INTO delivered_groups VALUES (?)", [(g,) for g in ids])
     ordered = leased_groups(conn, picked)
     return LeaseResult(batch_id, expires_at, ordered, *counts)

@@ -9,10 +9,10 @@ is settled (`settle`): gradings and recomputed advantages in one transaction, so
 sees a new reward beside an old advantage. A group out to a trainer (leased, not acknowledged)
 is settled only once acknowledged: every delivery of it until then serves the same grading.
 Groups left unsettled (a regrade killed between the two) are settled when the store opens.
-A group a trainer never had is simply served with its new grades; one it had (leased at least
-once: `delivered_groups`) is never changed behind its back: the regraded group becomes an offer
-of its own, leased only by trainers that ask for regraded groups (`lease` here, under the same
-batch ids and ack as ordinary leases, docs/delivery.md).
+A group a trainer never had is simply served with its new grades; one a trainer acknowledged
+is never changed behind its back: the regraded group becomes an offer of its own, leased only
+by trainers that ask for regraded groups (`lease` here, under the same batch ids and ack as
+ordinary leases, docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -172,8 +172,8 @@ class Settled:
     group_id: str
     advantages: list[float] | None  # recomputed (None: the group is still running, or waits)
     offered: bool  # a trainer had the group: its regrade is offered as a new batch
-    # Out to a trainer (leased, or its lease ended unacknowledged): its gradings wait, served
-    # by nothing, until a trainer acknowledges it; that ack settles it.
+    # Out to a trainer (leased, or its lease ended unacknowledged): its new gradings wait,
+    # unserved, until a trainer acknowledges it; that ack settles it.
     waiting: bool = False
 
 
@@ -217,7 +217,7 @@ def _apply(conn: sqlite3.Connection, group_id: str) -> None:
 
 def settle(conn: sqlite3.Connection, state: WriterState, group_id: str) -> Settled | None:
     """After a regrade recorded gradings of this group: serve them, recompute its advantages
-    and, when a trainer already had it, offer it again as a regraded group, all in this one
+    and, when a trainer acknowledged it, offer it again as a regraded group, all in this one
     transaction. A group out to a trainer (leased and not acknowledged) waits: it keeps
     serving the grading it was delivered with until acknowledged, and the ack settles it.
     Idempotent (None: nothing recorded since it was last settled), so a regrade that was
@@ -250,11 +250,9 @@ def settle(conn: sqlite3.Connection, state: WriterState, group_id: str) -> Settl
         "UPDATE samples SET advantage=? WHERE trajectory_id=?",
         [(a, tid) for a, (tid, _, _) in zip(advantages, rows, strict=True)],
     )
-    delivered = (
-        group_state == "acked"
-        or conn.execute("SELECT 1 FROM delivered_groups WHERE group_id=?", (group_id,)).fetchone()
-    )
-    if not delivered or group_state == "dropped":
+    # Only an acknowledged group is offered: one never delivered serves its new grades when it
+    # is leased, and a dropped one is never delivered.
+    if group_state != "acked":
         return Settled(group_id, advantages, False)
     waiting = conn.execute(
         "SELECT 1 FROM regrade_offers WHERE group_id=? AND state='complete' AND attempt=?",

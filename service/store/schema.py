@@ -104,7 +104,7 @@ CREATE TABLE IF NOT EXISTS workspace_blobs (
     codec TEXT NOT NULL,             -- zlib / raw
     data BLOB NOT NULL
 );
--- Regrades (regrades.py): groups ever leased (a regrade of one goes out as a new batch), the
+-- Regrades (regrades.py): groups ever leased (a regrade of one not yet acked waits), the
 -- gradings regrades recorded per group and how many of them are settled (served, with their
 -- advantages, and offered), and the regraded groups offered to trainers that ask for them.
 CREATE TABLE IF NOT EXISTS delivered_groups (group_id TEXT PRIMARY KEY);
