@@ -88,15 +88,17 @@ class Store:
         ).fetchone()[0]
         seq = conn.execute("SELECT COALESCE(MAX(ready_seq), 0) FROM groups").fetchone()[0]
         self._state.ready_seq = seq
-        conn.execute("BEGIN IMMEDIATE")
-        if self._recover:
-            leases.recover(conn)
-            regrades.recover(conn)
         # A regrade killed between recording gradings and settling their group: settle it now
-        # (gradings and advantages together; a group out to a trainer waits for its ack).
-        for group_id in regrades.unsettled(conn):
-            regrades.settle(conn, self._state, group_id)
-        conn.execute("COMMIT")
+        # (gradings and advantages together; a group out to a trainer waits for its ack). Only
+        # then does a store opened beside a running service (`recover` off) write on open.
+        if self._recover or regrades.unsettled(conn):
+            conn.execute("BEGIN IMMEDIATE")
+            if self._recover:
+                leases.recover(conn)
+                regrades.recover(conn)
+            for group_id in regrades.unsettled(conn):
+                regrades.settle(conn, self._state, group_id)
+            conn.execute("COMMIT")
 
     def _submit(
         self, fn: Callable[[sqlite3.Connection], T], *, bare: bool = False
