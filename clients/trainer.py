@@ -7,17 +7,18 @@
         batch.ack()
 
 Delivery is at-least-once until ack (docs/delivery.md). The client makes it exactly-once for
-its caller: it remembers the trajectory ids it has acked and silently acks and skips groups it
-sees again (after a lease expiry or a service restart). Groups regraded after a trainer had
-them come only to `lease(regraded=True)` / `batches(regraded=True)`, deduplicated by
-trajectory id and grading. Connection errors, 5xx and 429 are
-retried with exponential backoff. Every submit carries an Idempotency-Key, the same on each of
-its retries, so a retried submit never starts a second rollout.
+its caller: it remembers the trajectory ids of batches whose ack came too late (409: a lease
+expiry or a service restart) and silently acks and skips those groups when they come again.
+Groups regraded after a trainer had them come only to `lease(regraded=True)` /
+`batches(regraded=True)`, deduplicated by trajectory id and grading. Connection errors, 5xx
+and 429 are retried with exponential backoff. Every submit carries an Idempotency-Key, the
+same on each of its retries, so a retried submit never starts a second rollout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -56,6 +57,9 @@ class Batch:
     # Groups regraded after a trainer had them: their latest gradings (each trajectory's
     # `gradings` keeps what it was trained on) and their advantages recomputed.
     regraded: bool = False
+    # Every trajectory the lease carried, duplicates left out of `groups` included: its ack
+    # settles them all (_Dedupe).
+    _leased: list[Trajectory] = field(repr=False, default_factory=list)
 
     @property
     def trajectories(self) -> list[Trajectory]:
@@ -82,10 +86,24 @@ class Batch:
 _UPDATE_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
 
+class Keep(enum.Enum):
+    """`set_policy(version)` without max_staleness: the service keeps the bound in force."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
 def _policy_body(
-    version: int, max_staleness: int | None, weights_path: str | None, lora_path: str | None
+    version: int,
+    max_staleness: int | None | Keep,
+    weights_path: str | None,
+    lora_path: str | None,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {"version": version, "max_staleness": max_staleness}
+    body: dict[str, Any] = {"version": version}
+    if max_staleness is not KEEP:  # None is sent: it removes the bound
+        body["max_staleness"] = max_staleness
     if weights_path is not None:
         body["weights_path"] = weights_path
     if lora_path is not None:
@@ -134,12 +152,26 @@ def _error(r: httpx.Response) -> ServiceError:
     return ServiceError(r.status_code, str(detail))
 
 
-class _Dedupe:
-    """Trajectory ids this client has acked: groups seen again are not handed out twice. Of
-    regraded groups, (trajectory id, gradings): a later regrade of the same group is new."""
+# Trajectories _Dedupe remembers at most (a few hundred bytes each): far more than the groups
+# of the leases that can expire before their groups come back.
+DEDUPE_WINDOW = 100_000
 
-    def __init__(self) -> None:
-        self.acked: set[tuple[str, int]] = set()
+
+class _Dedupe:
+    """Trajectories handed out whose ack came too late (409: the lease expired, the service
+    restarted): their groups are offered again, and are not handed out twice. Of regraded
+    groups, (trajectory id, gradings): a later regrade of the same group is new.
+
+    A batch acked in time (200) is never offered again (docs/delivery.md), so its ids need no
+    remembering; and a group acked too late comes back in the next leases (an expired group is
+    offered again before newer ones), where its ack in time lets it go. So `pending` holds only
+    groups on their way back, not the run's history. Groups that never come back (dropped as
+    stale, re-run under new ids, cancelled) would stay: the oldest beyond DEDUPE_WINDOW go,
+    by then long past their return."""
+
+    def __init__(self, window: int = DEDUPE_WINDOW) -> None:
+        self.window = window
+        self.pending: dict[tuple[str, int], None] = {}  # insertion-ordered: oldest first
 
     @staticmethod
     def _key(t: Trajectory, regraded: bool) -> tuple[str, int]:
@@ -149,11 +181,19 @@ class _Dedupe:
         return [
             g
             for g in groups
-            if not all(self._key(t, regraded) in self.acked for t in g.trajectories)
+            if not all(self._key(t, regraded) in self.pending for t in g.trajectories)
         ]
 
-    def record(self, batch: Batch) -> None:
-        self.acked.update(self._key(t, batch.regraded) for t in batch.trajectories)
+    def record(self, batch: Batch, in_time: bool) -> None:
+        """The batch was acked: in time (its groups are final) or too late (they come back)."""
+        keys = [self._key(t, batch.regraded) for t in batch._leased or batch.trajectories]
+        if in_time:
+            for k in keys:
+                self.pending.pop(k, None)
+            return
+        self.pending.update(dict.fromkeys(keys))
+        while len(self.pending) > self.window:
+            del self.pending[next(iter(self.pending))]
 
 
 def _retryable(r: httpx.Response) -> bool:
@@ -263,14 +303,15 @@ class TrainerClient:
     def set_policy(
         self,
         version: int,
-        max_staleness: int | None = None,
+        max_staleness: int | None | Keep = KEEP,
         *,
         weights_path: str | None = None,
         lora_path: str | None = None,
     ) -> PolicyState:
         """The new policy version. With `weights_path` (a checkpoint folder the policy servers
         can read) or `lora_path`, the service loads it on every server first (docs/
-        weight-updates.md); answers once every server serves `version` or is out of rotation."""
+        weight-updates.md); answers once every server serves `version` or is out of rotation.
+        `max_staleness`: the new bound; None removes it; not given, the bound stays."""
         body = _policy_body(version, max_staleness, weights_path, lora_path)
         r = self._request("POST", "/v1/policy", json=body, timeout=_UPDATE_TIMEOUT)
         return PolicyState.model_validate_json(self._ok(r).content)
@@ -291,7 +332,7 @@ class TrainerClient:
         # skipped here by trajectory id, so the caller still sees each of them once.
         if r.status_code not in (200, 409):
             raise _error(r)
-        self._dedupe.record(batch)
+        self._dedupe.record(batch, in_time=r.status_code == 200)
 
     def lease(
         self,
@@ -301,7 +342,8 @@ class TrainerClient:
         regraded: bool = False,
     ) -> tuple[Batch | None, int]:
         """One lease call: (batch or None, groups still to be delivered). Groups this client
-        already acked are acked again and left out; a batch of nothing but those is None.
+        handed out already (their ack came too late) are acked again and left out; a batch of
+        nothing but those is None.
         `regraded`: groups regraded after a trainer had them instead (docs/delivery.md)."""
         body = _lease_body(max_groups, rollout_id, wait_s, regraded)
         r = self._ok(self._request("POST", "/v1/batches/lease", json=body))
@@ -311,6 +353,7 @@ class TrainerClient:
         raw = r.json()
         groups = [Group.model_validate(g) for g in raw["groups"]]
         batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack, regraded)
+        batch._leased = batch.trajectories
         fresh = self._dedupe.fresh(groups, regraded)
         if len(fresh) < len(groups):
             if not fresh:
@@ -437,7 +480,7 @@ class AsyncTrainerClient:
     async def set_policy(
         self,
         version: int,
-        max_staleness: int | None = None,
+        max_staleness: int | None | Keep = KEEP,
         *,
         weights_path: str | None = None,
         lora_path: str | None = None,
@@ -460,7 +503,7 @@ class AsyncTrainerClient:
         r = await self._request("POST", f"/v1/batches/{batch.batch_id}/ack")
         if r.status_code not in (200, 409):
             raise _error(r)
-        self._dedupe.record(batch)
+        self._dedupe.record(batch, in_time=r.status_code == 200)
 
     async def lease(
         self,
@@ -479,6 +522,7 @@ class AsyncTrainerClient:
         raw = r.json()
         groups = [Group.model_validate(g) for g in raw["groups"]]
         batch = Batch(raw["batch_id"], raw["lease_expires_at"], groups, self._ack, regraded)
+        batch._leased = batch.trajectories
         fresh = self._dedupe.fresh(groups, regraded)
         if len(fresh) < len(groups):
             if not fresh:

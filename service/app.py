@@ -104,7 +104,9 @@ def create_app(
         metrics = Metrics()
         events = EventHub(config.max_event_streams)
         version, max_staleness = await store.get_policy()
-        policy_state = PolicyVersion(version, max_staleness, config.stale_policy)
+        policy_state = PolicyVersion(
+            version, max_staleness, config.stale_policy, config.max_stale_requeues
+        )
         metrics.policy_version.set(version)
         components = await components_factory(settings, lambda: policy_state.version)
         keep = getattr(components.runner, "keep_workspaces", None)  # EpisodeRunner's

@@ -11,17 +11,20 @@ from typing import Literal
 
 from service.metrics import Metrics
 from service.store import LeaseResult, Requeued, Store
+from service.store.leases import MAX_STALE_REQUEUES
 
 POLL_S = 1.0  # lease expiry is noticed by polling at most this late
 
 
 @dataclass
 class PolicyVersion:
-    """The current policy version (tagged on new turns) and the staleness bound."""
+    """The current policy version (tagged on new turns) and the staleness bound: a stale group
+    is dropped, or re-run (requeue) up to `max_requeues` times and then dropped."""
 
     version: int = 0
     max_staleness: int | None = None
     stale_policy: Literal["drop", "requeue"] = "drop"
+    max_requeues: int = MAX_STALE_REQUEUES
 
 
 class Leasing:
@@ -96,6 +99,7 @@ class Leasing:
                 policy_version=self.policy.version,
                 max_staleness=self.policy.max_staleness,
                 stale_policy=self.policy.stale_policy,
+                max_requeues=self.policy.max_requeues,
             )
         self._count(result)
         if result.requeued:
@@ -110,7 +114,9 @@ class Leasing:
             m.leases.labels("granted").inc()
         if result.expired_leases:
             m.leases.labels("expired").inc(result.expired_leases)
-        if result.dropped_stale:
-            m.groups_dropped_stale.labels("drop").inc(result.dropped_stale)
+        if result.dropped_stale > result.requeues_spent:
+            m.groups_dropped_stale.labels("drop").inc(result.dropped_stale - result.requeues_spent)
+        if result.requeues_spent:
+            m.groups_dropped_stale.labels("requeue_limit").inc(result.requeues_spent)
         if result.requeued:
             m.groups_dropped_stale.labels("requeue").inc(len(result.requeued))

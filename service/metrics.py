@@ -50,8 +50,12 @@ class Metrics:
             "rollouts_leases", "Lease events", ["event"], registry=r
         )  # granted / acked / expired / empty
         self.groups_dropped_stale = Counter(
-            "rollouts_groups_stale", "Groups too old for max_staleness", ["action"], registry=r
-        )
+            "rollouts_groups_stale", "Groups too old for max_staleness: dropped (drop), run "
+            "again (requeue), dropped after max_stale_requeues re-runs (requeue_limit)",
+            ["action"], registry=r,
+        )  # fmt: skip
+        for action in ("drop", "requeue", "requeue_limit"):  # shown at 0 before the first
+            self.groups_dropped_stale.labels(action)
         self.queued_samples = Gauge(
             "rollouts_queued_samples", "Samples waiting for a slot", registry=r
         )

@@ -3,10 +3,13 @@
 
 Each selected sample's final workspace (kept by the store, service/store/workspaces.py) goes
 to a fresh verifier container, as at collection, with the task's tests as they are now (or as
-a given tasks path has them) and this code's grader. The new grading is appended to the
-trajectory's `gradings` and served from then on; once a group's samples are done its
-advantages are recomputed, and a group a trainer already had is offered as a regraded group
-(service/store/regrades.py, docs/delivery.md).
+a given tasks path has them) and this code's grader. The new grading is recorded on the
+trajectory; once a group's selected samples are done the group is settled: its new gradings
+are served and its advantages recomputed in one transaction (before that, leases, exports and
+the web view see the old grading whole), and a group a trainer already had is offered as a
+regraded group. A group out to a trainer (leased, not yet acknowledged) is settled by its
+ack; a group left unsettled by a killed regrade, when the store opens again
+(service/store/regrades.py, docs/regrade.md, docs/delivery.md).
 
 A grading is keyed by (grader version, tests digest): a sample whose latest grading already
 has the key is not graded again. So a regrade that was killed resumes where it stopped when
@@ -178,7 +181,8 @@ async def run(
     report: RegradeReport | None = None,
 ) -> RegradeReport:
     """Grade the plan's samples again with `backend` (whose grader is `grader_version`), at
-    most `concurrency` at once; settle each group when its samples are done. `report` (filled
+    most `concurrency` at once; settle each group when its samples are done (gradings and
+    advantages served together). `report` (filled
     as it goes, for a caller that shows progress) is returned. A failure of the store (not of
     a verification) ends it; run it again to resume."""
     report = report or RegradeReport()

@@ -27,6 +27,7 @@ from sandboxes.pool import PoolSettings
 from service.agent.harnesses import Harness, ProfileError, build_harnesses
 from service.policy.client import PolicyClient
 from service.sample import RETRY_MASKED
+from service.store.leases import MAX_STALE_REQUEUES
 from service.wire import MAX_RETRY_MASKED, check_chat_template_kwargs
 
 # Host names that reach this machine only (the web guard's default allowlist).
@@ -60,6 +61,8 @@ class ServiceSettings(_Group):
     retry_masked: int = Field(default=RETRY_MASKED, ge=0, le=MAX_RETRY_MASKED)
     datasets: dict[str, str] = Field(default_factory=dict, description="name -> path")
     stale_policy: Literal["drop", "requeue"] = "drop"
+    # With stale_policy requeue: re-runs of a stale group before it is dropped instead.
+    max_stale_requeues: int = Field(default=MAX_STALE_REQUEUES, ge=0)
     lease_ttl_s: float = Field(default=600.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     # A request body must arrive within body_read_timeout_s, with no gap over

@@ -92,6 +92,12 @@ def register(app: typer.Typer) -> None:
             "--stale-policy",
             help="drop|requeue groups older than max_staleness.",
         ),
+        max_stale_requeues: int = typer.Option(
+            _service("max_stale_requeues"),
+            "--max-stale-requeues",
+            min=0,
+            help="With --stale-policy requeue: re-runs of a stale group before it is dropped.",
+        ),
         lease_ttl_s: float = typer.Option(
             _service("lease_ttl_s"), "--lease-ttl", min=1.0, help="Seconds."
         ),
@@ -137,7 +143,8 @@ def register(app: typer.Typer) -> None:
                     adaptive_concurrency=adaptive_concurrency,
                     max_queued_samples=max_queued_samples, retry_masked=retry_masked,
                     datasets=_datasets(dataset or []),
-                    stale_policy=stale_policy, lease_ttl_s=lease_ttl_s,
+                    stale_policy=stale_policy, max_stale_requeues=max_stale_requeues,
+                    lease_ttl_s=lease_ttl_s,
                     body_read_timeout_s=body_timeout_s,
                     body_idle_timeout_s=min(_service("body_idle_timeout_s"), body_timeout_s),
                     tasks_roots=tasks_root or [], allowed_hosts=allowed_host or [],

@@ -29,7 +29,12 @@ async def set_policy(
     servers are tagged and whatever the service paused resumes. Answers once every server serves
     `version` or is out of rotation (`servers` says which and why). With `max_staleness` k, a
     complete group whose oldest generated token came from a version older than version - k is
-    no longer offered: it is dropped or re-run, as the server's --stale-policy says."""
+    no longer offered: it is dropped or re-run, as the server's --stale-policy says. Without
+    the field the bound in force stays; `null` removes it. The answer shows the bound in
+    force."""
+    if "max_staleness" not in body.model_fields_set:
+        # A version alone (flow 2's tag after a transfer) must not turn the bound off.
+        body = body.model_copy(update={"max_staleness": state.policy.max_staleness})
     return await state.set_policy(body)
 
 

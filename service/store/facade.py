@@ -57,7 +57,8 @@ class Store:
 
     def open(self) -> None:
         """Create or reopen the database. Leases left active by a previous process are expired
-        and their groups offered again; unfinished samples stay pending for the scheduler."""
+        and their groups offered again; regraded groups left unsettled are settled; unfinished
+        samples stay pending for the scheduler."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         db = DbThread(self.path, self._synchronous)
         db.init = self._init
@@ -85,13 +86,19 @@ class Store:
         self._workspace_bytes = conn.execute(
             "SELECT COALESCE(SUM(stored), 0) FROM workspaces"
         ).fetchone()[0]
-        if self._recover:
-            conn.execute("BEGIN IMMEDIATE")
-            leases.recover(conn)
-            regrades.recover(conn)
-            conn.execute("COMMIT")
         seq = conn.execute("SELECT COALESCE(MAX(ready_seq), 0) FROM groups").fetchone()[0]
         self._state.ready_seq = seq
+        # A regrade killed between recording gradings and settling their group: settle it now
+        # (gradings and advantages together; a group out to a trainer waits for its ack). Only
+        # then does a store opened beside a running service (`recover` off) write on open.
+        if self._recover or regrades.unsettled(conn):
+            conn.execute("BEGIN IMMEDIATE")
+            if self._recover:
+                leases.recover(conn)
+                regrades.recover(conn)
+            for group_id in regrades.unsettled(conn):
+                regrades.settle(conn, self._state, group_id)
+            conn.execute("COMMIT")
 
     def _submit(
         self, fn: Callable[[sqlite3.Connection], T], *, bare: bool = False
@@ -217,11 +224,13 @@ class Store:
     async def record_grading(
         self, trajectory_id: str, grading: Grading, output: str
     ) -> regrades.Recorded | None:
-        """Append a regrade's grading (None: this grader already graded these tests)."""
+        """Record a regrade's grading, served once its group is settled (None: this grader
+        already graded these tests)."""
         return await self._call(lambda conn: regrades.record(conn, trajectory_id, grading, output))
 
     async def settle_regraded(self, group_ids: list[str]) -> list[regrades.Settled]:
-        """Advantages again for groups with new gradings, and offers for those a trainer had."""
+        """Serve groups' new gradings with their advantages recomputed, and offer those a
+        trainer had (a group out to a trainer waits for its ack)."""
 
         def job(conn: sqlite3.Connection) -> list[regrades.Settled]:
             done = [regrades.settle(conn, self._state, g) for g in group_ids]
@@ -265,6 +274,7 @@ class Store:
         policy_version: int,
         max_staleness: int | None,
         stale_policy: Literal["drop", "requeue"],
+        max_requeues: int = leases.MAX_STALE_REQUEUES,
     ) -> LeaseResult:
         """Lease complete groups. If the caller is cancelled (its client went away) while the
         job runs, a lease the job still grants is released at once, never left to expire."""
@@ -277,6 +287,7 @@ class Store:
                 policy_version=policy_version,
                 max_staleness=max_staleness,
                 stale_policy=stale_policy,
+                max_requeues=max_requeues,
             )
         )
         try:
@@ -300,6 +311,9 @@ class Store:
         def job(conn: sqlite3.Connection) -> AckResult:
             result = leases.ack(conn, batch_id)
             regrades.ack(conn, batch_id)  # a batch of regraded groups
+            # Regrades of these groups waited for this ack: served and offered now.
+            for group_id in regrades.unsettled(conn, batch_id):
+                regrades.settle(conn, self._state, group_id)
             return result
 
         return await self._call(job)

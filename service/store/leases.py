@@ -1,5 +1,6 @@
 """Groups out to the trainer, as jobs on the writer's connection: lease complete groups in
-priority order, expire leases, drop or re-queue stale groups, ack, count what is left.
+priority order, expire leases, drop or re-queue stale groups (a group re-queued
+`max_requeues` times is dropped when stale again), ack, count what is left.
 
 Each function takes the connection the writer thread holds (service/store/writer.py) and runs
 inside that thread's transaction; `Store` (service/store/facade.py) is the async way in.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from service.store.errors import LeaseExpired, UnknownBatch
@@ -28,6 +30,12 @@ def recover(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE groups SET state='complete', batch_id=NULL WHERE state='leased'")
 
 
+# Re-runs of a group for staleness (`--stale-policy requeue`) before it is dropped instead:
+# a group that is stale again after as many re-runs is one the policy outruns (a long tail
+# the slots finish last); re-running it without end would spend the fleet on it for ever.
+MAX_STALE_REQUEUES = 3
+
+
 def lease(
     conn: sqlite3.Connection,
     *,
@@ -37,13 +45,13 @@ def lease(
     policy_version: int,
     max_staleness: int | None,
     stale_policy: Literal["drop", "requeue"],
+    max_requeues: int = MAX_STALE_REQUEUES,
 ) -> LeaseResult:
     now = time.time()
     expired = _expire(conn, now)
-    requeued: list[Requeued] = []
-    dropped = 0
+    stale = _Stale()
     if max_staleness is not None:
-        dropped, requeued = _handle_stale(conn, policy_version - max_staleness, stale_policy)
+        stale = _handle_stale(conn, policy_version - max_staleness, stale_policy, max_requeues)
     sql = "SELECT group_id, task_id, rollout_id FROM groups WHERE state='complete'"
     args: list[Any] = []
     if rollout_id is not None:
@@ -52,8 +60,9 @@ def lease(
     sql += " ORDER BY priority DESC, ready_seq LIMIT ?"
     args.append(max_groups)
     picked = conn.execute(sql, args).fetchall()
+    counts = (stale.requeued, stale.dropped, expired, stale.requeues_spent)
     if not picked:
-        return LeaseResult(None, 0.0, [], requeued, dropped, expired)
+        return LeaseResult(None, 0.0, [], *counts)
     batch_id, expires_at = open_lease(conn, now, lease_s, len(picked))
     ids = [g for g, _, _ in picked]
     marks = ",".join("?" * len(ids))
@@ -61,10 +70,11 @@ def lease(
         f"UPDATE groups SET state='leased', batch_id=? WHERE group_id IN ({marks})",
         [batch_id, *ids],
     )
-    # A trainer has these now: a later regrade of them goes out as a batch of its own.
+    # A trainer has these now: a later regrade of them waits for their ack, then goes out as a
+    # batch of its own (regrades.py).
     conn.executemany("INSERT OR IGNORE INTO delivered_groups VALUES (?)", [(g,) for g in ids])
     ordered = leased_groups(conn, picked)
-    return LeaseResult(batch_id, expires_at, ordered, requeued, dropped, expired)
+    return LeaseResult(batch_id, expires_at, ordered, *counts)
 
 
 def open_lease(
@@ -113,21 +123,34 @@ def _expire(conn: sqlite3.Connection, now: float) -> int:
     return len(stale)
 
 
+@dataclass
+class _Stale:
+    """What a lease did with stale groups."""
+
+    dropped: int = 0  # dropped (drop policy, a cancelled rollout, or requeues spent)
+    requeued: list[Requeued] = field(default_factory=list)
+    requeues_spent: int = 0  # of the dropped: stale again after max_requeues re-runs
+
+
 def _handle_stale(
-    conn: sqlite3.Connection, oldest_ok: int, policy: Literal["drop", "requeue"]
-) -> tuple[int, list[Requeued]]:
+    conn: sqlite3.Connection,
+    oldest_ok: int,
+    policy: Literal["drop", "requeue"],
+    max_requeues: int,
+) -> _Stale:
     rows = conn.execute(
         "SELECT g.group_id, g.rollout_id, g.task_id, g.n_samples, g.attempt, r.status"
         " FROM groups g JOIN rollouts r ON r.id = g.rollout_id"
         " WHERE g.state='complete' AND g.version_min < ?",
         (oldest_ok,),
     ).fetchall()
-    dropped = 0
-    requeued: list[Requeued] = []
+    out = _Stale()
     for gid, rid, task_id, n, attempt, rollout_status in rows:
-        if policy == "drop" or rollout_status == "cancelled":
+        spent = policy == "requeue" and attempt >= max_requeues
+        if policy == "drop" or rollout_status == "cancelled" or spent:
             conn.execute("UPDATE groups SET state='dropped' WHERE group_id=?", (gid,))
-            dropped += 1
+            out.dropped += 1
+            out.requeues_spent += spent
             continue
         # Re-run under fresh trajectory ids: a trainer that saw the stale records (a lease
         # that expired) must not confuse them with the new ones.
@@ -136,6 +159,9 @@ def _handle_stale(
         ]
         conn.executemany("DELETE FROM payloads WHERE trajectory_id=?", [(t,) for t in old])
         conn.execute("DELETE FROM samples WHERE group_id=?", (gid,))
+        # Gradings a regrade staged for the old records go with them (regrades.py).
+        conn.execute("DELETE FROM staged_gradings WHERE group_id=?", (gid,))
+        conn.execute("UPDATE regraded_groups SET settled = gradings WHERE group_id=?", (gid,))
         new_ids = [sample_trajectory_id(gid, k, attempt + 1) for k in range(n)]
         conn.executemany(
             "INSERT INTO samples (trajectory_id, rollout_id, group_id, task_id, sample_index,"
@@ -148,8 +174,8 @@ def _handle_stale(
             (attempt + 1, gid),
         )
         conn.execute("UPDATE rollouts SET status='running', finished_at=NULL WHERE id=?", (rid,))
-        requeued.append(Requeued(rid, gid, task_id, new_ids))
-    return dropped, requeued
+        out.requeued.append(Requeued(rid, gid, task_id, new_ids))
+    return out
 
 
 def ack(conn: sqlite3.Connection, batch_id: str) -> AckResult:

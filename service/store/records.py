@@ -46,6 +46,7 @@ class LeaseResult:
     requeued: list[Requeued] = field(default_factory=list)
     dropped_stale: int = 0
     expired_leases: int = 0
+    requeues_spent: int = 0  # of dropped_stale: stale again after their last allowed re-run
 
 
 @dataclass(frozen=True)

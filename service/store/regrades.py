@@ -4,11 +4,15 @@ trainers when a trainer already had the group), and leasing those offers.
 
 A grading is appended to the trajectory's `gradings`; the latest one is what it serves (its
 reward, status, flags, files and output), in the payload and in the samples table alike. A
-group's advantages are recomputed once its regraded samples are recorded (`settle`). A group a
-trainer never had is simply served with its new grades; one it had (leased at least once:
-`delivered_groups`) is never changed behind its back: the regraded group becomes an offer of
-its own, leased only by trainers that ask for regraded groups (`lease` here, under the same
-batch ids and ack as ordinary leases, docs/delivery.md).
+regrade's gradings are staged as it records them (`record`) and served only when their group
+is settled (`settle`): gradings and recomputed advantages in one transaction, so no reader ever
+sees a new reward beside an old advantage. A group out to a trainer (leased, not acknowledged)
+is settled only once acknowledged: every delivery of it until then serves the same grading.
+Groups left unsettled (a regrade killed between the two) are settled when the store opens.
+A group a trainer never had is simply served with its new grades; one a trainer acknowledged
+is never changed behind its back: the regraded group becomes an offer of its own, leased only
+by trainers that ask for regraded groups (`lease` here, under the same batch ids and ack as
+ordinary leases, docs/delivery.md).
 """
 
 from __future__ import annotations
@@ -62,13 +66,43 @@ def candidates(
 
 
 def grading_history(conn: sqlite3.Connection, trajectory_id: str) -> list[dict[str, Any]]:
-    """The trajectory's gradings, oldest first, as stored (from the payload's header only)."""
+    """The trajectory's gradings, oldest first: those it serves (from the payload's header
+    only), then those recorded and not yet settled."""
     row = conn.execute(
         "SELECT codec, data FROM payloads WHERE trajectory_id=?", (trajectory_id,)
     ).fetchone()
     if row is None:
         raise UnknownTrajectory(f"no stored trajectory {trajectory_id!r}")
-    return orjson.loads(decode_payload(row[0], row[1]).header).get("gradings") or []
+    served = orjson.loads(decode_payload(row[0], row[1]).header).get("gradings") or []
+    return served + [g for g, _ in _staged(conn, trajectory_id)]
+
+
+def _staged(conn: sqlite3.Connection, trajectory_id: str) -> list[tuple[dict[str, Any], str]]:
+    """The trajectory's gradings recorded and not yet settled, oldest first, with outputs."""
+    return [
+        (orjson.loads(g), out)
+        for g, out in conn.execute(
+            "SELECT grading, output FROM staged_gradings WHERE trajectory_id=? ORDER BY seq",
+            (trajectory_id,),
+        )
+    ]
+
+
+def _serving(record: dict[str, Any], grading: dict[str, Any], output: str) -> Trajectory:
+    """The trajectory `record` serving `grading` (appended to its gradings), checked like any
+    commit."""
+    return Trajectory.model_validate(
+        {
+            **record,
+            "gradings": [*(record.get("gradings") or []), grading],
+            "reward": grading["reward"],
+            "status": grading["status"],
+            "reward_flags": list(grading.get("reward_flags") or []),
+            "verifier_files": list(grading.get("verifier_files") or []),
+            "verifier_output": output,
+            "tests_digest": grading.get("tests_digest") or "",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -88,8 +122,11 @@ class Recorded:
 def record(
     conn: sqlite3.Connection, trajectory_id: str, grading: Grading, output: str
 ) -> Recorded | None:
-    """Append `grading` to the trajectory and serve it (None, nothing written: its latest
-    grading already has this grader and these tests, so a resumed regrade adds no duplicate)."""
+    """Record `grading` for the trajectory (None, nothing written: its latest grading already
+    has this grader and these tests, so a resumed regrade adds no duplicate). It is staged, not
+    served: the trajectory keeps serving its grading (and its group its advantages) until
+    `settle` applies the group's new gradings and advantages together, so no lease in between
+    can see a new reward beside an old advantage."""
     row = conn.execute(
         "SELECT p.codec, p.data, s.advantage, s.group_id FROM payloads p"
         " JOIN samples s ON s.trajectory_id = p.trajectory_id"
@@ -100,28 +137,18 @@ def record(
         raise UnknownTrajectory(f"no stored trajectory {trajectory_id!r}")
     codec, data, advantage, group_id = row
     old = payload_dict(codec, data, advantage)
-    history = old.get("gradings") or []
+    staged = _staged(conn, trajectory_id)
+    history = (old.get("gradings") or []) + [g for g, _ in staged]
     key = (grading.grader_version, grading.tests_digest)
     if history and (history[-1].get("grader_version"), history[-1].get("tests_digest")) == key:
         return None
-    new = {
-        **old,
-        "gradings": [*history, grading.model_dump(mode="json")],
-        "reward": grading.reward,
-        "status": grading.status.value,
-        "reward_flags": list(grading.reward_flags),
-        "verifier_files": [f.model_dump() for f in grading.verifier_files],
-        "verifier_output": output,
-        "tests_digest": grading.tests_digest,
-    }
-    t = Trajectory.model_validate(new)  # the served fields checked like any commit
+    # What the trajectory will serve once settled: checked now, so settling cannot fail on it.
+    before = staged[-1][0] if staged else old
+    new = grading.model_dump(mode="json")
+    t = _serving(old, new, output)
     conn.execute(
-        "UPDATE payloads SET codec=?, data=? WHERE trajectory_id=?",
-        (CODEC, encode_payload(t), trajectory_id),
-    )
-    conn.execute(
-        "UPDATE samples SET status=?, reward=? WHERE trajectory_id=?",
-        (t.status.value, t.reward, trajectory_id),
+        "INSERT INTO staged_gradings (trajectory_id, group_id, grading, output) VALUES (?,?,?,?)",
+        (trajectory_id, group_id, orjson.dumps(new).decode(), output),
     )
     conn.execute(
         "INSERT INTO regraded_groups VALUES (?, 1, 0)"
@@ -131,9 +158,9 @@ def record(
     return Recorded(
         trajectory_id,
         t.task_id,
-        old.get("reward"),
-        old.get("status") or "",
-        list(old.get("reward_flags") or []),
+        before.get("reward"),
+        before.get("status") or "",
+        list(before.get("reward_flags") or []),
         t.reward,
         t.status.value,
         list(t.reward_flags),
@@ -143,24 +170,71 @@ def record(
 @dataclass(frozen=True)
 class Settled:
     group_id: str
-    advantages: list[float] | None  # recomputed (None: the group is still running)
+    advantages: list[float] | None  # recomputed (None: the group is still running, or waits)
     offered: bool  # a trainer had the group: its regrade is offered as a new batch
+    # Out to a trainer (leased, or its lease ended unacknowledged): its new gradings wait,
+    # unserved, until a trainer acknowledges it; that ack settles it.
+    waiting: bool = False
+
+
+def _out_to_trainer(conn: sqlite3.Connection, group_id: str, group_state: str) -> bool:
+    """The group was handed to a trainer and not acknowledged: leased now, or back to
+    `complete` after its lease expired or was released (delivered again until acked)."""
+    if group_state == "leased":
+        return True
+    return group_state == "complete" and (
+        conn.execute("SELECT 1 FROM delivered_groups WHERE group_id=?", (group_id,)).fetchone()
+        is not None
+    )
+
+
+def _apply(conn: sqlite3.Connection, group_id: str) -> None:
+    """Serve the group's staged gradings (payload and samples row), oldest first, and drop
+    them. One whose payload is gone (deleted by retention) is dropped with it."""
+    staged = conn.execute(
+        "SELECT trajectory_id, grading, output FROM staged_gradings WHERE group_id=? ORDER BY seq",
+        (group_id,),
+    ).fetchall()
+    for trajectory_id, grading, output in staged:
+        row = conn.execute(
+            "SELECT p.codec, p.data, s.advantage FROM payloads p"
+            " JOIN samples s ON s.trajectory_id = p.trajectory_id WHERE p.trajectory_id=?",
+            (trajectory_id,),
+        ).fetchone()
+        if row is None:
+            continue
+        t = _serving(payload_dict(*row), orjson.loads(grading), output)
+        conn.execute(
+            "UPDATE payloads SET codec=?, data=? WHERE trajectory_id=?",
+            (CODEC, encode_payload(t), trajectory_id),
+        )
+        conn.execute(
+            "UPDATE samples SET status=?, reward=? WHERE trajectory_id=?",
+            (t.status.value, t.reward, trajectory_id),
+        )
+    conn.execute("DELETE FROM staged_gradings WHERE group_id=?", (group_id,))
 
 
 def settle(conn: sqlite3.Connection, state: WriterState, group_id: str) -> Settled | None:
-    """After a regrade recorded gradings of this group: recompute its advantages and, when a
-    trainer already had it, offer it again as a regraded group. Idempotent (None: nothing
-    recorded since it was last settled), so a regrade that was killed settles on resume."""
+    """After a regrade recorded gradings of this group: serve them, recompute its advantages
+    and, when a trainer acknowledged it, offer it again as a regraded group, all in this one
+    transaction. A group out to a trainer (leased and not acknowledged) waits: it keeps
+    serving the grading it was delivered with until acknowledged, and the ack settles it.
+    Idempotent (None: nothing recorded since it was last settled), so a regrade that was
+    killed settles on resume, or when the store opens."""
     row = conn.execute(
         "SELECT gradings, settled FROM regraded_groups WHERE group_id=?", (group_id,)
     ).fetchone()
     if row is None or row[0] <= row[1]:
         return None
-    conn.execute("UPDATE regraded_groups SET settled = gradings WHERE group_id=?", (group_id,))
     rollout_id, task_id, group_state, priority, attempt = conn.execute(
         "SELECT rollout_id, task_id, state, priority, attempt FROM groups WHERE group_id=?",
         (group_id,),
     ).fetchone()
+    if _out_to_trainer(conn, group_id, group_state):
+        return Settled(group_id, None, False, waiting=True)
+    _apply(conn, group_id)
+    conn.execute("UPDATE regraded_groups SET settled = gradings WHERE group_id=?", (group_id,))
     if group_state == "pending":  # its advantages come when its last sample commits
         return Settled(group_id, None, False)
     rows = conn.execute(
@@ -176,11 +250,9 @@ def settle(conn: sqlite3.Connection, state: WriterState, group_id: str) -> Settl
         "UPDATE samples SET advantage=? WHERE trajectory_id=?",
         [(a, tid) for a, (tid, _, _) in zip(advantages, rows, strict=True)],
     )
-    delivered = (
-        group_state in ("leased", "acked")
-        or conn.execute("SELECT 1 FROM delivered_groups WHERE group_id=?", (group_id,)).fetchone()
-    )
-    if not delivered or group_state == "dropped":
+    # Only an acknowledged group is offered: one never delivered serves its new grades when it
+    # is leased, and a dropped one is never delivered.
+    if group_state != "acked":
         return Settled(group_id, advantages, False)
     waiting = conn.execute(
         "SELECT 1 FROM regrade_offers WHERE group_id=? AND state='complete' AND attempt=?",
@@ -195,19 +267,14 @@ def settle(conn: sqlite3.Connection, state: WriterState, group_id: str) -> Settl
     return Settled(group_id, advantages, True)
 
 
-def pending_settlements(conn: sqlite3.Connection, group_ids: list[str]) -> list[str]:
-    """Of these groups, those with gradings not yet settled."""
-    if not group_ids:
-        return []
-    marks = ",".join("?" * len(group_ids))
-    return [
-        g
-        for (g,) in conn.execute(
-            f"SELECT group_id FROM regraded_groups WHERE gradings > settled"
-            f" AND group_id IN ({marks})",
-            group_ids,
-        )
-    ]
+def unsettled(conn: sqlite3.Connection, batch_id: str | None = None) -> list[str]:
+    """Groups with gradings not yet settled: all of them, or those of one batch."""
+    sql = "SELECT r.group_id FROM regraded_groups r"
+    args: list[Any] = []
+    if batch_id is not None:
+        sql += " JOIN groups g ON g.group_id = r.group_id AND g.batch_id = ?"
+        args.append(batch_id)
+    return [g for (g,) in conn.execute(sql + " WHERE r.gradings > r.settled", args)]
 
 
 # ---------------------------------------------------------------- offers of regraded groups

@@ -190,11 +190,14 @@ def commit(
             t.trajectory_id,
         ),
     )
+    # Staleness counts from the group's oldest generated token: a sample that generated none
+    # (masked before its first turn, cancelled) carries no old weights and leaves it alone.
+    oldest = min((v for v in t.response_policy_versions if v >= 0), default=None)
     n_done, n_samples = conn.execute(
         "UPDATE groups SET n_done = n_done + 1,"
-        " version_min = MIN(COALESCE(version_min, ?), ?) WHERE group_id=?"
-        " RETURNING n_done, n_samples",
-        (t.policy_version_start, t.policy_version_start, group_id),
+        " version_min = MIN(COALESCE(version_min, ?1), COALESCE(?1, version_min))"
+        " WHERE group_id=? RETURNING n_done, n_samples",
+        (oldest, group_id),
     ).fetchone()
     if n_done < n_samples:
         return CommitResult(duplicate=False, group_id=group_id)

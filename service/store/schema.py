@@ -5,8 +5,8 @@ samples (one row per trajectory id: pending/done, status, reward, advantage), pa
 trajectory record, compressed JSON, on disk; deleted `--retention` after their group was
 acknowledged or dropped), leases (batch_id, expires_at, state: active/acked/expired/released),
 idempotency (Idempotency-Key -> rollout), meta (policy version); workspaces and
-workspace_blobs (final workspaces kept for regrading), delivered_groups, regraded_groups and
-regrade_offers (regrades, and regraded groups offered to trainers).
+workspace_blobs (final workspaces kept for regrading), delivered_groups, staged_gradings,
+regraded_groups and regrade_offers (regrades, and regraded groups offered to trainers).
 
 New databases use incremental auto-vacuum, so space freed by retention goes back to the file
 system (`reclaim`), not only to SQLite's free list.
@@ -104,10 +104,20 @@ CREATE TABLE IF NOT EXISTS workspace_blobs (
     codec TEXT NOT NULL,             -- zlib / raw
     data BLOB NOT NULL
 );
--- Regrades (regrades.py): groups ever leased (a regrade of one goes out as a new batch), the
--- gradings regrades recorded per group and how many of them are settled (advantages, offer),
--- and the regraded groups offered to trainers that ask for them.
+-- Regrades (regrades.py): groups ever leased (a regrade of one not yet acked waits), the
+-- gradings regrades recorded per group and how many of them are settled (served, with their
+-- advantages, and offered), and the regraded groups offered to trainers that ask for them.
 CREATE TABLE IF NOT EXISTS delivered_groups (group_id TEXT PRIMARY KEY);
+-- Gradings a regrade recorded and its group does not serve yet: `settle` applies a group's
+-- together with its advantages, in one transaction (docs/regrade.md).
+CREATE TABLE IF NOT EXISTS staged_gradings (
+    seq INTEGER PRIMARY KEY,         -- the order they are applied in
+    trajectory_id TEXT NOT NULL,
+    group_id TEXT NOT NULL,
+    grading TEXT NOT NULL,           -- Grading as JSON
+    output TEXT NOT NULL             -- the verifier's output
+);
+CREATE INDEX IF NOT EXISTS staged_gradings_group ON staged_gradings (group_id, seq);
 CREATE TABLE IF NOT EXISTS regraded_groups (
     group_id TEXT PRIMARY KEY,
     gradings INTEGER NOT NULL,

@@ -2,8 +2,9 @@
 policy, real SQLite, the CLI and the HTTP API.
 
 - `rollouts collect`, then one task's tests change: `rollouts regrade` changes exactly that
-  task's samples, keeps their history, recomputes advantages; one killed midway resumes with no
-  grading twice; an infrastructure failure exits 1 and records nothing.
+  task's samples, keeps their history, recomputes advantages; one killed midway (a grading
+  recorded, its group not yet settled) leaves the group serving its first grading whole, and
+  resumes with no grading twice; an infrastructure failure exits 1 and records nothing.
 - A grader fix: samples collected under a guard that let an always-equal answer through (a
   test double of the guard) scored 1.0; `POST /v1/rollouts/{id}/regrade` with the real grader
   turns them into a flagged 0, and the trainer that had acked them gets the regraded group as
@@ -37,7 +38,9 @@ from service.components import Components, settings_task_loader
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.settings import PolicySettings, ServiceSettings, Settings
+from service.store import DB_NAME
 from service.store.reader import iter_trajectory_rows
+from service.store.schema import connect
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +59,16 @@ def stored(store: Path) -> dict[str, dict[str, Any]]:
     """Every committed trajectory of the store, by id, as exported (read-only, while a writer
     may be running)."""
     return {r["trajectory_id"]: r for rows in iter_trajectory_rows(store) for r in rows}
+
+
+def recorded_unserved(store: Path) -> list[str]:
+    """Trajectories with a regrade's grading recorded and not yet served (their group not yet
+    settled), read-only."""
+    conn = connect(store / DB_NAME, readonly=True)
+    try:
+        return sorted(t for (t,) in conn.execute("SELECT trajectory_id FROM staged_gradings"))
+    finally:
+        conn.close()
 
 
 def test_changed_tests_regrade_that_task_only_and_a_killed_regrade_resumes(tmp_path: Path) -> None:
@@ -87,22 +100,29 @@ def test_changed_tests_regrade_that_task_only_and_a_killed_regrade_resumes(tmp_p
                   if line.startswith("failed: ")) == changed  # fmt: skip
     assert all(len(t["gradings"]) == 1 for t in stored(store).values())
 
-    # Killed after its first grading ...
+    # Killed after its first grading, before its group's last: recorded, not yet settled ...
     cmd = [sys.executable, "-m", "clients.cli", "regrade", "--data-dir", str(store),
            "--tasks", str(tasks), "--task", CHANGED, "--concurrency", "1"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
-        while not any(len(stored(store)[t]["gradings"]) == 2 for t in changed):
+        while not recorded_unserved(store):
             assert proc.poll() is None and time.monotonic() < deadline, "no grading recorded"
             time.sleep(0.1)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    cut = stored(store)
-    done = [t for t in changed if len(cut[t]["gradings"]) == 2]
+    done = recorded_unserved(store)
     assert 1 <= len(done) < len(changed), "the regrade was not killed midway"
+    # ... its group still serves the first grading whole: rewards and advantages as collected.
+    cut = stored(store)
+    for tid in changed:
+        assert len(cut[tid]["gradings"]) == 1, tid
+        assert (cut[tid]["reward"], cut[tid]["advantage"]) == (
+            before[tid]["reward"],
+            before[tid]["advantage"],
+        )
 
     # ... and run again (the rollouts' own tasks path this time): it grades the rest, adds no
     # grading twice, and reports every change of the changed task, the killed run's too.

@@ -95,7 +95,10 @@ class StepRunner:
                 spec.trajectory_id, spec.rollout_id, spec.group_id, spec.task_id,
                 spec.sample_index, version, status,
             )  # fmt: skip
-            await on_trajectory(t.model_copy(update={"reward": reward}))
+            # One token generated under `version`: what the group's staleness counts from.
+            token = {"response_token_ids": [1], "loss_mask": [1], "rollout_logprobs": [-0.1],
+                     "response_policy_versions": [version]}  # fmt: skip
+            await on_trajectory(t.model_copy(update={"reward": reward, **token}))
 
         await asyncio.gather(*(one(s) for s in samples))
 

@@ -13,6 +13,7 @@ import pytest
 from service.sample import SampleSpec
 from service.settings import Settings
 from service.trajectory import ARROW_SCHEMA, Status, Trajectory
+from service.wire import Group
 from tests.unit.live_service import AUTH, KEY, Runner, Server, wait_for
 from tests.unit.live_service import make_settings as live_settings
 
@@ -282,6 +283,35 @@ def test_policy_version_persists(tmp_path: Path) -> None:
         assert c.get("/v1/policy").json()["version"] == 7
 
 
+def test_a_version_without_max_staleness_keeps_the_bound(tmp_path: Path) -> None:
+    """Issue 35, case 6: the trainer-driven `POST /v1/policy {"version": N}` (flow 2 of
+    docs/weight-updates.md) keeps the staleness bound in force; only an explicit null removes
+    it; every answer shows the bound in force, and it survives a restart. The trainer client
+    sends the field only when given."""
+    from clients.trainer import TrainerClient
+
+    with Server(make_settings(tmp_path), GatedRunner()) as s, client(s) as c:
+        assert (
+            c.post("/v1/policy", json={"version": 1, "max_staleness": 2}).json()["max_staleness"]
+            == 2
+        )
+        kept = c.post("/v1/policy", json={"version": 2})
+        assert kept.status_code == 200 and kept.json()["max_staleness"] == 2
+        assert c.get("/v1/policy").json()["max_staleness"] == 2
+    with Server(make_settings(tmp_path), GatedRunner()) as s, TrainerClient(s.url, KEY) as tc:
+        with client(s) as c:
+            assert c.get("/v1/policy").json()["max_staleness"] == 2  # persisted
+        assert tc.set_policy(3).max_staleness == 2  # omitted: kept
+        assert tc.set_policy(4, max_staleness=None).max_staleness is None  # null: removed
+        assert tc.set_policy(5).max_staleness is None
+        assert tc.set_policy(6, max_staleness=0).max_staleness == 0
+
+
+def test_max_stale_requeues_reaches_the_leases(tmp_path: Path) -> None:
+    with Server(make_settings(tmp_path, max_stale_requeues=1), GatedRunner()) as s:
+        assert s.server.config.app.state.service.leasing.policy.max_requeues == 1
+
+
 def test_policy_update_requests_are_checked(tmp_path: Path) -> None:
     """Bad weight-update requests name what to fix; a service that drives no policy servers
     (here: a runner of the test's own) says it cannot pause them."""
@@ -392,6 +422,36 @@ def test_client_dedupes_redelivered_groups(tmp_path: Path) -> None:
             b.ack()
         assert not set(seen) & {t.trajectory_id for t in first.trajectories}
         assert len(seen) == 2
+        # The re-delivered group was acked in time at last: nothing left to remember.
+        assert tc._dedupe.pending == {}
+
+
+def test_the_client_remembers_only_groups_on_their_way_back(tmp_path: Path) -> None:
+    """TrainerClient's dedupe memory is bounded over a long run (issue 35): a batch acked in
+    time is never offered again, so it keeps no ids of it; ids of a batch acked too late stay
+    only until their group comes back, and never more than its window."""
+    from clients.trainer import Batch, TrainerClient, _Dedupe
+
+    with Server(make_settings(tmp_path), GatedRunner()) as s, TrainerClient(s.url, KEY) as tc:
+        rid = tc.submit(TASKS, n_samples=2, limit=3, advantage=SMALL_GROUPS)
+        seen = []
+        for batch in tc.batches(max_groups=1, rollout_id=rid, wait_s=5):
+            seen += [t.trajectory_id for t in batch.trajectories]
+            batch.ack()
+            assert tc._dedupe.pending == {}
+        assert len(seen) == len(set(seen)) == 6
+    window = _Dedupe(window=3)
+    groups = [
+        Group(group_id=f"g{i}", task_id="t", rollout_id="r", trajectories=[
+            GatedRunner().report(SampleSpec(f"g{i}.s{k}", "r", f"g{i}", "t", k))
+            for k in range(2)
+        ])
+        for i in range(3)
+    ]  # fmt: skip
+    for g in groups:
+        window.record(Batch(g.group_id, 0.0, [g]), in_time=False)
+    assert list(window.pending) == [("g1.s1", -1), ("g2.s0", -1), ("g2.s1", -1)]
+    assert window.fresh(groups) == groups[:2]  # g0 forgotten, g1 half: both handed out again
 
 
 def test_serve_refuses_public_host_without_key() -> None:

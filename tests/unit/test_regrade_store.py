@@ -15,7 +15,7 @@ import pytest
 from sandboxes.verifier import default_grader, grader_version
 from sandboxes.workspace_snapshot import SnapshotError, rebuild, split
 from sandboxes.workspace_tar import build_tar, sanitize_workspace
-from service.advantages import AdvantageConfig
+from service.advantages import AdvantageConfig, compute_advantages
 from service.payload_codec import payload_dict
 from service.store import GroupPlan, Store, group_id_for, sample_trajectory_id
 from service.store.workspaces import pack_snapshot
@@ -248,3 +248,139 @@ def test_the_grader_version_names_the_rules_and_the_runtime() -> None:
 
 def _rules_source() -> bytes:
     return (Path(__file__).resolve().parents[2] / "sandboxes" / "reward.py").read_bytes()
+
+
+# A regrade of a group of four collected as [1, 0, 0, 0]: the 1 was a hack (flagged, now 0)
+# and the second sample's 0 was the tests' fault (now 1).
+OLD, NEW = [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]
+RLOO = AdvantageConfig("rloo", 1, False)
+
+
+def _regrading(k: int) -> Grading:
+    flags = ["value_hack"] if k == 0 else []
+    return Grading(reward=NEW[k], status=Status.ok, reward_flags=flags, grader_version="g1",
+                   tests_digest="t2")  # fmt: skip
+
+
+async def _collected(store: Store, rid: str) -> str:
+    gid = await _rollout(store, rid, 4)
+    for k in range(4):
+        t = make_trajectory(sample_trajectory_id(gid, k), rid, gid, "t", k, reward=OLD[k])
+        await store.commit_trajectory(_graded(t))
+    return gid
+
+
+def _served(group: object) -> tuple[list[float], list[int]]:
+    """The rewards a leased group serves and each trajectory's number of gradings, after
+    checking that its advantages are those of its rewards (what a trainer computes from)."""
+    rows = [payload_dict(c, d, a) for c, d, a in group.rows]  # type: ignore[attr-defined]
+    rewards = [r["reward"] for r in rows]
+    assert [r["advantage"] for r in rows] == pytest.approx(
+        compute_advantages(rewards, [False] * len(rows), RLOO)
+    ), rows
+    return rewards, [len(r["gradings"]) for r in rows]
+
+
+@pytest.mark.parametrize("step", range(4))
+async def test_a_lease_racing_each_step_of_a_regrade_gets_one_whole_grading(
+    tmp_path: Path, step: int
+) -> None:
+    """Issue 35, case 2: a lease between `record` of one sample and `settle` of its group used
+    to get the new reward beside the old advantage (reward 0.0, advantage +1.0). A lease at
+    any step gets one grading whole, with its advantages; a trainer that had the old one gets
+    the new one exactly once, as a regraded group, after its ack."""
+    store = Store(tmp_path)
+    store.open()
+    try:
+        gid = await _collected(store, "r")
+        steps = [
+            lambda: store.record_grading(sample_trajectory_id(gid, 0), _regrading(0), "out"),
+            lambda: store.record_grading(sample_trajectory_id(gid, 1), _regrading(1), "out"),
+            lambda: store.settle_regraded([gid]),
+        ]
+        lease = None
+        for i, do in enumerate(steps):
+            if i == step:
+                lease = await store.lease(max_groups=1, stale_policy="drop", **LEASE)
+            await do()
+        if lease is None:
+            lease = await store.lease(max_groups=1, stale_policy="drop", **LEASE)
+        (group,) = lease.groups
+        rewards, gradings = _served(group)
+        if step < len(steps):  # leased before the regrade settled: the grading it was made with
+            assert (rewards, gradings) == (OLD, [1, 1, 1, 1])
+        else:  # never delivered before: it simply serves the new grades
+            assert (rewards, gradings) == (NEW, [2, 2, 1, 1])
+        await store.ack(lease.batch_id)
+
+        regraded = await store.lease_regraded(max_groups=10, rollout_id=None, lease_s=60.0)
+        if step < len(steps):
+            (again,) = regraded.groups
+            assert _served(again) == (NEW, [2, 2, 1, 1])
+            await store.ack(regraded.batch_id)
+            regraded = await store.lease_regraded(max_groups=10, rollout_id=None, lease_s=60.0)
+        assert regraded.batch_id is None
+        assert (await store.lease(max_groups=10, stale_policy="drop", **LEASE)).batch_id is None
+    finally:
+        store.close()
+
+
+async def test_a_group_out_to_a_trainer_serves_its_grading_until_acked(tmp_path: Path) -> None:
+    """The rule for a group regraded while its lease is out: every delivery until the ack (a
+    trainer that went away, a re-delivery) serves the grading of the first, so no trainer sees
+    two histories of it; the ack settles the regrade, offered once as a regraded group."""
+    store = Store(tmp_path)
+    store.open()
+    try:
+        gid = await _collected(store, "r")
+        first = await store.lease(max_groups=1, stale_policy="drop", **LEASE)
+        for k in (0, 1):
+            await store.record_grading(sample_trajectory_id(gid, k), _regrading(k), "out")
+        (settled,) = await store.settle_regraded([gid])
+        assert settled.waiting and not settled.offered
+        assert await store.release(first.batch_id) == 1  # its trainer went away
+        again = await store.lease(max_groups=1, stale_policy="drop", **LEASE)
+        (group,) = again.groups
+        assert _served(group) == (OLD, [1, 1, 1, 1])
+        early = await store.lease_regraded(max_groups=10, rollout_id=None, lease_s=60.0)
+        assert early.batch_id is None  # nothing to offer before the ack
+        await store.ack(again.batch_id)
+        regraded = await store.lease_regraded(max_groups=10, rollout_id=None, lease_s=60.0)
+        (group,) = regraded.groups
+        assert _served(group) == (NEW, [2, 2, 1, 1])
+        await store.ack(regraded.batch_id)
+        assert await store.remaining_regraded() == 0
+    finally:
+        store.close()
+
+
+async def test_a_regrade_killed_between_record_and_settle_is_settled_on_open(
+    tmp_path: Path,
+) -> None:
+    """A regrade stopped after recording its gradings, before settling their groups: the
+    store settles them when it opens again (the group never leased serves the new grading
+    with its advantages; the one a trainer acknowledged is offered as a regraded group)."""
+    store = Store(tmp_path)
+    store.open()
+    try:
+        fresh = await _collected(store, "r")
+        had = await _collected(store, "s")
+        lease = await store.lease(max_groups=1, stale_policy="drop", **{**LEASE, "rollout_id": "s"})
+        await store.ack(lease.batch_id)
+        for gid in (fresh, had):
+            for k in (0, 1):
+                await store.record_grading(sample_trajectory_id(gid, k), _regrading(k), "out")
+    finally:
+        store.close()  # killed: the regrade never settles
+    reopened = Store(tmp_path)
+    reopened.open()
+    try:
+        plain = await reopened.lease(max_groups=10, stale_policy="drop", **LEASE)
+        (group,) = plain.groups
+        assert group.group_id == fresh and _served(group) == (NEW, [2, 2, 1, 1])
+        await reopened.ack(plain.batch_id)
+        regraded = await reopened.lease_regraded(max_groups=10, rollout_id=None, lease_s=60.0)
+        (group,) = regraded.groups
+        assert group.group_id == had and _served(group) == (NEW, [2, 2, 1, 1])
+    finally:
+        reopened.close()

@@ -39,6 +39,7 @@ SERVICE_FLAGS = {
     "--max-concurrent-samples": "max_concurrent_samples",
     "--max-queued-samples": "max_queued_samples",
     "--stale-policy": "stale_policy",
+    "--max-stale-requeues": "max_stale_requeues",
     "--lease-ttl": "lease_ttl_s",
     "--body-timeout": "body_read_timeout_s",
     "--retry-masked": "retry_masked",

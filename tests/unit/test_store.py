@@ -12,11 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from service.advantages import AdvantageConfig
+from service.leasing import Leasing, PolicyVersion
+from service.metrics import Metrics
 from service.store import (
     GroupPlan,
     LeaseExpired,
+    Requeued,
     Store,
     UnknownBatch,
     group_id_for,
@@ -24,7 +28,7 @@ from service.store import (
     sample_trajectory_id,
     with_advantage,
 )
-from service.trajectory import Status, Trajectory
+from service.trajectory import Status, Trajectory, empty_trajectory
 
 
 def make_trajectory(
@@ -313,3 +317,63 @@ async def test_committed_trajectories_survive_sigkill(tmp_path: Path) -> None:
         s.close()
     missing = set(acknowledged) - stored
     assert not missing, f"{len(missing)} committed trajectories lost"
+
+
+async def test_a_sample_that_generated_no_token_does_not_make_its_group_stale(
+    tmp_path: Path,
+) -> None:
+    """Staleness counts from the group's oldest generated token (issue 35): a sample masked
+    before its first turn, committed while the version was 0, carries no weights at all."""
+    s = Store(tmp_path)
+    s.open()
+    try:
+        (plan,) = plans("r1", 1)
+        await s.create_rollout("r1", "{}", 0, AdvantageConfig(), [plan])
+        for k, tid in enumerate(plan.trajectory_ids[:-1]):
+            await s.commit_trajectory(make_trajectory(tid, "r1", plan.group_id, "t", k, version=5))
+        masked = empty_trajectory(
+            plan.trajectory_ids[-1], "r1", plan.group_id, "t", N - 1, 0, Status.sandbox_error
+        )
+        await s.commit_trajectory(masked)
+        assert await s.oldest_version(plan.group_id) == 5
+        res = await s.lease(**lease_kwargs(policy_version=6, max_staleness=2))
+        assert [g.group_id for g in res.groups] == [plan.group_id]
+        assert res.dropped_stale == 0
+    finally:
+        s.close()
+
+
+async def test_requeue_for_staleness_is_bounded_and_counted(tmp_path: Path) -> None:
+    """`--stale-policy requeue` re-runs a stale group at most `max_requeues` times; stale again
+    after that, it is dropped, and /metrics counts each outcome (issue 35)."""
+    s = Store(tmp_path)
+    s.open()
+    metrics = Metrics()
+    policy = PolicyVersion(version=6, max_staleness=2, stale_policy="requeue", max_requeues=2)
+    handed: list[Requeued] = []
+
+    async def requeue(groups: list[Requeued]) -> None:
+        handed.extend(groups)
+
+    leasing = Leasing(s, policy, requeue, lease_ttl_s=60, metrics=metrics)
+    try:
+        (plan,) = plans("r1", 1)
+        await s.create_rollout("r1", "{}", 0, AdvantageConfig(), [plan])
+        ids = plan.trajectory_ids
+        for attempt in range(3):  # every run of the group finishes under version 0 again
+            for k, tid in enumerate(ids):
+                t = make_trajectory(tid, "r1", plan.group_id, "t", k, version=0)
+                await s.commit_trajectory(t)
+            assert await leasing.lease(10, None, wait_s=0, lease_s=None) is None
+            if attempt < 2:
+                ids = handed[-1].trajectory_ids
+                assert ids == [f"{plan.group_id}.s{k}.a{attempt + 1}" for k in range(N)]
+        assert len(handed) == 2  # re-run twice, then dropped
+        assert await s.group_states() == {"dropped": 1}
+        assert await s.remaining_groups() == 0
+        text = generate_latest(metrics.registry).decode()
+        assert 'rollouts_groups_stale_total{action="requeue"} 2.0' in text
+        assert 'rollouts_groups_stale_total{action="requeue_limit"} 1.0' in text
+        assert 'rollouts_groups_stale_total{action="drop"} 0.0' in text
+    finally:
+        s.close()
