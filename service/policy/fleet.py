@@ -478,6 +478,8 @@ class PolicyFleet:
             )  # fmt: skip
         if s.out is None:
             await self._ensure_lora(s)
+        if s.out is None:  # just checked: no cool-down from an earlier fault
+            self.router.mark_ok(s.url)
 
     async def _readmit(self, s: ServerState) -> None:
         """A server out of rotation comes back once it serves the current version: brought to
