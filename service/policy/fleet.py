@@ -449,10 +449,17 @@ class PolicyFleet:
             s.asked = False  # asked again before it serves
             return
         s.doubt = None
-        if not managed:
+        if managed:
+            await self._adopt(s, tag)
+        else:
             s.managed, s.version = False, None  # follows the service's number
+        if s.out is None:
             await self._ensure_lora(s)
-            return
+        if s.out is None:  # just checked: no cool-down from an earlier fault
+            self.router.mark_ok(s.url)
+
+    async def _adopt(self, s: ServerState, tag: str | None) -> None:
+        """A server with the control routes that reports `tag`: see `_probe`."""
         s.managed = True
         version = parse_version(tag)
         if version is not None and version in (self.target, s.version):
@@ -476,10 +483,6 @@ class PolicyFleet:
                 s, f"serves version {version} but the policy is at {self.target}, and the "
                 "service does not know where that version's weights are",
             )  # fmt: skip
-        if s.out is None:
-            await self._ensure_lora(s)
-        if s.out is None:  # just checked: no cool-down from an earlier fault
-            self.router.mark_ok(s.url)
 
     async def _readmit(self, s: ServerState) -> None:
         """A server out of rotation comes back once it serves the current version: brought to
