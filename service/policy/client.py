@@ -585,10 +585,10 @@ class PolicyClient:
             raise _Retryable(f"HTTP {resp.status_code}: {message}")
         if resp.status_code >= 400:
             message, param = _error_message(resp)
-            if resp.status_code == 404 and param == "model":
-                # It no longer serves the model (a restarted engine without the LoRA adapter):
-                # the server's fault. Another one may; this one is asked again (and given the
-                # adapter) before it serves again.
+            if resp.status_code == 404 and param == "model" and self.fleet.lora is not None:
+                # It no longer serves the adapter (a restarted engine): the server's fault, not
+                # the sample's. Another one may; this one is asked again (and given the adapter)
+                # before it serves again.
                 raise _Retryable(f"HTTP 404: {message}")
             # /v1/completions names the parameter; /inference/v1/generate (vLLM 0.32) does not,
             # only its message says so (tests/fixtures/vllm-wire/updates/generate_too_long.json).
