@@ -585,7 +585,8 @@ class PolicyClient:
             raise _Retryable(f"HTTP {resp.status_code}: {message}")
         if resp.status_code >= 400:
             message, param = _error_message(resp)
-            if resp.status_code == 404 and param == "model" and self.fleet.lora is not None:
+            unknown_model = param == "model" or "does not exist" in message  # vLLM's words
+            if resp.status_code == 404 and unknown_model and self.fleet.lora is not None:
                 # It no longer serves the adapter (a restarted engine): the server's fault, not
                 # the sample's. Another one may; this one is asked again (and given the adapter)
                 # before it serves again.
