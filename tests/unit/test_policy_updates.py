@@ -76,7 +76,8 @@ class StandIn:
     @contextlib.contextmanager
     def down(self) -> Iterator[None]:
         """Unreachable (connections refused) inside the block, then back on the same port with
-        the same engine: its weights and tag kept (an outage, not a restart)."""
+        the same engine: its weights and tag kept (an outage, not a restart). Nothing may be
+        held in it meanwhile: it comes back on another event loop."""
         self.server.stop()
         try:
             yield
