@@ -282,7 +282,9 @@ class PolicyServer(BaseModel):
     url: str
     version: int | None = Field(description="the version it serves (its engine's tag)")
     status: Literal["serving", "paused", "out", "unknown"] = Field(
-        description="out: out of rotation (reason says why); unknown: not reached yet"
+        description="out: out of rotation (reason says why); unknown: not reached yet, or it "
+        "served weights the service did not give it (restarted?) and is asked again before it "
+        "serves (reason says why)"
     )
     reason: str | None = None
     managed: bool | None = Field(

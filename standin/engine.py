@@ -8,6 +8,11 @@ and a later request whose prompt continues an aborted choice picks its script up
 stopped. It also keeps the pause state, the loaded weights and LoRA adapters, a simulated
 prefix cache, vLLM's /metrics counters and the optional JSONL record of served choices.
 
+For tests of faults, things a real engine does on its own and a test must be able to cause at
+a moment it chooses: `restart` (the process dies and comes back behind the same address with
+its startup weights), `hold` (requests stop after some tokens, as on a busy GPU, until
+`release`: the engine is not paused) and `fail` (a control route answers an error).
+
 Errors are `StubError`s carrying vLLM's status, type and param; server.py shapes them.
 """
 
@@ -180,6 +185,13 @@ class StubEngine:
         self.unpaused.set()
         self.pause_mode: str | None = None
         self._aborts = 0  # pauses with mode abort so far: running choices end when it changes
+        self._life = 0  # restarts so far: requests of an earlier life fail
+        # Set and replaced at every change of the control state: whatever waits on it (a frozen
+        # choice, a held one, a new request on a paused engine) looks again.
+        self._wake = asyncio.Event()
+        self.hold_at: int | None = None  # requests stop once they have this many tokens
+        self.holding = 0  # requests stopped by the hold now
+        self.failing: dict[str, int] = {}  # control route -> the HTTP status it answers
         self.weights = Weights(tag="default", logit=settings.script_logit)
         self.adapters: dict[str, tuple[str, float]] = {}  # LoRA name -> (path, logit)
         # prompt + partial output of an aborted choice -> (its script, where it stopped in it)
@@ -323,10 +335,11 @@ class StubEngine:
         the decode time, under the weights of the moment; a keep pause freezes them between
         tokens, an abort pause ends them with their partial output."""
         self.validate(ask)
-        c = self.counters
+        c, life = self.counters, self._life
         c.waiting += 1
         try:
-            await self.unpaused.wait()  # new requests wait while the engine is paused
+            while not self.unpaused.is_set():  # new requests wait while the engine is paused
+                await self._changed(life)
         finally:
             c.waiting -= 1
         c.running += 1
@@ -337,9 +350,10 @@ class StubEngine:
         held = len(ask.prompt) * ask.n
         c.running_tokens += held
         try:
-            await self._produce(ask, decoders)
-            if self.pause_mode == "keep":
-                await self.unpaused.wait()  # pause(mode=keep) holds finished work too
+            aborts = self._aborts
+            await self._produce(ask, decoders, life)
+            while self.pause_mode == "keep" and self._aborts == aborts:
+                await self._changed(life)  # pause(mode=keep) holds finished work too
         finally:
             c.running_tokens -= held
             c.running -= 1
@@ -352,9 +366,20 @@ class StubEngine:
             await asyncio.to_thread(self._record, ask, decoders)
         return decoders
 
-    async def _produce(self, ask: Ask, decoders: list[ChoiceDecoder]) -> None:
+    async def _changed(self, life: int) -> None:
+        """Until the control state changes; a request of an earlier life fails (HTTP 500, as
+        vLLM's requests do when its engine core dies)."""
+        await self._wake.wait()
+        if self._life != life:
+            raise StubError(500, "EngineCore encountered an issue", "InternalServerError", None)
+
+    def _notify(self) -> None:
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    async def _produce(self, ask: Ask, decoders: list[ChoiceDecoder], life: int) -> None:
         """Token k of every choice is due after ttft + k x the per-token time, on a clock
-        that stands still while the engine is paused with keep."""
+        that stands still while the engine is paused with keep (or holds the request)."""
         rate = self.settings.tokens_per_s
         # The script's length (deviations aside) is what each choice will take.
         lengths = [max(1, min(d.max_tokens, len(d.script) - d.start)) for d in decoders]
@@ -370,7 +395,15 @@ class StubEngine:
                     d.abort()
                 return
             if self.pause_mode == "keep":
-                await self.unpaused.wait()
+                await self._changed(life)
+                continue
+            if self.hold_at is not None and produced >= self.hold_at:
+                self.holding += 1
+                self._notify()  # for whoever waits to see it held (`held`)
+                try:
+                    await self._changed(life)
+                finally:
+                    self.holding -= 1
                 continue
             wait = ttft + per_token * produced - active
             if wait > 0:
@@ -378,6 +411,10 @@ class StubEngine:
                 t0 = time.monotonic()
                 await asyncio.sleep(step)
                 active += time.monotonic() - t0
+                if self._life != life:
+                    raise StubError(
+                        500, "EngineCore encountered an issue", "InternalServerError", None
+                    )
                 continue
             for d in decoders:
                 d.step(self.weights_for(ask.model))
@@ -417,14 +454,52 @@ class StubEngine:
     def pause(self, mode: str, clear_cache: bool) -> None:
         self.pause_mode = mode
         self.unpaused.clear()
-        if mode == "abort":
+        if mode == "abort":  # every running request ends, frozen ones included
             self._aborts += 1
         if clear_cache:  # vLLM 0.32 empties the prefix cache on every mode
             self.reset_prefix_cache()
+        self._notify()
 
     def resume(self) -> None:
         self.pause_mode = None
         self.unpaused.set()
+        self._notify()
+
+    def restart(self) -> None:
+        """The process dies and comes back behind the same address (a supervisor's restart):
+        running and waiting requests fail with HTTP 500, and the engine is as it started:
+        its startup weights tagged "default", no LoRA adapter, not paused, no hold, caches and
+        counters empty."""
+        self._life += 1
+        self.weights = Weights(tag="default", logit=self.settings.script_logit)
+        self.adapters = {}
+        self.pause_mode, self.hold_at, self.failing = None, None, {}
+        self.unpaused.set()
+        self.counters = _Counters()
+        self._partials.clear()
+        self.reset_prefix_cache()
+        self._notify()
+
+    def hold(self, after_tokens: int) -> None:
+        """Running and new requests stop once they have `after_tokens` tokens, until
+        `release` (the engine is busy, not paused: /is_paused says false)."""
+        self.hold_at = after_tokens
+        self._notify()
+
+    def release(self) -> None:
+        self.hold_at = None
+        self._notify()
+
+    async def held(self, count: int) -> None:
+        """Until `count` requests are stopped by the hold."""
+        while self.holding < count:
+            await self._wake.wait()
+
+    def check_fault(self, route: str) -> None:
+        """A control route made to fail (`failing`) answers its status."""
+        status = self.failing.get(route)
+        if status is not None:
+            raise StubError(status, f"{route} failed (a fault the test asked for)", "Error", None)
 
     def reload(self, weights_path: str) -> None:
         if not Path(weights_path).is_dir():

@@ -11,6 +11,9 @@ routes serve comes from the engine (engine.py).
 Errors come in vLLM's shape `{"error": {"message", "type", "param", "code"}}` with vLLM's status
 codes (400 for a bad field, never 422). Decode speed is simulated with asyncio.sleep, so
 concurrent requests proceed in parallel like a batched engine.
+
+Routes under /standin/ are not vLLM's: tests use them to cause, at a moment they choose, what
+a real engine does on its own (engine.py: restart, hold and release, a failing control route).
 """
 
 from __future__ import annotations
@@ -303,6 +306,7 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
     async def pause(mode: str = "abort", clear_cache: bool = True) -> dict:
         """keep: running requests freeze between tokens; abort: they end now with their
         partial output; wait: answered once running requests are done. New ones wait."""
+        engine.check_fault("/pause")
         if mode not in PAUSE_MODES:
             raise bad_request(f"mode must be keep, abort or wait, got {mode!r}", "mode")
         engine.pause(mode, clear_cache)
@@ -313,12 +317,14 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
 
     @app.post("/resume")
     async def resume() -> dict:
+        engine.check_fault("/resume")
         engine.resume()
         return StatusResponse(status="resumed").model_dump()
 
     @app.post("/collective_rpc")
     async def collective_rpc(req: CollectiveRpcRequest) -> dict:
         """reload_weights(weights_path=DIR) switches to the weights in DIR (decoding.py)."""
+        engine.check_fault("/collective_rpc")
         if req.method != "reload_weights" or "weights_path" not in req.kwargs:
             raise bad_request(
                 f"the stand-in runs only reload_weights(weights_path=...), not {req.method!r}",
@@ -329,15 +335,18 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
 
     @app.post("/update_weight_version")
     async def update_weight_version(req: UpdateWeightVersionRequest) -> dict:
+        engine.check_fault("/update_weight_version")
         engine.weights = Weights(req.new_version, engine.weights.logit)
         return UpdateWeightVersionResponse(success=True, new_version=req.new_version).model_dump()
 
     @app.get("/weight_info")
     async def weight_info() -> dict:
+        engine.check_fault("/weight_info")
         return WeightInfoResponse(weight_version=engine.weights.tag).model_dump()
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter(req: LoadLoraAdapterRequest) -> PlainTextResponse:
+        engine.check_fault("/v1/load_lora_adapter")
         name = req.lora_name
         if name in engine.adapters and not req.load_inplace:
             raise bad_request(
@@ -366,5 +375,38 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
     async def reset_prefix_cache() -> dict:
         engine.reset_prefix_cache()
         return ResetPrefixCacheResponse(success=True).model_dump()
+
+    # The stand-in's own routes, for tests of faults (not vLLM's).
+    @app.post("/standin/restart")
+    async def restart() -> dict:
+        """Die and come back with the startup weights, tagged "default" (engine.restart)."""
+        engine.restart()
+        return {"status": "restarted"}
+
+    @app.post("/standin/hold")
+    async def hold(after_tokens: int = 0) -> dict:
+        """Requests stop once they have `after_tokens` tokens, until /standin/release."""
+        engine.hold(after_tokens)
+        return {"status": "holding"}
+
+    @app.get("/standin/held")
+    async def held(count: int = 1) -> dict:
+        """Answers once `count` requests are stopped by the hold."""
+        await engine.held(count)
+        return {"holding": engine.holding}
+
+    @app.post("/standin/release")
+    async def release() -> dict:
+        engine.release()
+        return {"status": "released"}
+
+    @app.post("/standin/fail")
+    async def fail(path: str, status: int | None = None) -> dict:
+        """Control route `path` answers `status` from now on (none: it works again)."""
+        if status is None:
+            engine.failing.pop(path, None)
+        else:
+            engine.failing[path] = status
+        return {"failing": engine.failing}
 
     return app

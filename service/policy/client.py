@@ -15,14 +15,21 @@ Generation goes to vLLM's token-in/token-out route `/inference/v1/generate`: the
 vLLM 0.32 whose answer says which weights produced which output token (`weight_versions` spans;
 `/v1/completions` drops them). A server started without `--enable-scale-out` answers it 403; the
 client then uses `/v1/completions` for that server, and its tokens carry the version the server
-had when the request was sent (the fleet pauses such a server with `abort` for its own updates,
-so a request never straddles one unseen).
+had when the request was sent (the fleet pauses such a server with `abort`, so a request never
+straddles an update unseen; one that did anyway is not kept).
+
+A token is never recorded under a version the service did not see its server serve: an answer
+whose spans name other weights (a restarted engine's "default") is not kept, its tokens are
+counted as discarded, and the turn is generated again; the server is asked what it serves
+before it serves again (fleet.py), as it is after any fault of its (a lost connection, a 5xx,
+a model it no longer serves: a restarted engine without the LoRA adapter).
 
 Weight updates (service/policy/fleet.py) shape generation in three ways:
 - a request waits while the service holds its server paused, and is salted with the version the
   server serves (`cache_salt: policy-v<N>`), so no prefix cached under other weights is reused;
 - a request held by a paused server is never timed out or retried: when the timeout passes, the
-  client asks the server whether it is paused (`/is_paused`), and waits on while it is;
+  client asks the server whether it is paused (`/is_paused`), and waits on while it is (unless
+  the server is out of rotation: it then goes elsewhere);
 - an aborted generation (`finish_reason: "abort"`, a pause with mode abort) is an answer, not a
   fault: its partial tokens and logprobs come back for the caller to continue from.
 
@@ -48,10 +55,11 @@ from service.agent.tokens import (
     base_renderings,
     observation_messages,
 )
-from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState
+from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState, ServerUnasked
 from service.policy.generations import (
     COMPLETIONS,
     GENERATE,
+    ForeignWeights,
     Generation,
     Rejected,
     completions_body,
@@ -384,6 +392,8 @@ class PolicyClient:
                 state = await self.fleet.admit(url)  # waits while the service holds it paused
             except ServerOut as e:
                 last = str(e)
+                if isinstance(e, ServerUnasked):
+                    self._router.mark_failed(url)
                 continue
             try:
                 return await self._generate_on(
@@ -392,6 +402,7 @@ class PolicyClient:
             except _Retryable as e:
                 last = f"{url}: {e}"
                 self._router.mark_failed(url)
+                self.fleet.suspect(state)
         raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
 
     async def _generate_on(
@@ -407,28 +418,33 @@ class PolicyClient:
         salt = self.fleet.salt(state)
         state.in_flight += 1
         try:
-            if state.spans is not False:
-                body = generate_body(self.model, prompt, sampling, salt)
-                try:
-                    resp = await self._generation(http, state, GENERATE, body, GenerateResponse)
-                    state.spans = True
-                    gens = from_generate(resp, n, version)
-                except _NoRoute:
-                    state.spans = False
-            if state.spans is False:
-                body = completions_body(self.model, prompt, sampling, salt)
-                resp = await self._generation(http, state, COMPLETIONS, body, CompletionResponse)
-                gens = from_completions(resp, n, version)
+            # The versions the server serves while the request runs: every token's must be one.
+            with self.fleet.watch(state) as window:
+                known = window if state.managed else None  # untagged: the number it was sent
+                if state.spans is not False:
+                    body = generate_body(self.model, prompt, sampling, salt)
+                    try:
+                        resp = await self._generation(http, state, GENERATE, body, GenerateResponse)
+                        state.spans = True
+                        gens = from_generate(resp, n, version, known)
+                    except _NoRoute:
+                        state.spans = False
+                if state.spans is False:
+                    body = completions_body(self.model, prompt, sampling, salt)
+                    resp = await self._generation(
+                        http, state, COMPLETIONS, body, CompletionResponse
+                    )
+                    gens = from_completions(resp, n, version, known)
         except Rejected as e:
             self.fleet.stats.discarded_tokens += e.tokens
+            if isinstance(e, ForeignWeights):
+                self.fleet.doubt(state, str(e))
             raise _Retryable(str(e)) from e
         finally:
             state.in_flight -= 1
         paused = self.fleet.paused_clock(state) - paused_before
         for g in gens:
             g.paused_s = paused
-            if g.versions:
-                self.fleet.saw_version(state, max(g.versions))
             if g.finish_reason == "abort":
                 self.fleet.stats.aborted_generations += 1
         return gens
@@ -483,7 +499,8 @@ class PolicyClient:
         return self._answer(url, resp, model)
 
     async def healthy(self) -> bool:
-        """True when any server answers /health with 200."""
+        """True when a server in rotation answers /health with 200 (what a re-run of a masked
+        sample waits for: one out of rotation answers /health all the same)."""
         http = self._client()
 
         async def one(url: str) -> bool:
@@ -492,8 +509,8 @@ class PolicyClient:
             except httpx.HTTPError:
                 return False
 
-        results = await asyncio.gather(*(one(u) for u in self._router.urls))
-        return any(results)
+        urls = [u for u in self._router.urls if self._router.in_rotation(u)]
+        return any(await asyncio.gather(*(one(u) for u in urls)))
 
     # ------------------------------------------------------------ transport
 
@@ -538,6 +555,7 @@ class PolicyClient:
             except _Retryable as e:
                 last = f"{url}{path}: {e}"
                 self._router.mark_failed(url)
+                self.fleet.suspect(self.fleet.servers[url])
                 continue
             self._router.mark_ok(url)
             return result
@@ -567,6 +585,12 @@ class PolicyClient:
             raise _Retryable(f"HTTP {resp.status_code}: {message}")
         if resp.status_code >= 400:
             message, param = _error_message(resp)
+            unknown_model = param == "model" or "does not exist" in message  # vLLM's words
+            if resp.status_code == 404 and unknown_model and self.fleet.lora is not None:
+                # It no longer serves the adapter (a restarted engine): the server's fault, not
+                # the sample's. Another one may; this one is asked again (and given the adapter)
+                # before it serves again.
+                raise _Retryable(f"HTTP 404: {message}")
             # /v1/completions names the parameter; /inference/v1/generate (vLLM 0.32) does not,
             # only its message says so (tests/fixtures/vllm-wire/updates/generate_too_long.json).
             too_long = param in _CONTEXT_PARAMS or "longer than the maximum model length" in message

@@ -8,10 +8,22 @@ Weight updates go through here:
   requests freeze; `abort` on a server that cannot report per-token versions, so that no request
   straddles the change unseen), load the weights in place (`/collective_rpc reload_weights`, or an
   in-place LoRA load), tag them `version`, check the tag, resume. A server that fails after
-  retries has its held requests aborted (they come back with their partial tokens and continue
-  elsewhere), stays paused and leaves rotation, and the report says why: never a silent mix.
+  retries leaves rotation, and the report says why: never a silent mix.
 - `pause(mode)`, then the trainer moves the weights itself, then `tag(version)` (which resumes
-  what the service paused) or `resume()`.
+  what the service paused) or `resume()`. `keep` is `abort` on a server without per-token
+  versions, for the same reason.
+
+A server that leaves rotation while the service holds it paused has the requests frozen in it
+aborted (they come back with their partial tokens and continue on another server); it stays
+paused, and is resumed and put back once it serves the current version (`reconcile`).
+
+A token is never recorded under a version the service did not see its engine serve. The
+service asks a server what it serves (`/weight_info`) before its first request and again after
+any fault of its (a lost connection, an error answer, tokens tagged with weights the service did
+not give it: a restarted engine's "default"); a server that serves something else is brought
+to the current weights (when the service loaded them) or kept out of rotation until it serves
+them. The policy client checks every answer's per-token versions against the versions the
+service saw the server serve while the request ran (`watch`).
 
 While the service holds a server paused, new generation requests for it wait here (`admit`)
 instead of queueing in the engine with a cache salt of the old version. The policy client asks
@@ -29,7 +41,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -51,7 +63,7 @@ M = TypeVar("M", bound=BaseModel)
 
 PauseMode = Literal["keep", "abort", "wait"]
 ServerStatus = Literal["serving", "paused", "out", "unknown"]
-_CONTROL_TIMEOUT_S = 600.0  # a reload of a large checkpoint takes minutes
+CONTROL_TIMEOUT_S = 600.0  # a reload of a large checkpoint takes minutes
 
 
 class ControlError(Exception):
@@ -72,6 +84,11 @@ class ServerOut(Exception):
     """The server left rotation while a request waited for it: send the request elsewhere."""
 
 
+class ServerUnasked(ServerOut):
+    """The server could not be asked which weights it serves: it serves nothing until it can
+    (the request goes elsewhere, and the server cools down)."""
+
+
 @dataclass
 class PolicyStats:
     """Counters for /metrics (service/metrics.py reads them at every scrape)."""
@@ -86,12 +103,31 @@ class PolicyStats:
     updates: int = 0  # weight updates the service applied
 
 
+@dataclass(eq=False)
+class Window:
+    """What the service saw one server serve while one generation request ran on it (the
+    policy client checks the answer's per-token versions against it)."""
+
+    seen: set[int]  # every version it served meanwhile
+    # The versions it served until a pause of the service's ended every running request
+    # (abort, wait): an answer without per-token versions came from one of these.
+    before_stop: set[int]
+    stopped: bool = False
+
+    def add(self, version: int) -> None:
+        self.seen.add(version)
+        if not self.stopped:
+            self.before_stop.add(version)
+
+
 @dataclass
 class ServerState:
     url: str
     version: int | None = None  # the version the server serves (its tag), when known
     managed: bool | None = None  # offers the control routes; None: not known yet
-    asked: bool = False  # probed once (requests do not ask again; reconcile does)
+    asked: bool = False  # what it serves is known; False: asked before it serves again
+    doubt: str | None = None  # why what it serves is unknown (it served unknown weights)
+    unanswered: str = ""  # why the last time it was asked got no answer
     spans: bool | None = None  # reports per-token weight versions (the generate route)
     out: str | None = None  # why it is out of rotation
     held: bool = False  # paused by the service
@@ -99,6 +135,7 @@ class ServerState:
     paused_since: float | None = None
     paused_total: float = 0.0
     open: asyncio.Event = field(default_factory=asyncio.Event)
+    windows: list[Window] = field(default_factory=list)  # one per generation request on it
 
     def __post_init__(self) -> None:
         self.open.set()
@@ -114,7 +151,7 @@ class ServerState:
             return "out"
         if self.held:
             return "paused"
-        return "serving" if self.managed is not None else "unknown"
+        return "serving" if self.managed is not None and self.doubt is None else "unknown"
 
 
 @dataclass(frozen=True)
@@ -145,11 +182,12 @@ class PolicyFleet:
         retries: int = 2,
         backoff_s: float = 1.0,
         probe_timeout_s: float = 10.0,
+        control_timeout_s: float = CONTROL_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`lora`: (name, path) of the adapter every server serves, the one generation names.
         `probe_timeout_s`: for the questions asked on the way of a request (what it serves,
-        whether it is paused)."""
+        whether it is paused); `control_timeout_s`: for pauses, loads and tags."""
         self.servers = {u: ServerState(u) for u in urls}
         self.router = router
         self._http = http
@@ -164,6 +202,7 @@ class PolicyFleet:
         self.retries = retries
         self.backoff_s = backoff_s
         self.probe_timeout_s = probe_timeout_s
+        self.control_timeout_s = control_timeout_s
         self.stats = PolicyStats()
         # In every cache salt: a server that outlives this service (or serves another one) may
         # hold blocks salted with the same version number but computed with other weights.
@@ -174,17 +213,25 @@ class PolicyFleet:
     # ------------------------------------------------------------ for the policy client
 
     async def admit(self, url: str) -> ServerState:
-        """Wait until a generation may be sent to `url` (not while the service holds it
-        paused); ServerOut once it is out of rotation."""
+        """Wait until a generation may be sent to `url`: it was asked what it serves since its
+        last fault, and the service does not hold it paused. ServerOut once it is out of
+        rotation; ServerUnasked when it cannot be asked."""
         s = self.servers[url]
-        if not s.asked:
-            async with self._lock:
-                if not s.asked:
-                    await self._probe(s)
-        await s.open.wait()
-        if s.out is not None:
-            raise ServerOut(f"{url} is out of rotation: {s.out}")
-        return s
+        while True:
+            if s.out is not None:
+                raise ServerOut(f"{url} is out of rotation: {s.out}")
+            if not s.asked:
+                async with self._lock:
+                    if s.out is None and not s.asked:
+                        await self._probe(s)
+                if s.out is None and not s.asked:
+                    raise ServerUnasked(
+                        f"{url} does not say which weights it serves: {s.unanswered}"
+                    )
+                continue
+            if s.open.is_set():
+                return s
+            await s.open.wait()
 
     def salt(self, s: ServerState) -> str:
         """The prefix-cache salt of a request to `s`: one per policy version of this service's
@@ -196,11 +243,30 @@ class PolicyFleet:
     def version_of(self, s: ServerState) -> int:
         return s.version if s.version is not None else self.target
 
-    def saw_version(self, s: ServerState, version: int) -> None:
-        """A generation reported tokens of a newer version than we knew (someone else tagged
-        the engine): later requests are salted with it."""
-        if s.version is None or version > s.version:
-            s.version = version
+    @contextlib.contextmanager
+    def watch(self, s: ServerState) -> Iterator[Window]:
+        """The versions `s` serves from now until the block ends, as the service knows them:
+        the one it serves now and each one the service tags it with meanwhile (added before
+        the tag is sent: the engine labels tokens with it from that moment)."""
+        window = Window({self.version_of(s)}, {self.version_of(s)})
+        s.windows.append(window)
+        try:
+            yield window
+        finally:
+            s.windows.remove(window)
+
+    def suspect(self, s: ServerState) -> None:
+        """A request to `s` failed (a lost connection, an error answer): it may have restarted
+        with other weights, so it is asked again before it serves again."""
+        s.asked = False
+
+    def doubt(self, s: ServerState, reason: str) -> None:
+        """`s` answered with tokens of weights the service did not see it serve (a restarted
+        engine's "default"): what it serves is unknown (reports say why) until it is asked
+        again, which it is before it serves again: then it is brought to the current weights,
+        or taken out of rotation until it serves them."""
+        log.warning("policy server %s: %s", s.url, reason)
+        s.doubt, s.asked, s.version = reason, False, None
 
     def saw_paused(self, s: ServerState, paused: bool) -> None:
         """The client found the server paused by someone else (or no longer paused)."""
@@ -218,7 +284,11 @@ class PolicyFleet:
 
     async def is_paused(self, s: ServerState) -> bool:
         """Whether the server is paused now: held by the service, or says so itself (someone
-        else paused it). A server that cannot say is taken as not paused."""
+        else paused it). A server that cannot say is taken as not paused, and so is one out of
+        rotation: a request still on it is not waited for past its timeout (it goes elsewhere;
+        the service aborted what it froze there when it took the server out)."""
+        if s.out is not None:
+            return False
         if s.held:
             return True
         try:
@@ -239,16 +309,19 @@ class PolicyFleet:
             await asyncio.gather(*(self._probe(s) for s in self.servers.values()))
 
     async def pause(self, mode: PauseMode) -> list[ServerReport]:
-        """Pause every server in rotation (`keep`, `abort` or `wait`); answers once all are."""
+        """Pause every server in rotation (`keep`, `abort` or `wait`); answers once all are.
+        `keep` is `abort` on a server without per-token versions: a request frozen there would
+        finish under the new weights with every token recorded under the old version."""
         async with self._lock:
             servers = await self._managed_in_rotation("pause")
             self._count_pause(servers)
             results = await asyncio.gather(
-                *(self._pause(s, mode) for s in servers), return_exceptions=True
+                *(self._pause(s, _unseen_straddle_free(s, mode)) for s in servers),
+                return_exceptions=True,
             )
             for s, r in zip(servers, results, strict=True):
                 if isinstance(r, BaseException):
-                    self._take_out(s, f"did not pause: {_describe(r)}")
+                    await self._take_out(s, f"did not pause: {_describe(r)}")
             return self.report()
 
     async def resume(self) -> list[ServerReport]:
@@ -258,7 +331,7 @@ class PolicyFleet:
             results = await asyncio.gather(*(self._resume(s) for s in held), return_exceptions=True)
             for s, r in zip(held, results, strict=True):
                 if isinstance(r, BaseException):
-                    self._take_out(s, f"did not resume: {_describe(r)}")
+                    await self._take_out(s, f"did not resume: {_describe(r)}")
             return self.report()
 
     async def tag(self, version: int) -> list[ServerReport]:
@@ -279,9 +352,13 @@ class PolicyFleet:
                 if isinstance(r, httpx.TransportError) and not s.held:
                     # Unreachable: it keeps the tag it has (its tokens say so, token by token;
                     # the report shows its version), and is tagged again by the next change.
+                    # Asked again before it serves: it may come back restarted.
                     log.warning("policy server %s missed version %d: %s", s.url, version, r)
+                    self.suspect(s)
                     continue
-                self._take_out(s, f"could not be tagged with version {version}: {_describe(r)}")
+                await self._take_out(
+                    s, f"could not be tagged with version {version}: {_describe(r)}"
+                )
             return self.report()
 
     async def update(
@@ -327,14 +404,15 @@ class PolicyFleet:
             return self.report()
 
     async def reconcile(self) -> None:
-        """Bring back what can be: servers not asked yet, and servers out of rotation that now
-        serve the current version, or can be brought to it (the service knows its weights)."""
+        """Bring back what can be: servers to be asked (again) what they serve, and servers
+        out of rotation that now serve the current version, or can be brought to it (the
+        service knows its weights)."""
         async with self._lock:
             for s in self.servers.values():
-                if s.managed is None:
-                    await self._probe(s)
-                elif s.out is not None:
+                if s.out is not None:
                     await self._readmit(s)
+                elif not s.asked:
+                    await self._probe(s)
 
     async def run(self, interval_s: float) -> None:
         """`reconcile` every `interval_s` seconds, for ever (the service's background task)."""
@@ -347,79 +425,95 @@ class PolicyFleet:
 
     def report(self) -> list[ServerReport]:
         return [
-            ServerReport(s.url, s.version, s.status, s.out, s.managed)
+            ServerReport(s.url, s.version, s.status, s.out or s.doubt, s.managed)
             for s in self.servers.values()
         ]
 
     # ------------------------------------------------------------ steps
 
     async def _probe(self, s: ServerState) -> None:
-        """What the server serves; fresh ones ("default") are tagged with the current version
-        (or brought to the weights of the last update the service made)."""
+        """What the server serves, asked before its first request and after each of its
+        faults. The current version, or an older one the service left it with (a tag that
+        did not reach it), is served; a fresh engine ("default": started, or restarted) is
+        brought to the weights of the last update the service loaded, or tagged with the
+        current version when the version never changed while the service ran (the operator
+        started it with the current weights); anything else leaves rotation."""
         s.asked = True
         try:
             r = await self._send(s, "GET", "/weight_info", None, timeout=self.probe_timeout_s)
-        except httpx.HTTPError as e:
-            log.info("policy server %s not answering yet (%s)", s.url, _describe(e))
+            managed = r.status_code != 404
+            tag = _parse(WeightInfoResponse, r).weight_version if managed else None
+        except (httpx.HTTPError, ControlError) as e:
+            s.unanswered = f"{type(e).__name__}: {_describe(e)}"
+            log.info("policy server %s not answering (%s)", s.url, s.unanswered)
+            s.asked = False  # asked again before it serves
             return
-        if r.status_code == 404:
+        s.doubt = None
+        if managed:
+            await self._adopt(s, tag)
+        else:
             s.managed, s.version = False, None  # follows the service's number
+        if s.out is None:
             await self._ensure_lora(s)
-            return
-        if r.status_code != 200:
-            return
+        if s.out is None:  # just checked: no cool-down from an earlier fault
+            self.router.mark_ok(s.url)
+
+    async def _adopt(self, s: ServerState, tag: str | None) -> None:
+        """A server with the control routes that reports `tag`: see `_probe`."""
         s.managed = True
-        tag = _parse(WeightInfoResponse, r).weight_version
         version = parse_version(tag)
-        if version == self.target:
-            s.version = version
+        if version is not None and version in (self.target, s.version):
+            self._set_version(s, version)
         elif self.source is not None:
             await self._bring(s, self.target, self.source)
-            return
-        elif version is None and self.changed:
-            self._take_out(
+        elif version is None and not self.changed:
+            try:
+                await self._set_tag(s, self.target)
+                self._set_version(s, self.target)
+            except (httpx.HTTPError, ControlError) as e:
+                await self._take_out(s, f"could not be tagged: {_describe(e)}")
+        elif version is None:
+            await self._take_out(
                 s, f"a fresh engine (restarted?) while the policy is at {self.target}, whose "
                 f"weights the trainer moved: load them there and tag it {self.target} "
                 "(/update_weight_version); it then comes back",
             )  # fmt: skip
-            return
-        elif version is None:
-            # A fresh engine at start: it serves what it was started with, which the operator
-            # says is the current policy.
-            try:
-                await self._set_tag(s, self.target)
-                s.version = self.target
-            except (httpx.HTTPError, ControlError) as e:
-                self._take_out(s, f"could not be tagged: {_describe(e)}")
-                return
         else:
-            self._take_out(
+            await self._take_out(
                 s, f"serves version {version} but the policy is at {self.target}, and the "
                 "service does not know where that version's weights are",
             )  # fmt: skip
-            return
-        await self._ensure_lora(s)
 
     async def _readmit(self, s: ServerState) -> None:
+        """A server out of rotation comes back once it serves the current version: brought to
+        it when the service knows its weights, else once someone tagged it so. A pause of the
+        service's is lifted first (its engine would hold every request sent to it)."""
         try:
             r = await self._send(s, "GET", "/weight_info", None, timeout=self.probe_timeout_s)
-        except httpx.HTTPError:
+            version = parse_version(_parse(WeightInfoResponse, r).weight_version)
+        except (httpx.HTTPError, ControlError):
             return
-        if r.status_code != 200:
-            return
-        version = parse_version(_parse(WeightInfoResponse, r).weight_version)
-        if self.source is not None and (version != self.target or s.held):
+        if self.source is not None and version != self.target:
             await self._bring(s, self.target, self.source)
-        elif version == self.target and not s.held:
-            s.version = version
+        elif version == self.target:
+            if s.held:
+                try:
+                    await self._resume(s)
+                except (httpx.HTTPError, ControlError) as e:
+                    log.warning("policy server %s: resume: %s", s.url, _describe(e))
+                    return
+            s.managed = True
+            self._set_version(s, version)
             self._put_back(s)
+        if s.out is None:
+            await self._ensure_lora(s)
 
     async def _bring(self, s: ServerState, version: int, source: dict[str, str]) -> str | None:
-        """Pause, load, tag, check, resume one server, retrying; on failure abort what it
-        holds (the samples continue elsewhere from their partial tokens) and take it out.
+        """Pause, load, tag, check, resume one server, retrying; on failure take it out (what
+        it holds is aborted: the samples continue elsewhere from their partial tokens).
         Returns why, when it was the load that the engine answered with an error (the weights,
         most likely: the caller decides); None otherwise (see `s.out` for the outcome)."""
-        mode: PauseMode = "abort" if s.spans is False else "keep"
+        mode = _unseen_straddle_free(s, "keep")
         last = ""
         refused: str | None = None
         for attempt in range(self.retries + 1):
@@ -441,9 +535,7 @@ class PolicyFleet:
                 continue
             self._put_back(s)
             return None
-        with contextlib.suppress(httpx.HTTPError):  # frozen requests come back with partials
-            await self._send(s, "POST", "/pause", None, params={"mode": "abort"})
-        self._take_out(s, f"update to version {version} failed: {last}")
+        await self._take_out(s, f"update to version {version} failed: {last}")
         return refused
 
     async def _pause(self, s: ServerState, mode: PauseMode) -> None:
@@ -451,10 +543,26 @@ class PolicyFleet:
         try:
             r = await self._send(s, "POST", "/pause", None, params={"mode": mode})
             _parse(StatusResponse, r)
+        except httpx.TimeoutException as e:
+            if isinstance(e, httpx.ConnectTimeout):
+                if not s.held:
+                    s.open.set()
+                raise
+            # The engine took the pause and did not answer in time (a wait pause whose running
+            # requests outlast the control timeout): it is paused, or will be. Held, so that it
+            # is resumed before it serves again.
+            self._hold(s)
+            raise
         except BaseException:
             if not s.held:
                 s.open.set()
             raise
+        self._hold(s)
+        if mode != "keep":  # every request running on it has ended: no token comes after
+            for window in s.windows:
+                window.stopped = True
+
+    def _hold(self, s: ServerState) -> None:
         if not s.held:
             s.held = True
             if s.paused_since is None:
@@ -484,17 +592,28 @@ class PolicyFleet:
     async def _tag_and_resume(self, s: ServerState, version: int) -> None:
         if s.managed:
             await self._set_tag(s, version)
-        s.version = version
+        self._set_version(s, version)
         if s.held:
             await self._resume(s)
 
     async def _set_tag(self, s: ServerState, version: int) -> None:
+        # The engine labels tokens with the new tag from the moment it takes it: requests
+        # running on it accept it from now on, whether or not its answer reaches us.
+        for window in s.windows:
+            window.add(version)
         body = {"new_version": str(version)}
         r = await self._send(s, "POST", "/update_weight_version", body)
         _parse(UpdateWeightVersionResponse, r)
         info = _parse(WeightInfoResponse, await self._send(s, "GET", "/weight_info", None))
         if info.weight_version != str(version):
             raise ControlError(f"tagged {version} but reports {info.weight_version!r}")
+
+    def _set_version(self, s: ServerState, version: int | None) -> None:
+        """`s` serves `version` (the service tagged it, or asked it)."""
+        s.version = version
+        if version is not None:
+            for window in s.windows:
+                window.add(version)
 
     async def _ensure_lora(self, s: ServerState) -> None:
         if self.lora is None:
@@ -509,13 +628,13 @@ class PolicyFleet:
             body = {"lora_name": name, "lora_path": path}
             _check(await self._send(s, "POST", "/v1/load_lora_adapter", body))
         except (httpx.HTTPError, ControlError) as e:
-            self._take_out(s, f"could not load the LoRA adapter {name!r}: {_describe(e)}")
+            await self._take_out(s, f"could not load the LoRA adapter {name!r}: {_describe(e)}")
 
     # ------------------------------------------------------------ bookkeeping
 
     async def _probe_all(self) -> None:
         for s in self.servers.values():
-            if s.managed is None:
+            if s.out is None and not s.asked:
                 await self._probe(s)
 
     async def _managed_in_rotation(self, what: str) -> list[ServerState]:
@@ -549,21 +668,30 @@ class PolicyFleet:
         s.held, s.paused_since = False, None
         s.open.set()
 
-    def _take_out(self, s: ServerState, reason: str) -> None:
+    async def _take_out(self, s: ServerState, reason: str) -> None:
         log.warning("policy server %s out of rotation: %s", s.url, reason)
         s.out = reason
         self.router.take_out(s.url)
-        if s.held and s.paused_since is not None:  # its pause no longer holds anyone up
+        s.open.set()  # waiting requests look again, see it is out and go elsewhere
+        if not s.held:
+            return
+        if s.paused_since is not None:  # its pause no longer holds anyone up
             seconds = self._clock() - s.paused_since
             s.paused_total += seconds
             self.stats.pause_seconds += seconds
             s.paused_since = None
-        s.open.set()  # waiting requests look again, see it is out and go elsewhere
+        # Requests frozen in its engine would wait for a resume that does not come while it is
+        # out: aborted, they come back with their partial tokens and continue on another
+        # server. It stays paused (held) until it is readmitted.
+        with contextlib.suppress(httpx.HTTPError):
+            await self._send(
+                s, "POST", "/pause", None, params={"mode": "abort"}, timeout=self.probe_timeout_s
+            )
 
     def _put_back(self, s: ServerState) -> None:
         if s.out is not None:
             log.info("policy server %s back in rotation at version %s", s.url, s.version)
-        s.out = None
+        s.out, s.doubt, s.asked = None, None, True
         self.router.put_back(s.url)
 
     async def _send(
@@ -574,11 +702,20 @@ class PolicyFleet:
         body: dict[str, Any] | None,
         *,
         params: dict[str, str] | None = None,
-        timeout: float = _CONTROL_TIMEOUT_S,
+        timeout: float | None = None,
     ) -> httpx.Response:
+        timeout = self.control_timeout_s if timeout is None else timeout
         return await self._http().request(
             method, s.url + path, json=body, params=params, timeout=timeout
         )
+
+
+def _unseen_straddle_free(s: ServerState, mode: PauseMode) -> PauseMode:
+    """The pause mode to use on `s` for `mode`: `keep` would freeze requests on a server that
+    reports no per-token versions (the /v1/completions fallback) and resume them under the new
+    weights, every token recorded under the old version; there they are aborted instead (their
+    partial tokens come back and the turn continues under the new weights)."""
+    return "abort" if mode == "keep" and s.spans is False else mode
 
 
 def _refuse_local_non_checkpoint(field: str, path: str) -> None:

@@ -4,8 +4,12 @@ request sends, and what its answer means.
 Every generation request carries every sampling field (vllm_wire.SAMPLING_FIELDS), so no server
 default can change the distribution sampled from. An answer's choices are checked (count, token
 ids aligned 1:1 with logprobs, finish reason) and read into `Generation`s with one policy
-version per output token, from the engine's `weight_versions` spans where it reports them. An
-answer that cannot be used raises `Rejected`, counting the generated tokens it loses.
+version per output token, from the engine's `weight_versions` spans where it reports them. A
+token is never labelled with a guess: a span naming weights the service did not see the server
+serve while the request ran (a restarted engine's "default") is the server's fault
+(`ForeignWeights`), and an answer without spans from a server whose version changed while it
+ran cannot be attributed. An answer that cannot be used raises `Rejected`, counting the
+generated tokens it loses.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from service.policy.fleet import parse_version
+from service.policy.fleet import Window, parse_version
 from service.policy.vllm_wire import (
     CompletionResponse,
     ErrorResponse,
@@ -117,30 +121,77 @@ class Rejected(Exception):
         self.tokens = tokens
 
 
+class ForeignWeights(Rejected):
+    """The engine labelled tokens with weights the service did not see it serve while the
+    request ran (a restarted engine's "default", a tag set behind the service's back): a fault
+    of that server, whose version is unknown until it is asked again."""
+
+
 class _Untiled(Exception):
     """The weight_versions spans do not cover the output tokens exactly once."""
 
 
+class _Foreign(Exception):
+    """A span names weights the service did not see the server serve."""
+
+
+class _Unattributed(Exception):
+    """No spans, and the server's version changed while the request ran."""
+
+
 def token_versions(
-    spans: list[WeightVersionSpan] | None, n_tokens: int, sent_version: int
+    spans: list[WeightVersionSpan] | None,
+    n_tokens: int,
+    sent_version: int,
+    window: Window | None,
 ) -> list[int]:
-    """One policy version per output token from the engine's spans. Tokens the spans do not
-    label with one of our versions (no spans, or a tag such as "default" that is not ours) get
-    the version the server served when the request was sent."""
+    """One policy version per output token. `window`: what the service saw the server serve
+    while the request ran (fleet.watch); every span must name one of its versions. Without
+    spans every token gets `sent_version`, which is exact only if the server served no other
+    version before the request ended. `window` None: a server the service does not tag (no
+    control routes), whose tokens carry the service's number when the request was sent."""
     out = [sent_version] * n_tokens
-    if not spans:
+    if window is None:
         return out
+    if not spans:
+        if len(window.before_stop) > 1:
+            raise _Unattributed(
+                f"the server's weights changed (versions {sorted(window.before_stop)}) while "
+                "this request ran, and its answer does not say which tokens came from which"
+            )
+        return out
+    seen = window.seen
     pos = 0
     for span in sorted(spans, key=lambda sp: sp.start):
         if span.start != pos or not span.start <= span.end <= n_tokens:
             raise _Untiled(f"weight_versions spans do not tile the {n_tokens} tokens: {spans}")
         version = parse_version(span.version)
-        if version is not None:
-            out[span.start : span.end] = [version] * (span.end - span.start)
+        if version is None or version not in seen:
+            raise _Foreign(
+                f"tokens {span.start}..{span.end} came from weights tagged {span.version!r}, "
+                f"while the service saw it serve {sorted(seen)} (restarted?)"
+            )
+        out[span.start : span.end] = [version] * (span.end - span.start)
         pos = span.end
     if pos != n_tokens:
         raise _Untiled(f"weight_versions spans do not tile the {n_tokens} tokens: {spans}")
     return out
+
+
+def _versions(
+    spans: list[WeightVersionSpan] | None,
+    n_tokens: int,
+    sent_version: int,
+    window: Window | None,
+    tokens: int,
+) -> list[int]:
+    """token_versions, its faults as Rejected (`tokens`: the answer's, all lost)."""
+    try:
+        return token_versions(spans, n_tokens, sent_version, window)
+    except _Foreign as e:
+        raise ForeignWeights(str(e), tokens) from e
+    except (_Untiled, _Unattributed) as e:
+        raise Rejected(str(e), tokens) from e
 
 
 def _choices_checked(choices: list[Any], n: int) -> list[Any]:
@@ -157,7 +208,9 @@ def _choices_checked(choices: list[Any], n: int) -> list[Any]:
     return sorted(choices, key=lambda c: c.index)
 
 
-def from_generate(resp: GenerateResponse, n: int, sent_version: int) -> list[Generation]:
+def from_generate(
+    resp: GenerateResponse, n: int, sent_version: int, window: Window | None
+) -> list[Generation]:
     out: list[Generation] = []
     choices = _choices_checked(resp.choices, n)
     tokens = sum(len(c.token_ids) for c in choices)
@@ -169,10 +222,9 @@ def from_generate(resp: GenerateResponse, n: int, sent_version: int) -> list[Gen
                 "logprobs",
                 tokens,
             )
-        try:
-            versions = token_versions(choice.weight_versions, len(choice.token_ids), sent_version)
-        except _Untiled as e:
-            raise Rejected(str(e), tokens) from e
+        versions = _versions(
+            choice.weight_versions, len(choice.token_ids), sent_version, window, tokens
+        )
         out.append(
             Generation(
                 token_ids=list(choice.token_ids),
@@ -186,7 +238,9 @@ def from_generate(resp: GenerateResponse, n: int, sent_version: int) -> list[Gen
     return out
 
 
-def from_completions(resp: CompletionResponse, n: int, sent_version: int) -> list[Generation]:
+def from_completions(
+    resp: CompletionResponse, n: int, sent_version: int, window: Window | None
+) -> list[Generation]:
     out: list[Generation] = []
     choices = _choices_checked(resp.choices, n)
     tokens = sum(len(c.token_ids) for c in choices)
@@ -204,7 +258,7 @@ def from_completions(resp: CompletionResponse, n: int, sent_version: int) -> lis
                 finish_reason=choice.finish_reason,
                 stop_reason=choice.stop_reason,
                 text=choice.text,
-                versions=[sent_version] * len(choice.token_ids),
+                versions=_versions(None, len(choice.token_ids), sent_version, window, tokens),
             )
         )
     return out

@@ -62,8 +62,10 @@ class PolicyRouter:
         self._out.add(url)
 
     def put_back(self, url: str) -> None:
+        """Back in rotation: it was just checked, so no cool-down either."""
         self._check(url)
         self._out.discard(url)
+        self._failed_at.pop(url, None)
 
     def pick(self) -> str:
         """A server for a one-off request (no sample, no stickiness, nothing counted)."""

@@ -148,7 +148,9 @@ class VllmServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> VllmServer:
-        self.port = free_port()
+        """Start it; started again after `stop`, it listens on the same port (a restart)."""
+        self.port = self.port or free_port()
+        self._healthy = False
         cmd = [
             str(self.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),

@@ -5,6 +5,7 @@ server that never answers past the client's timeout)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -119,10 +120,17 @@ def free_port() -> int:
 
 @pytest.fixture
 async def silent_server() -> AsyncIterator[str]:
-    """Accepts connections and reads requests, never answers."""
+    """Accepts connections and reads requests, never answers a generation (what it serves it
+    does say: no control routes, like vLLM without dev mode)."""
 
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = b""
         try:
+            with contextlib.suppress(asyncio.IncompleteReadError):  # closed before a request
+                head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET /weight_info "):
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
             await reader.read()  # until the client gives up and closes
         finally:
             writer.close()
@@ -198,7 +206,8 @@ async def test_sample_requests_stick_and_a_retry_moves_the_sample(faulty: Faulty
     assert client.pin("sample-1") == DEAD_URL  # least loaded: ties go to the first listed
     gens = await complete(client, sample="sample-1")
     assert gens[0].token_ids == [7, 2]
-    assert faulty.hosts == ["dead", "good"]
+    # The dead one was asked what it serves first (no answer): the generation went elsewhere.
+    assert faulty.hosts == ["good"]
     assert client.pin("sample-1") == GOOD_URL  # the sample moved with the retry
     client.release("sample-1")
 

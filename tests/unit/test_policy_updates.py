@@ -10,6 +10,7 @@ names the weights its logprob came from, token by token.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,8 +59,10 @@ def version_of_salt(salt: str) -> str:
 class StandIn:
     def __init__(self, record: Path, port: int = 0, **settings: object) -> None:
         self.record = record
-        app = build_app(StubSettings(p_malformed=0.0, record=str(record), **settings), tasks=[])
-        self.server = BackgroundServer(app, port=port)
+        self.app = build_app(
+            StubSettings(p_malformed=0.0, record=str(record), **settings), tasks=[]
+        )
+        self.server = BackgroundServer(self.app, port=port)
         self.url = ""
 
     def __enter__(self) -> StandIn:
@@ -69,6 +72,17 @@ class StandIn:
 
     def __exit__(self, *exc: object) -> None:
         self.server.stop()
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """Unreachable (connections refused) inside the block, then back on the same port with
+        the same engine: its weights and tag kept (an outage, not a restart). Nothing may be
+        held in it meanwhile: it comes back on another event loop."""
+        self.server.stop()
+        try:
+            yield
+        finally:
+            self.server = BackgroundServer(self.app, port=self.server.port).start()
 
     def served(self) -> list[dict]:
         if not self.record.exists():
@@ -267,19 +281,29 @@ async def test_a_tag_that_cannot_reach_a_server_leaves_it_its_own_tag(
 ) -> None:
     """POST /v1/policy {version} without weights, one server unreachable: the version is
     taken (the other server is tagged), the unreachable one keeps its tag and stays in rotation
-    (its tokens say which version they are, token by token), and the next change reaches it."""
-    port = free_port()
-    with StandIn(tmp_path / "other.jsonl", port, tokens_per_s=25.0) as other:
+    (its tokens say which version they are, token by token), and the next change reaches it.
+    Come back restarted instead (its startup weights, "default"), it is out of rotation until
+    it serves the version: the trainer moved the weights, the service cannot load them."""
+    with StandIn(tmp_path / "other.jsonl", tokens_per_s=25.0) as other:
         client = await client_for(stand_in.url, other.url)
         try:
-            other.server.stop()
-            reports = {r.url: r for r in await client.fleet.tag(1)}
+            with other.down():
+                reports = {r.url: r for r in await client.fleet.tag(1)}
             assert (reports[stand_in.url].version, reports[stand_in.url].status) == (1, "serving")
             assert (reports[other.url].version, reports[other.url].status) == (0, "serving")
-            with StandIn(tmp_path / "back.jsonl", port, tokens_per_s=25.0) as back:
-                reports = {r.url: r for r in await client.fleet.tag(2)}
-                assert {r.version for r in reports.values()} == {2}
-                assert httpx.get(back.url + "/weight_info").json()["weight_version"] == "2"
+            reports = {r.url: r for r in await client.fleet.tag(2)}
+            assert {r.version for r in reports.values()} == {2}
+            assert httpx.get(other.url + "/weight_info").json()["weight_version"] == "2"
+            await other.post("/standin/restart")  # and down a while: the service cannot tell
+            with other.down():
+                await client.fleet.tag(3)
+            reports = {r.url: r for r in await client.fleet.tag(4)}
+            assert reports[other.url].status == "out"
+            assert "restarted?" in (reports[other.url].reason or "")
+            assert httpx.get(other.url + "/weight_info").json()["weight_version"] == "default"
+            await other.post("/update_weight_version", json={"new_version": "4"})  # operator
+            await client.fleet.reconcile()
+            assert {(r.version, r.status) for r in client.fleet.report()} == {(4, "serving")}
         finally:
             await client.aclose()
 

@@ -15,6 +15,8 @@ from fastapi.responses import JSONResponse, Response
 from service.agent.tokens import TemplateFrame, TokenLedger
 from service.policy import vllm_wire as w
 from service.policy.client import ContextLengthError, PolicyClient, PolicyError
+from service.policy.fleet import Window
+from service.policy.generations import from_generate
 from service.sample import SamplingParams
 from standin.background import BackgroundServer
 
@@ -369,26 +371,37 @@ async def test_versions_per_token_come_from_the_recorded_spans(
     replay: tuple[Replay, str],
 ) -> None:
     """A request frozen across an update: the client hands on the engine's tokens and
-    logprobs, and one version per token from its spans ("1" then "2"), exact to the token."""
+    logprobs, and one version per token from its spans ("1" then "2"), exact to the token, when
+    the service saw the engine serve both while the request ran. When it did not (here it knew
+    the engine at version 1 only: a tag set behind its back), the answer is not kept."""
     r, url = replay
     rec = replay_update(r, "generate_spans_across_update.json")
-    client = PolicyClient([url], model="tiny", max_model_len=4096, backoff_s=0.01)
+    r.queue["/weight_info"] = [(200, {"weight_version": "1"})]
+    client = PolicyClient(
+        [url], model="tiny", max_model_len=4096, backoff_s=0.01, max_retries=0, version=1
+    )
     await client.start()
     try:
         sent = rec["request"]["json"]
         sampling = SamplingParams(max_tokens=120, seed=3)
-        gens = await client.complete(sent["token_ids"], sampling, n=2, server=url)
+        with pytest.raises(PolicyError, match="tagged '2'"):
+            await client.complete(sent["token_ids"], sampling, n=2, server=url)
+        choices = rec["response"]["choices"]
+        assert client.stats.discarded_tokens == sum(len(c["token_ids"]) for c in choices)
     finally:
         await client.aclose()
-    for gen, choice in zip(gens, rec["response"]["choices"], strict=True):
+    body = next(b for p, b in r.requests if p == "/inference/v1/generate")
+    assert body["output_mode"] == "text" and body["return_token_ids"] is True
+    assert set(w.SAMPLING_FIELDS) <= set(body["sampling_params"])
+    assert body["cache_salt"].startswith("policy-v1-")  # the version the client knew
+    # As read when the service tagged the engine 2 while the request ran (fleet.watch).
+    answer = w.GenerateResponse.model_validate(rec["response"])
+    gens = from_generate(answer, 2, 1, Window({1, 2}, {1, 2}))
+    for gen, choice in zip(gens, choices, strict=True):
         assert gen.token_ids == choice["token_ids"]
         assert gen.logprobs == [e["logprob"] for e in choice["logprobs"]["content"]]
         first, second = choice["weight_versions"]
         assert gen.versions == [1] * first["end"] + [2] * (second["end"] - second["start"])
-    body = next(b for p, b in r.requests if p == "/inference/v1/generate")
-    assert body["output_mode"] == "text" and body["return_token_ids"] is True
-    assert set(w.SAMPLING_FIELDS) <= set(body["sampling_params"])
-    assert body["cache_salt"].startswith("policy-v0-")  # the version the client knew (none yet)
 
 
 @pytest.mark.parametrize("name", ["generate_aborted.json", "completions_aborted.json"])
