@@ -212,6 +212,7 @@ async def build_components(
         chat_template_kwargs=p.chat_template_kwargs,
         harnesses=harnesses,
         default_harness=settings.agent.harness,
+        max_hold_s=p.max_hold_s,
     )
     adapter = default_adapter()
 
