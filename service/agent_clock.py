@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from service.policy.fleet import ServerState
 from service.policy.holds import Holds
+
+log = logging.getLogger(__name__)
 
 # Seconds a generation request may be held by a paused server before its sample is masked and
 # re-run: longer than a large checkpoint takes to load, short enough that a server left paused
@@ -76,8 +79,12 @@ class AgentClock:
         while True:
             self.holds.changed.clear()
             server = self.holds.server
-            if server is not None and not server.held:
-                await self.probe(server)  # paused by someone else?
+            # Paused by someone else? (A server without the control routes cannot say.)
+            if server is not None and not server.held and server.managed is not False:
+                try:
+                    await self.probe(server)
+                except Exception as e:  # noqa: BLE001 - the clock must keep running whatever
+                    log.warning("asking %s whether it is paused failed: %s", server.url, e)
             if self.holds.held():
                 held = self.holds.current_s()
                 if held >= self.max_hold_s:

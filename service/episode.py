@@ -253,7 +253,8 @@ class EpisodeRunner:
         self, samples: list[SampleSpec], messages: list[Message], harness: Harness
     ) -> _FirstTurn:
         """One tokenize and one n-sample request share the prompt prefix of the samples (one
-        request per run of consecutive seeds: see _seed_runs)."""
+        request per run of consecutive seeds: see _seed_runs). A request held by a paused
+        server longer than `max_hold_s` ends it as a policy fault (no agent clock runs yet)."""
         spec0 = samples[0]
         group_key = f"{spec0.rollout_id}/{spec0.group_id}"
         first = _FirstTurn(server=self.policy.pin(group_key), version=self.current_version())
@@ -266,6 +267,8 @@ class EpisodeRunner:
         except PolicyFault as e:
             first.error = e
         except TimeoutError:
+            if clock.held_too_long is None:  # not the clock's: it has no budget here
+                raise
             first.error = PolicyError(f"first turn: {clock.held_too_long}")
         finally:
             first.server = self.policy.pin(group_key)  # a retry may have moved the group
