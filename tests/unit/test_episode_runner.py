@@ -668,7 +668,7 @@ def test_metrics_take_any_finite_reward() -> None:
 # has ended; where the pause must outlast the agent's budget it is held at least that long.
 
 EXAMPLE = load_tasks(str(Path(__file__).resolve().parents[2] / "examples" / "tasks"), limit=1)[0]
-AGENT_S = 1.0  # the samples' agent timeout (the stand-in decodes instantly: the agent needs ms)
+AGENT_S = 2.0  # the samples' agent timeout (the stand-in decodes instantly: the agent needs ms)
 
 
 class GatedSandbox(FakeSandbox):
