@@ -225,6 +225,7 @@ async def build_components(
         harnesses=harnesses,
         default_harness=settings.agent.harness,
         calibrator=calibrator,
+        max_hold_s=p.max_hold_s,
     )
     adapter = default_adapter()
 

@@ -24,8 +24,10 @@ from sandboxes.task import Task
 from service.agent.harnesses import Harness, HarnessSession, ProfileError, build_harnesses
 from service.agent.harnesses.sandbox_terminal import SandboxTerminal
 from service.agent.tokens import InvariantError, TokenLedger
-from service.policy.client import ContextLengthError, PolicyClient, PolicyFault
+from service.agent_clock import MAX_HOLD_S, AgentClock
+from service.policy.client import ContextLengthError, PolicyClient, PolicyError, PolicyFault
 from service.policy.generations import Generation
+from service.policy.holds import Holds, PauseProbe
 from service.sample import UNCALIBRATED_DROP, SampleSpec
 from service.store.workspaces import KeptWorkspace, pack_snapshot
 from service.trajectory import (
@@ -98,6 +100,7 @@ class _FirstTurn:
     generations: list[Generation] = field(default_factory=list)
     error: PolicyFault | None = None
     seconds: float = 0.0
+    held_s: float = 0.0  # of `seconds`, held by paused servers
 
 
 @dataclass
@@ -109,6 +112,7 @@ class _Episode:
     ledger: TokenLedger
     messages: list[Message]
     version: int  # the policy version when it started (for a sample that generated nothing)
+    holds: Holds  # its generation requests' time held by paused servers (not the agent's)
     timings: Timings = field(default_factory=Timings)
     num_turns: int = 0
     stop_reason: str | None = None
@@ -136,19 +140,25 @@ class EpisodeRunner:
         harnesses: Mapping[str, Harness] | None = None,
         default_harness: str = "default",
         calibrator: Calibrator | None = None,
+        max_hold_s: float = MAX_HOLD_S,
     ) -> None:
         """`chat_template_kwargs`: for samples whose spec names none (the service default).
         `harnesses`: the conversation formats samples may name (default: the shipped ones,
         `default` and `tools`); `default_harness`: for samples whose spec names none.
         `calibrator`: grades each task's oracle at its first use; the samples of a task whose
         oracle does not score 1 unflagged are graded in the fallback, or dropped (their
-        spec's `uncalibrated`). None: every sample through the boundary."""
+        spec's `uncalibrated`). None: every sample through the boundary.
+        `max_hold_s`: how long a paused policy server may hold a sample's generation request
+        before the sample is masked (policy_error) and re-run (service/agent_clock.py)."""
         self.policy = policy
         self.sandboxes = sandboxes
         self.current_version = current_version
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.harnesses = dict(harnesses) if harnesses is not None else build_harnesses()
         self.default_harness = default_harness
+        self.max_hold_s = max_hold_s
+        # One question per server and poll interval, however many samples wait on it.
+        self._probe = PauseProbe(policy.fleet, policy.pause_poll_s)
         self.harness_for(None)  # the default must exist
         self.calibrator = calibrator
         self.known_blobs: KnownBlobs | None = None  # set: final workspaces are kept
@@ -270,39 +280,69 @@ class EpisodeRunner:
         self, samples: list[SampleSpec], messages: list[Message], harness: Harness
     ) -> _FirstTurn:
         """One tokenize and one n-sample request share the prompt prefix of the samples (one
-        request per run of consecutive seeds: see _seed_runs)."""
+        request per run of consecutive seeds: see _seed_runs). A request held by a paused
+        server longer than `max_hold_s` ends it as a policy fault (no agent clock runs yet)."""
         spec0 = samples[0]
         group_key = f"{spec0.rollout_id}/{spec0.group_id}"
         first = _FirstTurn(server=self.policy.pin(group_key), version=self.current_version())
+        holds = Holds(self.policy.fleet)
+        clock = self._clock(holds, None)  # no agent yet: only the bound on holds
         t0 = time.monotonic()
         try:
-            await self.policy.start()  # no-op once the model is known; the server may start late
-            first.prompt_ids = await self.policy.tokenize_messages(
-                [m.model_dump() for m in messages],
-                chat_template_kwargs=self.template_kwargs(spec0),
-                tools=harness.tools(),
-                sample=group_key,
-            )
-            budget = self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens)
-
-            async def run(positions: list[int]) -> list[Generation]:
-                seed = _turn_seed(samples[positions[0]].seed, 0)
-                params = replace(spec0.sampling, seed=seed, max_tokens=budget)
-                return await self.policy.complete(
-                    first.prompt_ids, params, n=len(positions), sample=group_key
-                )
-
-            by_position: dict[int, Generation] = {}
-            for positions in _seed_runs(samples):  # one run, unless some samples ran before
-                by_position.update(zip(positions, await run(positions), strict=True))
-            first.generations = [by_position[i] for i in range(len(samples))]
+            async with clock.running():
+                await self._first_generations(first, samples, messages, harness, group_key, holds)
         except PolicyFault as e:
             first.error = e
+        except TimeoutError:
+            if clock.held_too_long is None:  # not the clock's: it has no budget here
+                raise
+            first.error = PolicyError(f"first turn: {clock.held_too_long}")
         finally:
             first.server = self.policy.pin(group_key)  # a retry may have moved the group
             self.policy.release(group_key)
         first.seconds = time.monotonic() - t0
+        first.held_s = holds.total_s()
         return first
+
+    def _clock(self, holds: Holds, budget_s: float | None) -> AgentClock:
+        return AgentClock(
+            holds,
+            self._probe,
+            budget_s=budget_s,
+            max_hold_s=self.max_hold_s,
+            poll_s=self.policy.pause_poll_s,
+        )
+
+    async def _first_generations(
+        self,
+        first: _FirstTurn,
+        samples: list[SampleSpec],
+        messages: list[Message],
+        harness: Harness,
+        group_key: str,
+        holds: Holds,
+    ) -> None:
+        spec0 = samples[0]
+        await self.policy.start()  # no-op once the model is known; the server may start late
+        first.prompt_ids = await self.policy.tokenize_messages(
+            [m.model_dump() for m in messages],
+            chat_template_kwargs=self.template_kwargs(spec0),
+            tools=harness.tools(),
+            sample=group_key,
+        )
+        budget = self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens)
+
+        async def run(positions: list[int]) -> list[Generation]:
+            seed = _turn_seed(samples[positions[0]].seed, 0)
+            params = replace(spec0.sampling, seed=seed, max_tokens=budget)
+            return await self.policy.complete(
+                first.prompt_ids, params, n=len(positions), sample=group_key, holds=holds
+            )
+
+        by_position: dict[int, Generation] = {}
+        for positions in _seed_runs(samples):  # one run, unless some samples ran before
+            by_position.update(zip(positions, await run(positions), strict=True))
+        first.generations = [by_position[i] for i in range(len(samples))]
 
     def _turn_budget(self, seq_len: int, max_tokens: int) -> int:
         return max(1, min(max_tokens, self.policy.max_model_len - seq_len))
@@ -327,6 +367,7 @@ class EpisodeRunner:
             ledger=TokenLedger(prompt_ids=list(first.prompt_ids)),
             messages=list(messages),
             version=first.version,
+            holds=Holds(self.policy.fleet),
         )
         ep.timings.generate_s += first.seconds
         sandbox: Sandbox | None = None
@@ -369,6 +410,7 @@ class EpisodeRunner:
                 await self.sandboxes.destroy(sandbox)
                 ep.timings.teardown_s += time.monotonic() - t0
         ep.timings.total_s = time.monotonic() - started
+        ep.timings.held_s = first.held_s + ep.holds.total_s()
         await on_trajectory(self._trajectory(task, ep, verify))
 
     def _policy_failed(self, ep: _Episode, error: PolicyFault) -> None:
@@ -386,15 +428,21 @@ class EpisodeRunner:
         timeout_s = limits.timeout_s or task.config.agent_timeout_sec
         session = ep.harness.session(max_tokens=ep.spec.sampling.max_tokens)
         terminal = SandboxTerminal(sandbox)
+        # Starts after the first turn: its generation, and the time a pause held it, are not
+        # the agent's.
+        clock = self._clock(ep.holds, timeout_s)
         try:
-            async with asyncio.timeout(timeout_s) as clock:
+            async with clock.running():
                 t0 = time.monotonic()
                 await session.start(terminal)
                 ep.timings.agent_s += time.monotonic() - t0
-                await self._turns(ep, session, terminal, first, clock)
+                await self._turns(ep, session, terminal, first)
         except TimeoutError:
-            ep.ledger.rewind_to_last_generation()
-            ep.status = Status.agent_timeout
+            if clock.held_too_long is not None:  # the policy's fault: masked and re-run
+                self._policy_failed(ep, PolicyError(clock.held_too_long))
+            else:
+                ep.ledger.rewind_to_last_generation()
+                ep.status = Status.agent_timeout
         except InvariantError as e:
             # The engine's answer did not line up with what we sent: never train on it.
             self.policy.stats.discarded_tokens += ep.ledger.generated
@@ -419,7 +467,6 @@ class EpisodeRunner:
         session: HarnessSession,
         terminal: SandboxTerminal,
         gen: Generation | None,
-        clock: asyncio.Timeout | None = None,
     ) -> None:
         spec = ep.spec
         tools = ep.harness.tools()
@@ -430,7 +477,7 @@ class EpisodeRunner:
                 gen = await self._generate(ep, turn, 0, spec.sampling.max_tokens)
                 if gen is None:
                     return
-            done = await self._whole_turn(ep, turn, sent, gen, clock)
+            done = await self._whole_turn(ep, turn, sent, gen)
             if done is None:
                 return
             turn_ids, gen = done
@@ -495,7 +542,9 @@ class EpisodeRunner:
                 seed=_turn_seed(spec.seed, turn, part),
                 max_tokens=self._turn_budget(len(prompt), max_tokens),
             )
-            (gen,) = await self.policy.complete(prompt, params, n=1, sample=spec.trajectory_id)
+            (gen,) = await self.policy.complete(
+                prompt, params, n=1, sample=spec.trajectory_id, holds=ep.holds
+            )
         except PolicyFault as e:
             self._policy_failed(ep, e)
             return None
@@ -509,21 +558,17 @@ class EpisodeRunner:
         turn: int,
         sent: list[int],
         gen: Generation,
-        clock: asyncio.Timeout | None,
     ) -> tuple[list[int], Generation] | None:
         """Record a turn's generation; while it comes back aborted (a pause with mode abort),
         keep its partial tokens and ask for the rest of the turn from the sequence so far, with
         what is left of its max_tokens. Returns the turn's token ids and its last generation
-        (None: the episode ended, its status set). Time the requests spent held by a paused
-        server is given back to the agent's clock: a pause is not the agent's time."""
+        (None: the episode ended, its status set)."""
         turn_ids: list[int] = []
         part = 0
         while True:
             ep.ledger.add_generation(sent, gen.token_ids, gen.logprobs, gen.versions)
             ep.generated_tokens += len(gen.token_ids)
             turn_ids += gen.token_ids
-            if clock is not None and gen.paused_s > 0 and clock.when() is not None:
-                clock.reschedule(clock.when() + gen.paused_s)
             if gen.finish_reason != "abort":
                 return turn_ids, gen
             left = ep.spec.sampling.max_tokens - len(turn_ids)

@@ -25,6 +25,7 @@ from sandboxes.calibration import CALIBRATION_FILE
 from sandboxes.images import BuildSettings
 from sandboxes.pool import PoolSettings
 from service.agent.harnesses import Harness, ProfileError, build_harnesses
+from service.agent_clock import MAX_HOLD_S
 from service.policy.client import PolicyClient
 from service.sample import RETRY_MASKED
 from service.store.leases import MAX_STALE_REQUEUES
@@ -150,6 +151,12 @@ class PolicySettings(_Group):
         default=_CLIENT["update_retries"].default,
         ge=0,
         description="retries of a server's weight update before it leaves rotation",
+    )
+    max_hold_s: float = Field(
+        default=MAX_HOLD_S,
+        gt=0,
+        description="seconds a paused server may hold a sample's generation request (its agent "
+        "clock stopped meanwhile) before the sample is masked policy_error and re-run",
     )
     reconcile_s: float = Field(
         default=30.0,

@@ -60,6 +60,9 @@ class Timings(BaseModel):
     create_s: float = 0.0
     generate_s: float = 0.0
     agent_s: float = 0.0
+    # Of total_s: seconds its generation requests were held by paused policy servers (weight
+    # updates), which the agent's time budget does not count.
+    held_s: float = 0.0
     verify_s: float = 0.0
     teardown_s: float = 0.0
     total_s: float = 0.0

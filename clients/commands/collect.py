@@ -147,6 +147,7 @@ def register(app: typer.Typer) -> None:
         policy_cooldown_s: float = options.POLICY_COOLDOWN,
         policy_pause_poll_s: float = options.POLICY_PAUSE_POLL,
         policy_update_retries: int = options.POLICY_UPDATE_RETRIES,
+        policy_max_hold_s: float = options.POLICY_MAX_HOLD,
         lora: str = options.LORA,
         warm_containers: int = options.WARM_CONTAINERS,
         create_rate: float = options.CREATE_RATE,
@@ -172,6 +173,7 @@ def register(app: typer.Typer) -> None:
                 policy_retries=policy_retries, policy_backoff_s=policy_backoff_s,
                 policy_cooldown_s=policy_cooldown_s, policy_pause_poll_s=policy_pause_poll_s,
                 policy_update_retries=policy_update_retries, lora=lora,
+                policy_max_hold_s=policy_max_hold_s,
             )  # fmt: skip
             sandboxes = sandbox_settings(
                 image=image, runtime=runtime, warm_containers=warm_containers,

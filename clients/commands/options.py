@@ -93,6 +93,13 @@ POLICY_PAUSE_POLL = typer.Option(
     min=0.1,
     help="Seconds between checks of a paused policy server (a held request never times out).",
 )
+POLICY_MAX_HOLD = typer.Option(
+    _policy("max_hold_s"),
+    "--policy-max-hold",
+    min=0.1,
+    help="Seconds a paused policy server may hold a sample's request (not the agent's time) "
+    "before the sample is masked and re-run.",
+)
 POLICY_UPDATE_RETRIES = typer.Option(
     _policy("update_retries"),
     "--policy-update-retries",

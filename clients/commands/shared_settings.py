@@ -29,6 +29,7 @@ def policy_settings(
     policy_cooldown_s: float,
     policy_pause_poll_s: float,
     policy_update_retries: int,
+    policy_max_hold_s: float,
     lora: str | None,
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> PolicySettings:
@@ -37,6 +38,7 @@ def policy_settings(
         urls=policy_url or [], model=model, timeout_s=policy_timeout_s,
         max_retries=policy_retries, backoff_s=policy_backoff_s, cooldown_s=policy_cooldown_s,
         pause_poll_s=policy_pause_poll_s, update_retries=policy_update_retries,
+        max_hold_s=policy_max_hold_s,
         lora=lora or None, chat_template_kwargs=chat_template_kwargs or {},
     )  # fmt: skip
 

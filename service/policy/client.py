@@ -69,6 +69,7 @@ from service.policy.generations import (
     route_missing,
     sampling_fields,
 )
+from service.policy.holds import Holds
 from service.policy.routing import NoServerInRotation, PolicyRouter
 from service.policy.vllm_wire import (
     CompletionResponse,
@@ -360,11 +361,13 @@ class PolicyClient:
         n: int = 1,
         sample: str | None = None,
         server: str | None = None,
+        holds: Holds | None = None,
     ) -> list[Generation]:
         """Generate `n` continuations of the prompt: on `sample`'s server (a retry after a server
         fault moves the sample), or on `server`, or on the least-loaded healthy one. A choice
         may come back aborted (finish_reason "abort", its partial output): the caller continues
-        it. The request is salted with its server's policy version."""
+        it. The request is salted with its server's policy version. `holds`: told of each
+        attempt, so that the caller can tell the time a pause holds it from its own."""
         if sample is not None and server is not None:
             raise ValueError("a request goes to a sample's server or to a given one, not both")
         if not prompt_token_ids:
@@ -388,21 +391,29 @@ class PolicyClient:
                 last = f"{e}: see GET /v1/policy"
                 continue
             paused_before = self.fleet.paused_clock(self.fleet.servers[url])
+            if holds is not None:
+                holds.begin(self.fleet.servers[url])
             try:
-                state = await self.fleet.admit(url)  # waits while the service holds it paused
-            except ServerOut as e:
-                last = str(e)
-                if isinstance(e, ServerUnasked):
+                try:
+                    state = await self.fleet.admit(url)  # waits while the service holds it paused
+                except ServerOut as e:
+                    last = str(e)
+                    if isinstance(e, ServerUnasked):
+                        self._router.mark_failed(url)
+                    continue
+                try:
+                    return await self._generate_on(
+                        http, state, prompt_token_ids, sampling, n, paused_before
+                    )
+                except ServerOut as e:
+                    last = str(e)
+                except _Retryable as e:
+                    last = f"{url}: {e}"
                     self._router.mark_failed(url)
-                continue
-            try:
-                return await self._generate_on(
-                    http, state, prompt_token_ids, sampling, n, paused_before
-                )
-            except _Retryable as e:
-                last = f"{url}: {e}"
-                self._router.mark_failed(url)
-                self.fleet.suspect(state)
+                    self.fleet.suspect(state)
+            finally:
+                if holds is not None:
+                    holds.end()
         raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
 
     async def _generate_on(

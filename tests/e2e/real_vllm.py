@@ -249,15 +249,22 @@ class Exchange:
     at: float
 
 
+GENERATION_PATHS = ("/v1/completions", "/inference/v1/generate")
+
+
 class RecordingProxy:
     """An HTTP proxy in this process, in front of one server: forwards every request unchanged
-    and records it with the answer (JSON bodies parsed)."""
+    and records it with the answer (JSON bodies parsed). A test can wait until a number of
+    generation requests were sent on (`wait_sent`): a fact that stays true, unlike the engine's
+    state, which a busy machine can make come and go before the test looks."""
 
     def __init__(self, name: str, upstream: str) -> None:
         self.name = name
         self.upstream = upstream.rstrip("/")
         self.exchanges: list[Exchange] = []
+        self.sent = 0  # generation requests forwarded so far (answered or not)
         self._lock = threading.Lock()
+        self._sent_more = threading.Condition(self._lock)
         self._http: httpx.AsyncClient | None = None
         app = Starlette(
             routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "DELETE"])]
@@ -275,6 +282,12 @@ class RecordingProxy:
     def stop(self) -> None:
         self._server.stop()
 
+    def __enter__(self) -> RecordingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def clear(self) -> None:
         with self._lock:
             self.exchanges.clear()
@@ -284,10 +297,18 @@ class RecordingProxy:
             return [e for e in self.exchanges if e.path == "/v1/completions"]
 
     def generations(self) -> list[Exchange]:
-        """Requests on either generation route."""
+        """Answered requests on either generation route, in the order of their answers."""
         with self._lock:
-            paths = ("/v1/completions", "/inference/v1/generate")
-            return [e for e in self.exchanges if e.path in paths]
+            return [e for e in self.exchanges if e.path in GENERATION_PATHS]
+
+    def wait_sent(self, n: int, timeout_s: float = 600) -> None:
+        """Until `n` generation requests have been sent on to the server."""
+        with self._sent_more:
+            if not self._sent_more.wait_for(lambda: self.sent >= n, timeout_s):
+                raise AssertionError(
+                    f"{self.name}: {self.sent} generation requests in {timeout_s:.0f} s, "
+                    f"expected {n}"
+                )
 
     async def _forward(self, request: Request) -> Response:
         if self._http is None:  # created in the server's own event loop
@@ -296,6 +317,10 @@ class RecordingProxy:
         path = "/" + request.path_params["path"]
         query = f"?{request.url.query}" if request.url.query else ""
         headers = {"content-type": request.headers.get("content-type", "application/json")}
+        if path in GENERATION_PATHS:
+            with self._sent_more:
+                self.sent += 1
+                self._sent_more.notify_all()
         upstream = await self._http.request(
             request.method, self.upstream + path + query, content=body, headers=headers
         )

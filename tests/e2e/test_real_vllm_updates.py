@@ -13,6 +13,12 @@ Servers (started once for the module, float32 so that re-scoring matches samplin
   which the first update finds down and takes out of rotation;
 - L serves checkpoint 1 with LoRA enabled (an adapter written without peft).
 
+Timing is the tests', never the machine's: each test sends the service's traffic through a
+recording proxy, and once the proxy has sent a turn on, holds that turn in the engine (a `keep`
+pause from outside) after it has generated a few tokens; the update, abort or pause under test
+then acts on a turn that is certainly part-way, and releases it. No test waits for a state of
+the engine that a busy machine could make come and go unseen.
+
 In CI (CI=true) these tests fail when the engine cannot be provided; elsewhere they skip.
 """
 
@@ -35,7 +41,7 @@ import pytest
 
 from clients.commands.policy_stub import free_port
 from service.trajectory import from_arrow
-from tests.e2e.live import TASKS, Service, serve, wait_until
+from tests.e2e.live import TASKS, Service, serve
 from tests.e2e.real_vllm import (
     ROOT,
     RecordingProxy,
@@ -133,16 +139,16 @@ def score(url: str, seq: list[int], start: int, model: str | None = None) -> lis
 def collect_with(
     svc: Service,
     server: VllmServer,
+    proxy: RecordingProxy,
     during: Callable[[], None],
     *,
-    # Long turns: the update must land inside one, and on a loaded machine (CI: sandboxes
-    # starting on both cores) it has been seen to take longer than 150 tokens to arrive.
     max_tokens: int = 640,
     max_turns: int = 2,
-    wait_for_turn: bool = True,
+    hold_first_turn: bool = True,
 ) -> list[dict]:
-    """Collect one task x 2 samples with long turns; `during()` runs once the first turn is
-    being generated (or at once). Returns the trajectories (leased and acknowledged)."""
+    """Collect one task x 2 samples (one first-turn request, n=2) through `proxy`; `during()`
+    runs once the first turn is held part-way in the engine (`hold_part_way`), or at once.
+    Returns the trajectories (leased and acknowledged)."""
     body = {
         "tasks": {"path": TASKS, "ids": [TASK_ID]},
         "n_samples": 2,
@@ -151,27 +157,26 @@ def collect_with(
         "advantage": {"estimator": "rloo", "min_group_size": 1},
     }
     rollout = svc.submit(body)
-    if wait_for_turn:
-        generating(server)
+    if hold_first_turn:
+        hold_part_way(server, proxy, 1)
     during()
     svc.wait_finished(rollout, timeout_s=900)
     groups = svc.drain(rollout)
     return [t for g in groups for t in g["trajectories"]]
 
 
-def generating(server: VllmServer) -> None:
-    """Until a turn is being generated and some of its tokens are out. No fixed wait after it:
-    on a loaded machine a turn can end within a second, and the update must land inside it."""
-    out = server.metric("vllm:generation_tokens_total")
-    wait_until(
-        "a turn to be generated",
-        lambda: (
-            server.metric("vllm:num_requests_running") >= 1
-            and server.metric("vllm:generation_tokens_total") >= out + 8
-        ),
-        300,
-        poll_s=0.05,
-    )
+def hold_part_way(server: VllmServer, proxy: RecordingProxy, sent: int, tokens: int = 8) -> None:
+    """Once `proxy` has sent its `sent`-th generation request on, hold the engine's requests
+    (`/pause?mode=keep` from outside), then step the engine (resume, pause at once) until it has
+    generated `tokens` more tokens. What runs is then part-way through its turn (hundreds of
+    tokens long), however busy the machine, and stays so until the test releases it (the
+    update under test resumes the engine, or the test does)."""
+    proxy.wait_sent(sent)
+    post(server.url, "/pause", params={"mode": "keep"})
+    before = server.metric("vllm:generation_tokens_total")
+    while server.metric("vllm:generation_tokens_total") < before + tokens:
+        post(server.url, "/resume")
+        post(server.url, "/pause", params={"mode": "keep"})
 
 
 def turns(t: dict) -> list[tuple[int, int]]:
@@ -294,22 +299,23 @@ def test_update_from_a_checkpoint_mid_turn(rig: Rig, tmp_path: Path) -> None:
     u = rig.server("U")
     fresh(u, rig.ckpt[1])
     down = dead_url()
-    with serve(tmp_path, [u.url, down], "--policy-retries", "2") as svc:
+    proxy = RecordingProxy("U", u.url).start()
+    with proxy, serve(tmp_path, [proxy.url, down], "--policy-retries", "2") as svc:
         before = u.metric("vllm:generation_tokens_total")
 
-        def update() -> None:
+        def update() -> None:  # the first turn is held part-way: the update resumes it
             r = svc.call(
                 "POST", "/v1/policy", json={"version": 1, "weights_path": str(rig.ckpt[2])}
             )
             assert r.status_code == 200, r.text
             servers = {s["url"]: s for s in r.json()["servers"]}
-            assert (servers[u.url]["version"], servers[u.url]["status"]) == (1, "serving")
+            assert (servers[proxy.url]["version"], servers[proxy.url]["status"]) == (1, "serving")
             assert (
                 servers[down]["status"] == "out"
                 and "update to version 1" in servers[down]["reason"]
             )
 
-        trajs = collect_with(svc, u, update, max_turns=1)
+        trajs = collect_with(svc, u, proxy, update, max_turns=1)
         check_nothing_lost(trajs, u.metric("vllm:generation_tokens_total") - before)
         for t in trajs:
             first = t["response_policy_versions"][slice(*turns(t)[0])]
@@ -351,20 +357,19 @@ def test_trainer_driven_update_in_abort_mode_then_an_abort_from_outside(
             before = u.metric("vllm:generation_tokens_total")
 
             def trainer_then_outside() -> None:
+                # The first turn is held part-way: the service's abort ends it there.
                 r = svc.call("POST", "/v1/policy/pause", json={"mode": "abort"})
                 assert r.status_code == 200 and r.json()["servers"][0]["status"] == "paused", r.text
                 load(u.url, rig.ckpt[2])  # the trainer's own transfer
                 r = svc.call("POST", "/v1/policy", json={"version": 1})
                 assert r.status_code == 200 and r.json()["servers"][0]["version"] == 1, r.text
-                # The first turns' aborted request and both continuations are done: the
-                # second turns come next.
-                wait_until("the continued first turns", lambda: len(proxy.generations()) >= 3, 300)
-                generating(u)
+                # Requests 2 and 3 continue the first turns; 4 and 5 are the second turns.
+                # Once the last is sent, hold what runs part-way and abort it from outside.
+                hold_part_way(u, proxy, 5)
                 post(u.url, "/pause", params={"mode": "abort"})
-                time.sleep(0.5)
-                post(u.url, "/resume")
+                post(u.url, "/resume")  # the continuations, queued meanwhile, then run
 
-            trajs = collect_with(svc, u, trainer_then_outside)
+            trajs = collect_with(svc, u, proxy, trainer_then_outside)
             check_nothing_lost(trajs, u.metric("vllm:generation_tokens_total") - before)
             for t in trajs:
                 first, second = (t["response_policy_versions"][a:b] for a, b in turns(t))
@@ -400,18 +405,15 @@ def test_a_pause_from_outside_outlasts_the_timeouts(rig: Rig, tmp_path: Path) ->
             post(u.url, "/pause", params={"mode": "keep"})
 
             def held() -> None:
-                # The first prompt is rendered, then its turn is sent at once: it waits in the
-                # paused engine (which does not count it as waiting: vLLM 0.32 queues it
-                # ahead of the scheduler).
-                wait_until(
-                    "the first prompt to be rendered",
-                    lambda: any(e.path == "/tokenize" for e in proxy.exchanges),
-                    300,
-                )
-                time.sleep(12)  # four times the client's timeout
+                proxy.wait_sent(1)  # the first turn is in the paused engine
+                # The pause lasts at least four times the client's timeout (a lower bound,
+                # whatever the load), then the test ends it.
+                time.sleep(12)
                 post(u.url, "/resume")
 
-            trajs = collect_with(svc, u, held, max_tokens=48, max_turns=1, wait_for_turn=False)
+            trajs = collect_with(
+                svc, u, proxy, held, max_tokens=48, max_turns=1, hold_first_turn=False
+            )
             check_nothing_lost(trajs, u.metric("vllm:generation_tokens_total") - before)
             gens = proxy.generations()
             assert len(gens) == 1 and gens[0].status == 200  # one request, n=2: no retry
@@ -428,14 +430,15 @@ def test_lora_adapter_updated_in_place(rig: Rig, tmp_path: Path) -> None:
     lora = rig.server("L")
     a1 = write_lora_adapter(tmp_path / "a1", seed=1)
     a2 = write_lora_adapter(tmp_path / "a2", seed=2)
-    with serve(tmp_path, [lora.url], "--lora", f"pol={a1}") as svc:
+    proxy = RecordingProxy("L", lora.url).start()
+    with proxy, serve(tmp_path, [proxy.url], "--lora", f"pol={a1}") as svc:
         before = lora.metric("vllm:generation_tokens_total")
 
-        def update() -> None:
+        def update() -> None:  # the first turn is held part-way: the update resumes it
             r = svc.call("POST", "/v1/policy", json={"version": 1, "lora_path": str(a2)})
             assert r.status_code == 200 and r.json()["servers"][0]["version"] == 1, r.text
 
-        trajs = collect_with(svc, lora, update, max_turns=1)
+        trajs = collect_with(svc, lora, proxy, update, max_turns=1)
         check_nothing_lost(trajs, lora.metric("vllm:generation_tokens_total") - before)
         served = [m["id"] for m in httpx.get(lora.url + "/v1/models").json()["data"]]
         assert "pol" in served

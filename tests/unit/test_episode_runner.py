@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,11 +17,16 @@ import pytest
 
 from sandboxes.backend import SandboxExited, Verdict, VerifyResult
 from sandboxes.task import Task, TaskConfig
+from sandboxes.tasks import load_tasks
 from service.agent.prompt import SYSTEM_PROMPT, first_user_message
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
+from service.policy.fleet import ServerState
 from service.sample import AgentLimits, SamplingParams, sample_specs
-from service.trajectory import Status, Trajectory
+from service.trajectory import RETRYABLE_STATUSES, Status, Trajectory
+from standin.background import BackgroundServer
+from standin.engine import StubSettings
+from standin.server import build_app
 from tests.fakes import FakeBackend, FakeSandbox
 
 # ---------------------------------------------------------------- a scripted vLLM
@@ -652,3 +658,245 @@ def test_metrics_take_any_finite_reward() -> None:
     assert m.registry.get_sample_value("rollouts_reward_sum", {"policy_version": "0"}) == -2.0
     flags = m.registry.get_sample_value("rollouts_reward_flags_total", {"flag": "pytest_tampered"})
     assert flags == 2.0
+
+
+# ---------------------------------------------------------------- pauses and the agent's clock
+#
+# Against the stand-in (real HTTP, in this process; it pauses like vLLM in dev mode, and
+# answers requests sent while it is paused only once resumed). A pause is not the agent's time.
+# Each test holds its pause and ends it once it has seen the sample held, or once the sample
+# has ended; where the pause must outlast the agent's budget it is held at least that long.
+
+EXAMPLE = load_tasks(str(Path(__file__).resolve().parents[2] / "examples" / "tasks"), limit=1)[0]
+AGENT_S = 2.0  # the samples' agent timeout (the stand-in decodes instantly: the agent needs ms)
+
+
+class GatedSandbox(FakeSandbox):
+    """Its first command waits for the backend's `gate`: the agent's clock runs, no request is
+    out, and the test can pause the servers before the sample asks for its next turn."""
+
+    async def send_keys(self, keystrokes: str, wait_s: float) -> str:
+        backend = self.backend
+        assert isinstance(backend, GatedBackend)
+        if not backend.stepping.is_set():
+            backend.stepping.set()
+            await backend.gate.wait()
+        return await super().send_keys(keystrokes, wait_s)
+
+
+@dataclass
+class GatedBackend(FakeBackend):
+    stepping: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        # The verifier passes a sample whose agent ran to its end: it wrote the solution
+        # (its first command) and checked it (its second); a timed-out agent scores 0.
+        def grade(labels: dict[str, str]) -> VerifyResult:
+            typed = self.sandbox_of(labels["rollouts.trajectory_id"]).typed
+            return VerifyResult(float(len(typed) >= 2), Verdict.graded, f"{len(typed)} commands")
+
+        self.verify_result = grade
+
+    async def create(self, task: Task, labels: dict[str, str]) -> FakeSandbox:
+        sandbox = GatedSandbox(self, dict(labels))
+        self.created.append(sandbox)
+        return sandbox
+
+
+class PauseRig:
+    def __init__(self, url: str, *, max_hold_s: float) -> None:
+        self.url = url
+        self.policy = PolicyClient([url], backoff_s=0.01, pause_poll_s=0.02)
+        self.fleet = self.policy.fleet
+        self.backend = GatedBackend()
+        self.runner = EpisodeRunner(self.policy, self.backend, max_hold_s=max_hold_s)
+        self.held = asyncio.Event()  # a generation request was seen held by a pause
+        self.reported = asyncio.Event()  # every sample of the group has ended
+        admit, is_paused = self.fleet.admit, self.fleet.is_paused
+
+        async def admit_seen(url: str) -> ServerState:
+            if self.fleet.servers[url].held:  # held by the service's pause
+                self.held.set()
+            return await admit(url)
+
+        async def is_paused_seen(server: ServerState) -> bool:
+            paused = await is_paused(server)  # asked only while a request is out
+            if paused:
+                self.held.set()
+            return paused
+
+        self.fleet.admit = admit_seen  # type: ignore[method-assign]
+        self.fleet.is_paused = is_paused_seen  # type: ignore[method-assign]
+
+    async def pause_outside(self) -> None:
+        """A trainer pauses the engine behind the service's back."""
+        async with httpx.AsyncClient() as h:
+            (await h.post(self.url + "/pause", params={"mode": "keep"})).raise_for_status()
+
+    async def resume_outside(self) -> None:
+        async with httpx.AsyncClient() as h:
+            (await h.post(self.url + "/resume")).raise_for_status()
+
+    async def run(
+        self,
+        during: Callable[[], Awaitable[None]] | None = None,
+        *,
+        n: int = 1,
+        timeout_s: float = AGENT_S,
+        rollout_id: str = "r-pause",
+    ) -> list[Trajectory]:
+        got: list[Trajectory] = []
+
+        async def on_trajectory(t: Trajectory) -> None:
+            got.append(t)
+            if len(got) == n:
+                self.reported.set()
+
+        limits = AgentLimits(max_turns=4, timeout_s=timeout_s)
+        specs = sample_specs(EXAMPLE, rollout_id, n, SamplingParams(seed=5), limits)
+        await asyncio.gather(
+            self.runner.run_group(EXAMPLE, specs, on_trajectory),
+            *([during()] if during is not None else []),
+        )
+        assert self.backend.live == []
+        return sorted(got, key=lambda t: t.sample_index)
+
+
+@pytest.fixture
+async def pause_rig() -> AsyncIterator[Callable[..., PauseRig]]:
+    server = BackgroundServer(build_app(StubSettings(p_malformed=0.0), tasks=[EXAMPLE])).start()
+    rigs: list[PauseRig] = []
+
+    def make(*, max_hold_s: float = 300.0) -> PauseRig:
+        rigs.append(PauseRig(server.url, max_hold_s=max_hold_s))
+        return rigs[-1]
+
+    try:
+        yield make
+    finally:
+        for rig in rigs:
+            await rig.policy.aclose()
+        server.stop()
+
+
+def record(t: Trajectory) -> dict[str, Any]:
+    """What the trainer sees of a sample, and its time."""
+    return {
+        "status": t.status.value,
+        "reward": t.reward,
+        "masked": t.exclude_from_baseline,
+        "turns": t.num_turns,
+        "agent_s": round(t.timings.agent_s, 3),
+        "generate_s": round(t.timings.generate_s, 3),
+        "held_s": round(t.timings.held_s, 3),
+        "total_s": round(t.timings.total_s, 3),
+    }
+
+
+async def test_a_service_pause_longer_than_the_agent_timeout_is_not_the_agents_time(
+    pause_rig,
+) -> None:
+    """A weight update holds the servers paused for longer than the sample's whole agent
+    budget while it waits for its second turn: the clock stops meanwhile, and the sample
+    finishes normally after the resume (it was agent_timeout, graded 0, unmasked)."""
+    rig = pause_rig()
+
+    async def update() -> None:
+        await rig.backend.stepping.wait()  # the agent's clock runs; no request is out
+        await rig.fleet.pause("keep")
+        rig.backend.gate.set()
+        await rig.held.wait()  # its next turn waits for the paused server
+        await asyncio.sleep(2 * AGENT_S)  # the pause outlasts the agent's budget (at least)
+        await rig.fleet.resume()
+
+    [t] = await rig.run(update)
+    got = record(t)
+    assert (got["status"], got["reward"], got["masked"], got["turns"]) == ("ok", 1.0, False, 3), got
+    assert t.timings.held_s > AGENT_S, got  # on record, and not the agent's
+
+
+async def test_a_pause_from_outside_longer_than_the_agent_timeout_is_not_the_agents_time(
+    pause_rig,
+) -> None:
+    """The same pause made behind the service's back (a trainer pausing the engine itself):
+    the sample's request waits in the engine, the service asks the engine whether it is paused,
+    and the clock stops while it is."""
+    rig = pause_rig()
+
+    async def trainer() -> None:
+        await rig.backend.stepping.wait()
+        await rig.pause_outside()
+        rig.backend.gate.set()
+        await rig.held.wait()  # the request is in the paused engine, and seen there
+        await asyncio.sleep(2 * AGENT_S)
+        await rig.resume_outside()
+
+    [t] = await rig.run(trainer)
+    got = record(t)
+    assert (got["status"], got["reward"], got["masked"], got["turns"]) == ("ok", 1.0, False, 3), got
+    assert t.timings.held_s > AGENT_S, got  # from the first answer that it is paused
+
+
+async def test_a_sample_held_past_the_bound_is_masked_then_rerun_never_graded(pause_rig) -> None:
+    """A server left paused (a trainer gone, an operator's mistake): a request held longer than
+    the bound ends its sample masked as policy_error, which the scheduler re-runs; it is never
+    verified. Its re-run, once the server serves again, is graded as usual."""
+    rig = pause_rig(max_hold_s=0.2)
+
+    async def left_paused() -> None:
+        await rig.backend.stepping.wait()
+        await rig.fleet.pause("keep")
+        rig.backend.gate.set()
+        await rig.reported.wait()  # held until the sample has ended
+        await rig.fleet.resume()
+
+    [t] = await rig.run(left_paused, timeout_s=300)
+    assert (t.status, t.reward, t.exclude_from_baseline) == (Status.policy_error, None, True)
+    assert t.status in RETRYABLE_STATUSES
+    assert "held" in t.messages[-1].content and "paused policy server" in t.messages[-1].content
+    assert rig.backend.verified == [] and t.num_turns == 1
+    # The re-run (what the scheduler does with a retryable status), the server serving again.
+    rig.backend.stepping.set()
+    [again] = await rig.run(timeout_s=300, rollout_id="r-again")
+    assert (again.status, again.reward, again.exclude_from_baseline) == (Status.ok, 1.0, False)
+
+
+async def test_the_first_turn_has_the_same_bound(pause_rig) -> None:
+    """The group's first turn, before any agent clock, waits in an engine paused from outside:
+    past the bound every sample is masked policy_error (re-run), none is started or graded; it
+    used to wait for as long as the pause lasted."""
+    rig = pause_rig(max_hold_s=0.2)
+    await rig.pause_outside()
+
+    async def left_paused() -> None:
+        await rig.reported.wait()
+        await rig.resume_outside()
+
+    trajs = await rig.run(left_paused, n=2, timeout_s=300)
+    assert [(t.status, t.reward, t.exclude_from_baseline) for t in trajs] == [
+        (Status.policy_error, None, True)
+    ] * 2
+    assert all("first turn: " in t.messages[-1].content for t in trajs)
+    assert rig.backend.verified == []
+
+
+async def test_the_first_turns_held_time_is_not_added_to_the_agents_clock(pause_rig) -> None:
+    """The first turn is held by a pause for longer than the agent's budget; the agent then
+    takes longer than its budget on its first command: it times out (it used to be given the
+    first turn's held time on top of its budget, and finish)."""
+    rig = pause_rig()
+    rig.backend.stepping.set()  # no gate: the command only takes long
+    rig.backend.send_keys_delay_s = 1.5 * AGENT_S
+    await rig.policy.start()
+    await rig.fleet.pause("keep")
+
+    async def update() -> None:
+        await rig.held.wait()
+        await asyncio.sleep(2 * AGENT_S)
+        await rig.fleet.resume()
+
+    [t] = await rig.run(update)
+    got = record(t)
+    assert (got["status"], got["masked"], got["turns"]) == ("agent_timeout", False, 1), got
+    assert t.timings.held_s > AGENT_S, got
