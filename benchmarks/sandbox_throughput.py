@@ -12,6 +12,8 @@ same isolation flags, interleaved at each concurrency level:
 from __future__ import annotations
 
 import asyncio
+import io
+import tarfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,8 +31,7 @@ from sandboxes.oracle import SOLUTION_DIR, run_oracle
 from sandboxes.pool import PoolSettings
 from sandboxes.runtimes import engine_runtimes
 from sandboxes.task import Task
-from sandboxes.verifier import merge_tars
-from sandboxes.workspace_tar import build_tar, sanitize_workspace
+from sandboxes.workspace_tar import add_files, build_tar, check_workspace, copy_workspace
 
 BENCH_LABEL = "rollouts.bench_id"
 
@@ -176,8 +177,12 @@ _COLD_TEST = (
 def _cold_upload(task: Task, workspace: bytes) -> bytes:
     """The workspace under app/ and the tests under tests/, as Harbor lays them out (the
     baseline runs the tests in the workspace's own process, without our verifier runtime)."""
-    app, _notes = sanitize_workspace(workspace, prefix="app")
-    return merge_tars(app, build_tar(task.test_files, prefix="tests"))
+    check_workspace(workspace, prefix="app")
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:
+        copy_workspace(workspace, dst, prefix="app")
+        add_files(dst, dict(task.test_files), prefix="tests")
+    return out.getvalue()
 
 
 async def cold_round(
