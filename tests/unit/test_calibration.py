@@ -1,7 +1,7 @@
 """Oracle calibration (sandboxes/calibration.py) without Docker: the real cache file, the real
 episode runner over the fake sandbox backend (tests/fakes.py) and a scripted vLLM, and the
 real service on loopback HTTP for the request option and the web view. The calibration of
-real tasks through the real verifier is tests/docker/test_calibration.py."""
+real tasks through the real verifier is tests/docker/test_calibration_cli.py."""
 
 from __future__ import annotations
 
