@@ -130,13 +130,19 @@ def test_collect_grades_an_uncalibrated_tasks_samples_in_the_fallback(tmp_path: 
     assert [c["outcome"] for c in cached["calibrations"].values()] == ["uncalibrated"]
 
 
+# more-itertools is left out here: through the boundary its tests run into the verifier's
+# timeout (docs/reliability.md, Calibration), which costs CI two minutes to show again; the
+# benchmark of grading speed (issue 37) is where it belongs.
+CI_PACKAGES = tuple(p for p in PACKAGES if p.task_id != "real-more-itertools")
+
+
 def test_real_package_oracles_score_one_unflagged_or_are_reported(tmp_path: Path) -> None:
     try:
-        build_real_tasks(tmp_path / "tasks")
+        build_real_tasks(tmp_path / "tasks", CI_PACKAGES)
     except DownloadFailed as e:
         unavailable(f"the real-package sdists could not be downloaded: {e}")
     rows, summary, _ = verify(tmp_path / "tasks", tmp_path / "calibration.json")
-    assert set(rows) == {p.task_id for p in PACKAGES}
+    assert set(rows) == {p.task_id for p in CI_PACKAGES}
     for task_id, row in sorted(rows.items()):
         print(task_id, json.dumps(row))  # the outcomes, for the record (pytest -s)
         if row["calibration"] == "calibrated":
