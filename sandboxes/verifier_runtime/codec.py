@@ -179,13 +179,7 @@ def leaf(v, memo, reference):
         if memo.refs is not None and key in memo.refs:
             return ["R", memo.refs[key]]
         n = memo.ids.get(key)
-        if n is None:
-            memo.table.append(None)
-            n = len(memo.table)
-            memo.ids[key] = n
-            memo.objects[n] = v
-            memo.pending.append((n, v))
-        return ["@", n]
+        return ["@", n] if n is not None else _entry(memo, key, v)
     if t is bytes:
         return ["b", base64.b64encode(v).decode()]
     if t is complex:
@@ -209,13 +203,18 @@ def leaf(v, memo, reference):
     record = memo.records.describe(v) if memo.records is not None else None
     if record is not None:
         memo.described[key] = record
-        memo.table.append(None)
-        n = len(memo.table)
-        memo.ids[key] = n
-        memo.objects[n] = v
-        memo.pending.append((n, v))
-        return ["@", n]
+        return _entry(memo, key, v)
     return reference(v)
+
+
+def _entry(memo, key, v):
+    """A new entry of the message's table for composite `v` (filled when the memo drains)."""
+    memo.table.append(None)
+    n = len(memo.table)
+    memo.ids[key] = n
+    memo.objects[n] = v
+    memo.pending.append((n, v))
+    return ["@", n]
 
 
 def drain(memo, reference):
