@@ -102,6 +102,69 @@ class Grading(BaseModel):
         return self
 
 
+class SegmentKind(StrEnum):
+    """What produced a segment: the agent's own turns, or one of the three calls of a context
+    summarization (terminus-2: the summary, the questions a fresh context asks, the answers)."""
+
+    main = "main"
+    summary = "summary"
+    questions = "questions"
+    answers = "answers"
+
+
+class Segment(BaseModel):
+    """One linear, token-exact piece of an episode: a prompt and the response generated after
+    it (observations inside the response carry loss_mask 0, as in a trajectory). An episode
+    whose context was never rewritten is one segment; each summarization adds segments, since
+    the conversation after it is no longer an extension of the tokens before it."""
+
+    kind: SegmentKind
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    loss_mask: list[int]
+    rollout_logprobs: list[float]
+    response_policy_versions: list[int]
+    # The index (in Trajectory.segments) of the segment whose conversation this one's prompt
+    # was built from, None for the first and for a call made in a fresh context.
+    parent: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Segment:
+        _check_response(
+            self.response_token_ids,
+            self.loss_mask,
+            self.rollout_logprobs,
+            self.response_policy_versions,
+        )
+        return self
+
+
+def _check_response(
+    ids: list[int], mask: list[int], logprobs: list[float], versions: list[int]
+) -> None:
+    n = len(ids)
+    if len(mask) != n or len(logprobs) != n:
+        raise ValueError(
+            "response_token_ids, loss_mask and rollout_logprobs must have equal lengths "
+            f"({n}, {len(mask)}, {len(logprobs)})"
+        )
+    if len(versions) != n:
+        raise ValueError(
+            f"response_policy_versions must have one entry per response token ({n}), "
+            f"got {len(versions)}"
+        )
+    for m, lp, v in zip(mask, logprobs, versions, strict=True):
+        if m not in (0, 1):
+            raise ValueError("loss_mask entries must be 0 or 1")
+        if m == 0 and lp != 0.0:
+            raise ValueError("rollout_logprobs must be 0.0 where loss_mask is 0")
+        if (v < 0) != (m == 0) or v < -1:
+            raise ValueError(
+                "response_policy_versions must be -1 exactly where loss_mask is 0 and a "
+                "version (>= 0) where it is 1"
+            )
+
+
 class Trajectory(BaseModel):
     trajectory_id: str
     rollout_id: str
@@ -119,6 +182,11 @@ class Trajectory(BaseModel):
     # (observations, template tokens). A turn that spans a weight update changes version at the
     # exact token. Records written before this field: derived (see _versions_of_old_records).
     response_policy_versions: list[int] = Field(default_factory=list)
+    # An episode whose context was summarized, in order, when it has more than one segment
+    # (service/agent/harnesses/terminus2.py); [] when it is one segment. The fields above are
+    # always the last segment, the main conversation whose workspace was graded, so a trainer
+    # that reads one linear sequence per sample reads what it read before segments existed.
+    segments: list[Segment] = Field(default_factory=list)
     reward: float | None
     status: Status
     exclude_from_baseline: bool = False
@@ -163,6 +231,11 @@ class Trajectory(BaseModel):
             return "" if info.field_name == "tests_digest" else []
         return v
 
+    @field_validator("segments", mode="before")
+    @classmethod
+    def _segments_default(cls, v: Any) -> Any:
+        return [] if v is None else v  # records and files written before segments
+
     @field_validator("harness", "harness_profile_hash", mode="before")
     @classmethod
     def _harness_default(cls, v: Any, info: Any) -> Any:
@@ -202,30 +275,40 @@ class Trajectory(BaseModel):
         self.exclude_from_baseline = is_masked(self.status)
         if self.exclude_from_baseline:
             self.reward = None
-        n = len(self.response_token_ids)
-        if len(self.loss_mask) != n or len(self.rollout_logprobs) != n:
-            raise ValueError(
-                "response_token_ids, loss_mask and rollout_logprobs must have equal lengths "
-                f"({n}, {len(self.loss_mask)}, {len(self.rollout_logprobs)})"
-            )
-        if len(self.response_policy_versions) != n:
-            raise ValueError(
-                f"response_policy_versions must have one entry per response token ({n}), "
-                f"got {len(self.response_policy_versions)}"
-            )
-        for m, lp, v in zip(
-            self.loss_mask, self.rollout_logprobs, self.response_policy_versions, strict=True
-        ):
-            if m not in (0, 1):
-                raise ValueError("loss_mask entries must be 0 or 1")
-            if m == 0 and lp != 0.0:
-                raise ValueError("rollout_logprobs must be 0.0 where loss_mask is 0")
-            if (v < 0) != (m == 0) or v < -1:
+        _check_response(
+            self.response_token_ids,
+            self.loss_mask,
+            self.rollout_logprobs,
+            self.response_policy_versions,
+        )
+        if self.segments:
+            last = self.segments[-1]
+            if last.kind != SegmentKind.main or any(
+                getattr(last, f) != getattr(self, f) for f in _SEGMENT_TOKEN_FIELDS
+            ):
                 raise ValueError(
-                    "response_policy_versions must be -1 exactly where loss_mask is 0 and a "
-                    "version (>= 0) where it is 1"
+                    "the last segment must be a main one equal to the trajectory's own "
+                    "prompt_token_ids, response_token_ids, loss_mask, rollout_logprobs and "
+                    "response_policy_versions"
                 )
         return self
+
+    def all_segments(self) -> list[Segment]:
+        """The episode as segments: `segments`, or the trajectory itself when it is one."""
+        if self.segments:
+            return list(self.segments)
+        return [
+            Segment(kind=SegmentKind.main, **{f: getattr(self, f) for f in _SEGMENT_TOKEN_FIELDS})
+        ]
+
+
+_SEGMENT_TOKEN_FIELDS = (
+    "prompt_token_ids",
+    "response_token_ids",
+    "loss_mask",
+    "rollout_logprobs",
+    "response_policy_versions",
+)
 
 
 # How a group runner hands each finished trajectory back (the scheduler commits it).
@@ -284,6 +367,18 @@ GRADING_TYPE = pa.struct(
     ]
 )
 assert GRADING_TYPE.names == list(Grading.model_fields), "GRADING_TYPE and Grading disagree"
+SEGMENT_TYPE = pa.struct(
+    [
+        ("kind", pa.string()),
+        ("prompt_token_ids", pa.list_(pa.int32())),
+        ("response_token_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("rollout_logprobs", pa.list_(pa.float32())),
+        ("response_policy_versions", pa.list_(pa.int64())),
+        ("parent", pa.int32()),
+    ]
+)
+assert SEGMENT_TYPE.names == list(Segment.model_fields), "SEGMENT_TYPE and Segment disagree"
 SAMPLING_TYPE = pa.struct(
     [
         ("temperature", pa.float64()),
@@ -316,6 +411,7 @@ ARROW_SCHEMA = pa.schema(
         ("loss_mask", pa.list_(pa.int8())),
         ("rollout_logprobs", pa.list_(pa.float32())),
         ("response_policy_versions", pa.list_(pa.int64())),
+        ("segments", pa.list_(SEGMENT_TYPE)),
         ("reward", pa.float64()),
         ("status", pa.string()),
         ("exclude_from_baseline", pa.bool_()),
