@@ -850,6 +850,67 @@ def endpoint():
     return ep
 
 
+# ---- a module's own containers: what the tests change there, the module sees ----------------
+# A list, dict or set of a workspace module travels by value (reading it is local, as fast as
+# the tests' own), so a test that adds to it (`inflection.UNCOUNTABLES.add(word)`, then
+# `pluralize(word)`) changed only its copy, and a correct solution failed. The copy the tests
+# get writes through: each change is made to it and, in the same words, to the module's own
+# container (tested.py: "mutate", only these methods of those exact types). What the module
+# itself changes later reaches the tests at their next read of the attribute, not in a copy
+# they still hold (docs/reliability.md, Fidelity). Copies of it (`copy`, `list(x)`) are plain.
+
+_SHARED_METHODS = {
+    list: "append extend insert remove pop clear sort reverse __setitem__ __delitem__ "
+    "__iadd__ __imul__",
+    dict: "__setitem__ __delitem__ pop popitem clear update setdefault __ior__",
+    set: "add discard remove pop clear update difference_update intersection_update "
+    "symmetric_difference_update __ior__ __iand__ __isub__ __ixor__",
+}
+
+
+def _write_through(base, name):
+    original = getattr(base, name)
+
+    def method(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        op, pos = name, args
+        if base is set and name == "pop":  # which item an unordered pop takes is not told
+            op, pos = "discard", (result,)
+        elif base is dict and name == "popitem":
+            op, pos = "pop", (result[0],)
+        module, attribute = self._rollouts_target
+        ep = module._rollouts_ep
+        ep.request("mutate", module, attribute, op, tuple(pos), tuple(kwargs.items()))
+        return self if name.startswith("__i") else result
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _shared_class(base):
+    namespace = {name: _write_through(base, name) for name in _SHARED_METHODS[base].split()}
+    namespace["__slots__"] = ("_rollouts_target",)
+    # copy, deepcopy and pickle make a plain container, which writes nowhere
+    namespace["__reduce_ex__"] = lambda self, protocol: (base, (base(self),))
+    namespace["__module__"] = base.__module__
+    namespace["__qualname__"] = base.__qualname__
+    return type(base.__name__, (base,), namespace)
+
+
+_SHARED = {base: _shared_class(base) for base in _SHARED_METHODS}
+
+
+def _shared(value, module, name):
+    """`value`, read as attribute `name` of workspace module `module`, writing through to it
+    when it is a list, dict or set."""
+    cls = _SHARED.get(type(value))
+    if cls is None:
+        return value
+    copy = cls(value) if cls is not _SHARED[dict] else cls(value.items())
+    copy._rollouts_target = (module, name)
+    return copy
+
+
 class RemoteModule(types.ModuleType):
     """A workspace module: its attributes are those of the real module in the tested process.
     The import system's own attributes (dunders, submodules) stay here."""
@@ -859,7 +920,7 @@ class RemoteModule(types.ModuleType):
         if remote is None or name.startswith("_rollouts_") or not rpc.remote_name(name):
             raise AttributeError(name)
         ep = remote._rollouts_ep
-        return ep.own_module(ep.request("getattr", remote, name), name)
+        return _shared(ep.own_module(ep.request("getattr", remote, name), name), remote, name)
 
     def __setattr__(self, name, value):
         remote = self.__dict__.get("__rollouts_remote__")
