@@ -148,6 +148,8 @@ def _decode_aware(node, memo, reference):
         raise ValueError("tzinfo")
     cls = datetime.datetime if node[1] == "datetime" else datetime.time
     return cls.fromisoformat(naive).replace(tzinfo=tz, fold=fold)
+
+
 _loaded = {}
 
 
