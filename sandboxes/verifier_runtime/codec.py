@@ -128,6 +128,32 @@ _VALUE_MODULES = {"decimal", "fractions", "datetime", "uuid", "pathlib"}
 _SCALARS = (type(None), bool, int, float, str)
 
 
+# Where pytest's (or the py library's) path class lives: fixed names, never the sender's.
+_LOCAL_PATH_MODULES = ("_pytest._py.path", "py._path.local")
+
+
+def _local_path(path):
+    """The receiver's own LocalPath of `path` (its module imported here if it is installed:
+    the tested process has no pytest loaded), else a pathlib path (`/`, `open`, `os.fspath`
+    work on both)."""
+    import importlib
+    import sys
+
+    for name in _LOCAL_PATH_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - not installed here, or broken: the next one
+                continue
+        cls = getattr(module, "LocalPath", None)
+        if isinstance(cls, type):
+            return cls(path)
+    import pathlib
+
+    return pathlib.PosixPath(path)
+
+
 def _aware(v, memo, reference):
     """A datetime or time, by value, whatever its tzinfo: the naive value, its fold, and its
     tzinfo as a leaf (None, a `timezone` by value, anything else a reference: the receiver's
@@ -242,6 +268,11 @@ def leaf(v, memo, reference):
         return ["v", "NotImplemented", 0]
     if v is Ellipsis:
         return ["v", "Ellipsis", 0]
+    if t.__name__ == "LocalPath" and t.__module__ in _LOCAL_PATH_MODULES:
+        # pytest's `tmpdir`: a runner's object, never a target of the other side; its path
+        # is what the tests hand over (the receiver's own LocalPath of it, access.py grants
+        # the folder as for `str(tmpdir)`)
+        return ["v", "LocalPath", str(v)]
     if t.__module__ in _VALUE_MODULES:
         value = _values()["by_type"].get(t)
         if value is not None:
@@ -356,6 +387,8 @@ def decode_leaf(node, memo, reference):
                 return slice(*parts)
             if node[1] in ("datetime", "time"):
                 return _decode_aware(node, memo, reference)
+            if node[1] == "LocalPath":
+                return _local_path(str(node[2]))
             return _values()["by_kind"][node[1]](node[2])
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise ProtocolError("bad %r node: %s" % (tag, e)) from None

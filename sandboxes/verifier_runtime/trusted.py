@@ -33,6 +33,7 @@ Standard library only: this runs under the task image's Python.
 from __future__ import annotations
 
 import atexit
+import collections.abc
 import ctypes
 import importlib
 import json
@@ -149,7 +150,7 @@ def _runner_class(cls):
 def _module_globals(value):
     """Whether `value` is a module's namespace (a function's or frame's globals)."""
     return type(value) is dict and any(
-        getattr(m, "__dict__", None) is value for m in list(sys.modules.values())
+        isinstance(m, types.ModuleType) and _own(m) is value for m in list(sys.modules.values())
     )
 
 
@@ -942,12 +943,61 @@ def _push_shared(ep):
         ep.pushing = False
 
 
+# A module's own namespace, under the attribute a subclass of ModuleType shadows below.
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
+
+
+def _own(module):
+    return _MODULE_DICT.__get__(module)
+
+
+class _Namespace(collections.abc.MutableMapping):
+    """A workspace module's `__dict__` as Python code reads it: its own entries (the import
+    system's), then the real module's names in the tested process. A runner that saves an
+    attribute from the namespace to restore it (pytest 9's `monkeypatch.setattr`, `mock.patch`)
+    finds it there; with the stub's own namespace alone it found nothing, and its undo deleted
+    the real module's attribute (parse's `datetime`: every later test failed)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __getitem__(self, name):
+        own = _own(self.module)
+        if name in own:
+            return own[name]
+        if not isinstance(name, str):
+            raise KeyError(name)
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __setitem__(self, name, value):
+        setattr(self.module, name, value)
+
+    def __delitem__(self, name):
+        try:
+            delattr(self.module, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __iter__(self):
+        return iter(dir(self.module))
+
+    def __len__(self):
+        return len(dir(self.module))
+
+
 class RemoteModule(types.ModuleType):
     """A workspace module: its attributes are those of the real module in the tested process.
     The import system's own attributes (dunders, submodules) stay here."""
 
+    @property
+    def __dict__(self):
+        return _Namespace(self)
+
     def __getattr__(self, name):
-        remote = self.__dict__.get("__rollouts_remote__")
+        remote = _own(self).get("__rollouts_remote__")
         if remote is None or name.startswith("_rollouts_") or not rpc.remote_name(name):
             raise AttributeError(name)
         ep = remote._rollouts_ep
@@ -956,23 +1006,26 @@ class RemoteModule(types.ModuleType):
         return value
 
     def __setattr__(self, name, value):
-        remote = self.__dict__.get("__rollouts_remote__")
+        own = _own(self)
+        remote = own.get("__rollouts_remote__")
         if remote is None or name.startswith("__") or isinstance(value, types.ModuleType):
             types.ModuleType.__setattr__(self, name, value)
             return
-        self.__dict__.pop(name, None)
+        own.pop(name, None)
         remote._rollouts_ep.request("setattr", remote, name, value)
 
     def __delattr__(self, name):
-        remote = self.__dict__.get("__rollouts_remote__")
-        if remote is None or name.startswith("__") or name in self.__dict__:
+        own = _own(self)
+        remote = own.get("__rollouts_remote__")
+        if remote is None or name.startswith("__") or name in own:
             types.ModuleType.__delattr__(self, name)
             return
         remote._rollouts_ep.request("delattr", remote, name)
 
     def __dir__(self):
-        remote = self.__dict__.get("__rollouts_remote__")
-        names = set(self.__dict__)
+        own = _own(self)
+        remote = own.get("__rollouts_remote__")
+        names = set(own)
         if remote is not None:
             names.update(remote._rollouts_ep.request("op", "dir", remote))
         return sorted(names)
@@ -999,10 +1052,10 @@ def attach(module_globals, name):
     ep = endpoint()
     remote = ep.request("import", name)
     module.__class__ = RemoteModule
-    module.__dict__["__rollouts_remote__"] = remote
+    _own(module)["__rollouts_remote__"] = remote
     # `from NAME import *` reads __all__, or else this module's own namespace: the names the
     # real module exports, then.
-    module.__dict__["__all__"] = ep.request("exports", remote)
+    _own(module)["__all__"] = ep.request("exports", remote)
     return module
 
 

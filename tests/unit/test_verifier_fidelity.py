@@ -18,7 +18,9 @@ import argparse
 import collections.abc
 import csv
 import dataclasses
+import datetime
 import json
+import os
 import pstats
 import re
 import subprocess
@@ -189,13 +191,97 @@ def exit():
 def fn(a, b=2):
     """Adds."""
     return a + b
+
+
+class Offset(datetime.tzinfo):
+    """parse's FixedTzOffset, in short: the solution's own tzinfo class."""
+
+    def __init__(self, minutes, name):
+        self.minutes, self.name = minutes, name
+
+    def utcoffset(self, dt):
+        return datetime.timedelta(minutes=self.minutes)
+
+    def dst(self, dt):
+        return datetime.timedelta(0)
+
+    def tzname(self, dt):
+        return self.name
+
+
+def stamp(minutes):
+    return datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=Offset(minutes, "X"))
+
+
+def clock():
+    return datetime.time(3, 4, tzinfo=Offset(60, "Y"))
+
+
+def zones():
+    utc = datetime.datetime(2020, 1, 2, tzinfo=datetime.timezone.utc)
+    return utc, datetime.timezone(datetime.timedelta(hours=2)), datetime.timezone.utc
+
+
+def offset_of(value):
+    return value.utcoffset()
+
+
+def name_of(tz):
+    return tz.tzname(None) if isinstance(tz, datetime.timezone) else None
+
+
+class Seq:
+    def __init__(self, items):
+        self.items = items
+
+    def __getitem__(self, item):
+        if item is Ellipsis:
+            return tuple(self.items)
+        if not isinstance(item, (int, slice)):
+            raise TypeError(type(item).__name__)
+        return self.items[item]
+
+
+def seq(*items):
+    return Seq(list(items))
+
+
+WORDS = {"sheep"}  # inflection's UNCOUNTABLES, in short
+RULES = ["a"]
+TABLE = {"k": 1}
+
+
+def is_word(w):
+    return w in WORDS
+
+
+def rules():
+    return list(RULES)
+
+
+def table_keys():
+    return sorted(TABLE)
+
+
+def fields_of(row):
+    return list(row._fields), row._asdict()
+
+
+def read_in(folder):
+    with open(os.path.join(folder, "in.txt")) as f:
+        text = f.read()
+    with open(os.path.join(folder, "out.txt"), "w") as f:
+        f.write(text.upper())
+    return text
 '''
 
 TESTS = """
 import argparse
+import collections
 import collections.abc
 import csv
 import dataclasses
+import datetime
 import inspect
 import json
 import pstats
@@ -345,6 +431,58 @@ def test_what_stays_a_mirror_still_works():
     assert m.group(1) == "b" and m.span() == (0, 2)
 
 
+def test_a_datetime_of_the_solutions_tzinfo_is_a_datetime():
+    d = solution.stamp(120)
+    assert type(d) is datetime.datetime and isinstance(d.tzinfo, datetime.tzinfo)
+    assert d.utcoffset() == datetime.timedelta(hours=2) and d.tzname() == "X"
+    assert d == datetime.datetime(2020, 1, 2, 1, 4, 5, tzinfo=datetime.timezone.utc)
+    mine = datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=solution.Offset(120, "X"))
+    assert mine == d and repr(mine.tzinfo).startswith("<solution.Offset")
+    assert solution.offset_of(mine) == datetime.timedelta(hours=2)
+    t = solution.clock()
+    assert type(t) is datetime.time and t.utcoffset() == datetime.timedelta(hours=1)
+
+
+def test_timezones_are_themselves():
+    d, two, utc = solution.zones()
+    assert d.tzinfo is datetime.timezone.utc and utc is datetime.timezone.utc
+    assert repr(two) == repr(datetime.timezone(datetime.timedelta(hours=2)))
+    west = datetime.timezone(datetime.timedelta(hours=-3), "W")
+    assert solution.offset_of(datetime.datetime(2020, 1, 1, tzinfo=west)) == west.utcoffset(None)
+    assert solution.name_of(west) == "W" and solution.name_of(two) == "UTC+02:00"
+
+
+def test_slices_and_ellipsis_reach_the_solution_as_themselves():
+    s = solution.seq(1, 2, 3, 4)
+    assert s[1:3] == [2, 3] and s[::2] == [1, 3] and s[...] == (1, 2, 3, 4) and s[0] == 1
+
+
+def test_the_tests_changes_to_a_modules_containers_reach_it():
+    solution.WORDS.add("fish")
+    assert solution.is_word("fish") and solution.is_word("sheep")
+    solution.WORDS.discard("fish")
+    assert not solution.is_word("fish")
+    solution.RULES.append("b")
+    assert solution.rules() == ["a", "b"]
+    solution.TABLE["z"] = 2
+    assert solution.table_keys() == ["k", "z"]
+    del solution.TABLE["z"]
+    assert solution.table_keys() == ["k"]
+    assert type(solution.RULES) is list and type(solution.TABLE) is dict
+    assert type(solution.WORDS) is set
+
+
+def test_a_named_tuple_of_the_tests_answers_its_protocol():
+    row = collections.namedtuple("Row", ["foo", "bar"])(1, 2)
+    assert solution.fields_of(row) == (["foo", "bar"], {"foo": 1, "bar": 2})
+
+
+def test_pytests_tmpdir_reaches_the_solution(tmpdir):
+    tmpdir.join("in.txt").write("hi")
+    assert solution.read_in(tmpdir) == "hi"
+    assert tmpdir.join("out.txt").read() == "HI"
+
+
 def test_runner_outcome_skip_from_the_solution():
     solution.skip()
 
@@ -390,7 +528,8 @@ def test_what_the_boundary_cannot_reproduce_is_reported(run: Run) -> None:
     gaps = [(e["module"], e["qualname"]) for e in run.named("fidelity_gap")]
     assert gaps.count(("re", "Match")) == 1 and ("argparse", "Namespace") in gaps, gaps
     rebuilt = {"SplitResult", "JSONDecodeError", "Error", "CalledProcessError", "Gt"}
-    rebuilt |= {"FunctionProfile", "SimpleNamespace"}
+    rebuilt |= {"FunctionProfile", "SimpleNamespace", "datetime", "time", "timezone", "tzinfo"}
+    rebuilt |= {"LocalPath", "slice"}
     assert not rebuilt & {qualname for _module, qualname in gaps}, gaps
 
 
