@@ -483,6 +483,15 @@ def test_pytests_tmpdir_reaches_the_solution(tmpdir):
     assert tmpdir.join("out.txt").read() == "HI"
 
 
+def test_a_modules_namespace_holds_the_real_modules_names():
+    # pytest 9's monkeypatch.setattr saves what the module's __dict__ has and restores it
+    saved = vars(solution).get("fn", "absent")
+    assert callable(saved) and "fn" in vars(solution)
+    solution.fn = solution.offset_of
+    setattr(solution, "fn", saved)
+    assert solution.fn(1) == 3
+
+
 def test_runner_outcome_skip_from_the_solution():
     solution.skip()
 
