@@ -4,13 +4,15 @@ tests/e2e/test_api_fuzz.py) as a Markdown table, into docs/reliability.md betwee
     ROLLOUTS_RELIABILITY_RESULTS=build/rel.jsonl pytest tests/adversarial tests/e2e/test_api_fuzz.py
     python scripts/reliability_table.py build/rel.jsonl --write docs/reliability.md
 
-The latest row per (case, delivery) wins, so the file can collect several runs.
+The latest row per (case, delivery) wins, so the file can collect several runs; `--keep`
+keeps the rows already in the document for the cases this file does not have.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -41,29 +43,50 @@ def load(path: Path) -> list[dict]:
     return sorted(latest.values(), key=lambda r: (r["case"], r["delivery"]))
 
 
-def render(rows: list[dict]) -> str:
-    passed = sum(1 for r in rows if r.get("passed"))
+def _line(r: dict) -> str:
+    cells = [
+        _cell(r["case"]),
+        _cell(r["delivery"]),
+        f"`{_cell(r.get('tried', ''))}`" if r.get("tried") else "",
+        _cell(_observed(r.get("observed", {}))),
+        "yes" if r.get("passed") else "**NO**",
+        f"{r.get('seconds', 0):.1f}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a rendered row (a `|` inside a cell is escaped)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def kept_rows(doc: str) -> dict[tuple[str, str], str]:
+    """The rows of the table already in `doc`, by (case, delivery): what `--keep` keeps of
+    the cases this results file does not have (run at another time: the e2e ones, say)."""
+    if BEGIN not in doc or END not in doc:
+        return {}
+    body = doc.split(BEGIN, 1)[1].split(END, 1)[0]
+    rows = {}
+    for line in body.splitlines():
+        cells = _cells(line) if line.startswith("| ") else []
+        if len(cells) == 6 and cells[0] != "case":
+            rows[(cells[0].replace("\\|", "|"), cells[1].replace("\\|", "|"))] = line
+    return rows
+
+
+def render(rows: list[dict], kept: dict[tuple[str, str], str] | None = None) -> str:
+    lines = {(r["case"], r["delivery"]): _line(r) for r in rows}
+    for key, line in (kept or {}).items():
+        lines.setdefault(key, line)
+    ordered = [lines[k] for k in sorted(lines)]
+    passed = sum(1 for line in ordered if _cells(line)[4] == "yes")
     out = [
-        f"{passed}/{len(rows)} cases as expected.",
+        f"{passed}/{len(ordered)} cases as expected.",
         "",
         "| case | delivered as | what was tried | observed | as expected | seconds |",
         "|---|---|---|---|---|---:|",
+        *ordered,
     ]
-    for r in rows:
-        out.append(
-            "| "
-            + " | ".join(
-                [
-                    _cell(r["case"]),
-                    _cell(r["delivery"]),
-                    f"`{_cell(r.get('tried', ''))}`" if r.get("tried") else "",
-                    _cell(_observed(r.get("observed", {}))),
-                    "yes" if r.get("passed") else "**NO**",
-                    f"{r.get('seconds', 0):.1f}",
-                ]
-            )
-            + " |"
-        )
     return "\n".join(out) + "\n"
 
 
@@ -71,15 +94,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--write", type=Path, help="Markdown file to update between the markers.")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="Keep the rows already in --write whose cases the results file does not have.",
+    )
     a = ap.parse_args()
     if not a.results.is_file():
         print(f"error: {a.results}: no such results file", file=sys.stderr)
         raise SystemExit(2)
-    table = render(load(a.results))
+    doc = a.write.read_text() if a.write is not None and a.write.exists() else f"{BEGIN}\n{END}\n"
+    table = render(load(a.results), kept_rows(doc) if a.keep else None)
     if a.write is None:
         print(table, end="")
         return
-    doc = a.write.read_text() if a.write.exists() else f"{BEGIN}\n{END}\n"
     if BEGIN not in doc or END not in doc:
         print(f"error: {a.write}: markers {BEGIN!r} / {END!r} missing", file=sys.stderr)
         raise SystemExit(2)
