@@ -316,6 +316,10 @@ def serve(fd):
 def run_main(setup, name, args):
     confine(setup["workspace"])
     _apply_setup(setup)
+    if name.startswith("/"):  # run by its path (`python3 /app/pkg/__init__.py`): that file
+        sys.argv = [name] + args
+        runpy.run_path(name, run_name="__main__")
+        return
     spec = importlib.util.find_spec(name)
     sys.argv = [getattr(spec, "origin", None) or name] + args
     runpy.run_module(name, run_name="__main__", alter_sys=True)

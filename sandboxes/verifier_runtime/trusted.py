@@ -1090,6 +1090,18 @@ def _in_workspace(arg, app, workspace):
     return arg
 
 
+def _program(name, app, workspace):
+    """What the tested process runs: module `name`, or, when this program was started by its
+    path (`python3 /app/tabulate/__init__.py`: no module spec), that same file in the
+    workspace, as Python would run it (a package's `__init__.py` has no `__main__` to run)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is not None or not isinstance(path, str):
+        return name
+    real = _in_workspace(os.path.abspath(path), app, workspace)
+    return real if real.startswith(workspace + os.sep) else name
+
+
 def run_main(name):
     """`python3 /app/NAME.py ARGS` or `python3 -m NAME`: run the real module as __main__ in a
     tested process that shares this one's standard streams, and exit with its status.
@@ -1112,7 +1124,7 @@ def run_main(name):
         for path in [cwd] + access.argument_paths(args, cwd, roots):
             access.grant(path, TESTED_UID, roots, since)
     _not_dumpable()
-    argv = _tested_argv("main", json.dumps(setup), name, *args)
+    argv = _tested_argv("main", json.dumps(setup), _program(name, app, workspace), *args)
     proc, uid = _spawn(argv, env=_tested_environment())
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()

@@ -286,6 +286,7 @@ import inspect
 import json
 import pstats
 import subprocess
+import sys
 import types
 from urllib.parse import SplitResult
 
@@ -492,6 +493,12 @@ def test_a_modules_namespace_holds_the_real_modules_names():
     assert solution.fn(1) == 3
 
 
+def test_a_package_run_by_its_path_runs_as_python_would():
+    # tabulate's tests run `python tabulate/__init__.py` in /app
+    out = subprocess.run([sys.executable, "tool/__init__.py", "x"], capture_output=True, text=True)
+    assert out.stdout == "tool ['x'] True\\n", out.stderr
+
+
 def test_runner_outcome_skip_from_the_solution():
     solution.skip()
 
@@ -505,10 +512,19 @@ def test_runner_outcome_exit_from_the_solution():
 """
 
 
+# A package whose __init__ is also a program (tabulate's): run by its path, it has no
+# `__main__` module to run, only that file.
+TOOL = """import sys
+
+if __name__ == "__main__":
+    print("tool", sys.argv[1:], __file__.endswith("tool/__init__.py"))
+"""
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     layout = Layout(Path(tmp_path_factory.mktemp("fidelity")) / "verifier")
-    layout.files("workspace", {"solution.py": SOLUTION})
+    layout.files("workspace", {"solution.py": SOLUTION, "tool/__init__.py": TOOL})
     layout.files("tests", {"test_shapes.py": TESTS})
     layout.view()
     return layout.pytest("-rA")
