@@ -16,6 +16,7 @@ descriptors 1 and 2 go nowhere.
 Standard library only: this runs under the task image's Python.
 """
 
+import collections
 import ctypes
 import importlib
 import importlib.util
@@ -114,6 +115,38 @@ class TestedEndpoint(rpc.Endpoint):
         super().__init__(sock)
         self.landlock = None
         self.workspace = None
+        self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
+        self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
+
+    def rebuild(self, kind, named, fields, values, ref):
+        # A named tuple of the tests (trusted.py describes only plain ones): an instance of a
+        # named tuple class of its name and fields, made here once (by collections, not by
+        # anything sent), where no importable class of that name is.
+        found = super().rebuild(kind, named, fields, values, ref)
+        if found is not None or kind != "N" or values is None:
+            return found
+        name = named[1].rpartition(".")[2]
+        key = (named[0], named[1], tuple(fields))
+        cls = self.generated.get(key)
+        if cls is None:
+            if not name.isidentifier() or not all(f.isidentifier() for f in fields):
+                return None
+            try:
+                cls = collections.namedtuple(name, fields, module=named[0])
+            except (TypeError, ValueError):
+                return None
+            cls.__qualname__ = named[1]
+            self.generated[key] = cls
+        obj = tuple.__new__(cls, values)
+        if len(ref) > 1 and type(ref[1]) is int:  # sent back, it is the tests' own again
+            self.originals[id(obj)] = (obj, ref[1])
+        return obj
+
+    def encode_reference(self, v, memo):
+        original = self.originals.get(id(v))
+        if original is not None and original[0] is v:
+            return ["x", original[1]]
+        return super().encode_reference(v, memo)
 
     def is_own_module(self, module):
         if self.workspace is None:

@@ -264,7 +264,11 @@ def table_keys():
 
 
 def fields_of(row):
-    return list(row._fields), row._asdict()
+    return list(row._fields), row._asdict(), isinstance(row, tuple)
+
+
+def same(x):
+    return x
 
 
 def read_in(folder):
@@ -473,9 +477,10 @@ def test_the_tests_changes_to_a_modules_containers_reach_it():
     assert type(solution.WORDS) is set
 
 
-def test_a_named_tuple_of_the_tests_answers_its_protocol():
+def test_a_named_tuple_of_the_tests_is_a_named_tuple_in_the_solution():
     row = collections.namedtuple("Row", ["foo", "bar"])(1, 2)
-    assert solution.fields_of(row) == (["foo", "bar"], {"foo": 1, "bar": 2})
+    assert solution.fields_of(row) == (["foo", "bar"], {"foo": 1, "bar": 2}, True)
+    assert solution.same(row) is row  # the tests' own again
 
 
 def test_pytests_tmpdir_reaches_the_solution(tmpdir):
