@@ -141,8 +141,8 @@ REPORTED = {
     # six tests the interpreter's own machinery: `__code__`, `__self__` of the tests'
     # functions, a unittest.TestCase handed to the module, `six.moves` imports, metaclasses.
     "real-six",
-    # tabulate's tests read `inspect.signature` of the module's function, and run it as a
-    # program with `python -m` on stdin.
+    # tabulate's tests check `type(tabulate)` is a function and read its `inspect.signature`:
+    # introspection of the solution's functions is never answered across.
     "real-tabulate",
 }
 
