@@ -28,6 +28,7 @@ from clients.skyrl_output import (
     baseline_uids,
     generator_output,
     skyrl_base,
+    step_wise_output,
 )
 from clients.trainer import AsyncTrainerClient
 from service.trajectory import Trajectory
@@ -52,8 +53,10 @@ def check_trainer_config(cfg: Any) -> None:
         wrong.append("trainer.algorithm.dynamic_sampling.type=null (it drops the extra fields)")
     if _cfg(cfg, "trainer.algorithm.use_kl_in_reward"):
         wrong.append("trainer.algorithm.use_kl_in_reward=false (it changes the rewards)")
-    if _cfg(cfg, "generator.step_wise_trajectories"):
-        wrong.append("generator.step_wise_trajectories=false")
+    if _cfg(cfg, "generator.merge_stepwise_output"):
+        # Merging re-cuts the steps; the service's segments are already as merged as exact
+        # tokens allow (a segment that extends the previous one is one segment).
+        wrong.append("generator.merge_stepwise_output=false")
     if wrong:
         raise ValueError("ServiceAdvantagesMixin needs " + ", ".join(wrong))
 
@@ -115,6 +118,10 @@ class GeneratorOptions:
     max_resubmits: int = 3  # rounds of resubmitting groups the service dropped
     timeout_s: float | None = None  # for one generate() call
     retries: int = 10  # HTTP retries (connection errors, 5xx, 429)
+    # SkyRL's generator.step_wise_trajectories: one output row per segment of a summarized
+    # episode (every segment trained, request train_segments="all"); False: one row per
+    # trajectory, its last segment (train_segments="last": the earlier ones are not kept).
+    step_wise: bool = False
 
 
 def service_sampling(skyrl_params: dict[str, Any] | None, overrides: dict[str, Any] | None):
@@ -264,7 +271,8 @@ class _RolloutsGenerator:
             for (_, pos), t in zip(plan.slots[uid], ordered, strict=True):
                 trajectories[pos] = t
         self.last_groups = [groups[uid] for uid in plan.uids]
-        return generator_output(
+        convert = step_wise_output if self.options.step_wise else generator_output
+        return convert(
             trajectories,  # type: ignore[arg-type]
             uids=[str(tid.instance_id) for tid in plan.tids],
             trajectory_ids=plan.tids,
@@ -303,6 +311,7 @@ class _RolloutsGenerator:
                         agent=self.options.agent,
                         advantage=advantage,
                         priority=self.options.priority,
+                        train_segments="all" if self.options.step_wise else "last",
                     )
                     submitted.append((rid, dict(zip(tasks, uids, strict=True)), n))
                     self.active_rollouts.add(rid)
