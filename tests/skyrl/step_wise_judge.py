@@ -66,8 +66,9 @@ def direct() -> dict[str, Any]:
     out = so.step_wise_output(ts)
     tu040.validate_generator_output(len(ts), copy.deepcopy(out), step_wise=True)
     check(sum(out["is_last_step"]) == len(ts), "one last step per trajectory")
+    other = [summarized("r.g1.s0", "r", "r.g1", "u", 0), plain("r.g1.s1", "r", "r.g1", "u", 1)]
     cat = gu040.concatenate_generator_outputs(
-        [copy.deepcopy(out), so.step_wise_output(ts[:2])], step_wise=True
+        [copy.deepcopy(out), so.step_wise_output(other)], step_wise=True
     )
     check(len(cat["response_ids"]) == len(out["response_ids"]) + 6, "concatenation lost steps")
     # The validator is not vacuous: the per-trajectory form, and steps out of order, fail it.
@@ -128,6 +129,7 @@ async def through_the_generator(args: argparse.Namespace) -> dict[str, Any]:
         trainer, copy.deepcopy(out), uids
     )
     check(post_uids == uids and len(post["response_ids"]) == len(uids), "postprocess")
+    check(sorted(set(out["advantages"])) == [-2 / 3, 2 / 3], "RLOO of rewards 1, 0, 1, 0")
     first = next(t for t in group.trajectories if t.segments)
     n = len(first.segments)
     start = next(i for i, tid in enumerate(out["trajectory_ids"])

@@ -198,7 +198,7 @@ class SummarizingRunner(Runner):
         ids = (spec.trajectory_id, spec.rollout_id, spec.group_id, spec.task_id)
         if spec.sample_index % 2 == 0:
             return summarized(*ids, spec.sample_index, reward=1.0)
-        return trajectory(spec)
+        return trajectory(spec).model_copy(update={"reward": 0.0})
 
 
 @pytest.fixture(scope="module")
@@ -264,11 +264,13 @@ def test_train_segments_last_keeps_the_graded_conversation(server: Server) -> No
     with server.client() as c:
         rid = _submit(c, train_segments="last")
         ts = _lease(c, rid)
-    full = summarized("x", "r", "g", "t", 0)
     for t in ts:
         assert t.segments == []
         if t.sample_index % 2 == 0:
+            full = summarized("x", "r", "g", "t", t.sample_index)
+            assert t.prompt_token_ids == full.segments[-1].prompt_token_ids
             assert t.response_token_ids == full.segments[-1].response_token_ids
+    full = summarized("x", "r", "g", "t", 0)
     # What is kept, and counted (staleness, tokens), is the last segment alone.
     (tokens,) = server.db(f"SELECT tokens FROM samples WHERE rollout_id='{rid}' AND sample_index=0")
     assert tokens == (len(full.prompt_token_ids) + len(full.response_token_ids),)
