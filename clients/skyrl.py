@@ -4,8 +4,9 @@ trainer hook that makes SkyRL train on the service's rloo_n advantages (docs/sky
 - `RolloutsGenerator(base_url, *, tasks_path, ...)` is a SkyRL `GeneratorInterface`: its
   `generate(input_batch)` runs SkyRL's batch on a rollouts service and returns a
   `GeneratorOutput` in SkyRL's order.
-- The conversion to SkyRL's fields is `clients.skyrl_output.generator_output`, shared with
-  `Batch.to_skyrl()`.
+- The conversion to SkyRL's fields is `clients.skyrl_output.generator_output` (or, with
+  `step_wise=True`, `step_wise_output`: one step per segment of a summarized episode), shared
+  with `Batch.to_skyrl()`.
 - `ServiceAdvantagesMixin` (put ahead of SkyRL's `RayPPOTrainer` or `FullyAsyncRayPPOTrainer`)
   regroups the samples so that SkyRL's own `rloo` estimator computes the service's rloo_n
   advantages: masked samples out of the baseline.
@@ -64,7 +65,8 @@ def check_trainer_config(cfg: Any) -> None:
 class ServiceAdvantagesMixin:
     """Put ahead of SkyRL's trainer class (`class T(ServiceAdvantagesMixin, RayPPOTrainer)`):
     SkyRL's `rloo` estimator then computes the service's rloo_n advantages, masked samples out
-    of the baseline (see `baseline_uids`). The generator output must come from
+    of the baseline (see `baseline_uids`); step-wise too, where SkyRL computes them on the last
+    steps and broadcasts them to each trajectory's other steps. The generator output must come from
     `RolloutsGenerator` or `Batch.to_skyrl()` (it carries `exclude_from_baseline` and
     `advantages`)."""
 

@@ -177,7 +177,9 @@ def generator_output(
     trajectory_ids: Sequence[Any] | None = None,
     pad_token_id: int = 0,
 ) -> dict[str, Any]:
-    """SkyRL's GeneratorOutput for these trajectories, in the order given.
+    """SkyRL's GeneratorOutput for these trajectories, in the order given, one sample each (a
+    summarized episode gives its last segment, the trajectory's own token fields; every
+    segment as a step: `step_wise_output`).
 
     SkyRL's fields (what its trainer, `validate_generator_output`,
     `postprocess_generator_output`, its zero-variance filter and `concatenate_generator_outputs`

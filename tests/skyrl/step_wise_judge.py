@@ -156,12 +156,33 @@ async def through_the_generator(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def example_follows_the_config() -> None:
+    """examples/skyrl's generator is step-wise exactly when SkyRL's config says so."""
+    import importlib.util
+    import os
+
+    os.environ.update(ROLLOUTS_URL="http://127.0.0.1:1", ROLLOUTS_TASKS="/data/tasks")
+    spec = importlib.util.spec_from_file_location(
+        "main_rollouts", REPO / "examples" / "skyrl" / "main_rollouts.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    exp = mod.RolloutsPPOExp.__new__(mod.RolloutsPPOExp)
+    tokenizer = type("Tokenizer", (), {"pad_token_id": 0})()
+    for step_wise in (False, True):
+        cfg = SkyRLTrainConfig()
+        cfg.generator.step_wise_trajectories = step_wise
+        gen = exp.get_generator(cfg, tokenizer, None)
+        check(gen.options.step_wise is step_wise, "example: step_wise follows SkyRL's config")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     for name in ("--url", "--api-key", "--tasks", "--task-id"):
         p.add_argument(name, required=True)
     args = p.parse_args()
     direct()
+    example_follows_the_config()
     example = asyncio.run(through_the_generator(args))
     print(json.dumps(example))
 

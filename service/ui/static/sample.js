@@ -263,7 +263,7 @@ function boundaries(t) {
     const generated = s.loss_mask.filter((m) => m === 1).length;
     const versions = s.response_policy_versions.filter((v) => v >= 0);
     const policy = versions.length ? ` · policy ${versionRuns(versions)}` : "";
-    const parent = s.parent === null ? "fresh context" : `from segment ${s.parent}`;
+    const parent = s.parent === null ? (i === 0 ? "the start" : "fresh context") : `from segment ${s.parent}`;
     const body = el("div", { class: "boundary-body" }, el("p", { class: "muted" }, "reading tokens…"));
     let shown = false;
     const box = el(
