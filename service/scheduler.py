@@ -59,6 +59,7 @@ from service.trajectory import (
     Status,
     Trajectory,
     empty_trajectory,
+    only_last_segment,
     segment_outline,
 )
 from service.wire import RolloutRequest
@@ -520,9 +521,7 @@ class Scheduler:
         if t.attempts != spec.attempt:  # the scheduler counts the runs
             t = t.model_copy(update={"attempts": spec.attempt})
         if t.segments and ctx.request.train_segments == "last":
-            # The top-level fields are the last segment: dropping the others keeps exactly it,
-            # and staleness then counts only the tokens that are trained.
-            t = t.model_copy(update={"segments": []})
+            t = only_last_segment(t)
         await self._follow_level(t)
         again = await self._rerun(ctx, spec, t)
         if again is None:

@@ -332,9 +332,20 @@ _SEGMENT_TOKEN_FIELDS = (
 )
 
 
+def only_last_segment(t: Trajectory) -> Trajectory:
+    """The trajectory as its last segment alone (a request's `train_segments: "last"`): the
+    top-level fields already are it; the versions then span only its tokens, so staleness
+    counts only what is trained."""
+    versions = [v for v in t.response_policy_versions if v >= 0]
+    update: dict[str, Any] = {"segments": []}
+    if versions:
+        update.update(policy_version_start=min(versions), policy_version_end=max(versions))
+    return t.model_copy(update=update)
+
+
 def segment_outline(t: Trajectory) -> list[dict[str, Any]]:
     """Each segment's kind, parent and sizes, without its tokens: what the live event stream
-    and the web view's list say about an episode (one entry for an episode never summarized)."""
+    says about an episode (one entry for an episode never summarized)."""
     out = []
     for s in t._tokens():  # no Segment built for a one-segment episode: this runs per commit
         versions = [v for v in s.response_policy_versions if v >= 0]

@@ -270,6 +270,8 @@ def test_train_segments_last_keeps_the_graded_conversation(server: Server) -> No
             full = summarized("x", "r", "g", "t", t.sample_index)
             assert t.prompt_token_ids == full.segments[-1].prompt_token_ids
             assert t.response_token_ids == full.segments[-1].response_token_ids
+            # Its versions span the kept tokens: the summary calls' version 0 is gone.
+            assert (t.policy_version_start, t.policy_version_end) == (1, 1)
     full = summarized("x", "r", "g", "t", 0)
     # What is kept, and counted (staleness, tokens), is the last segment alone.
     (tokens,) = server.db(f"SELECT tokens FROM samples WHERE rollout_id='{rid}' AND sample_index=0")
