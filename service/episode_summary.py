@@ -245,15 +245,14 @@ class EpisodeSummaries:
     # --- the segments ---
 
     def segments(self, main: TokenLedger) -> list[Segment]:
-        """Every piece as a segment, in order, the main conversation graded last ([] when no
-        call was made)."""
-        calls = [p for p in self.pieces if p.kind is not SegmentKind.main]
-        if not calls:
-            return []
+        """Every piece as a segment, in order, the main conversation graded last ([] for an
+        episode that is one segment)."""
         last = next((p for p in self.pieces if p.ledger is main), None)
         if last is None:
             last = _Piece(SegmentKind.main, main, self.main)
         order = [p for p in self.pieces if p is not last and p.ledger.response_ids] + [last]
+        if len(order) == 1:  # never rewritten, no call generated anything: one segment
+            return []
         # A piece that continued the whole of the piece just before it takes that one in.
         merged: dict[int, _Piece] = {}
         kept: list[_Piece] = []
