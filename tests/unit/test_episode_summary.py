@@ -13,15 +13,21 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.noop_backend import NoopBackend
+from sandboxes.tasks import load_tasks
 from service.agent.harnesses import build_harness
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import SegmentKind, Status, Trajectory
+from standin.engine import StubSettings
+from standin.server import build_app
 from tests.fakes import FakeBackend
 from tests.unit.test_episode_runner import TASK, EngineCall, FakeVLLM, chatml, decode, encode
 from tests.unit.test_harnesses import synthetic_terminus_profile, write_profile
 
+STAND_IN_TASKS = load_tasks(Path(__file__).resolve().parents[2] / "examples" / "tasks",
+                            ids=["camel-to-snake"])  # fmt: skip
 LONG = "x" * 200  # a long analysis: a few turns fill the small context
 
 
@@ -295,3 +301,39 @@ async def test_summarize_off_ends_with_context_length(tmp_path: Path) -> None:
     t = await run_one(tmp_path, vllm, summarize=False, threshold=800)
     assert t.status is Status.context_length and t.segments == []
     assert "request" not in vllm.asked
+
+
+async def test_stand_in_episode_summarizes_and_still_solves(tmp_path: Path) -> None:
+    """The stand-in's long replies (verbose_words) fill a small context in a few turns: the
+    episode summarizes, the stand-in picks its script up again after the rewrite, and the
+    oracle solution is typed in the sandbox it kept."""
+    task = STAND_IN_TASKS[0]
+    app = build_app(
+        StubSettings(p_malformed=0.0, verbose_words=60, max_model_len=4000), tasks=[task]
+    )
+    data = synthetic_terminus_profile("json")
+    data["behaviour"].update(summarize_below_free_tokens=2400, unwind_to_free_tokens=1000)
+    harness = build_harness("terminus-2", write_profile(tmp_path, data))
+    policy = PolicyClient(["http://stub"], transport=httpx.ASGITransport(app=app))
+    got: list[Trajectory] = []
+
+    async def keep(t: Trajectory) -> None:
+        got.append(t)
+
+    specs = sample_specs(task, "r", 2, SamplingParams(seed=3, max_tokens=1024),
+                         AgentLimits(max_turns=16))  # fmt: skip
+    runner = EpisodeRunner(
+        policy, NoopBackend(), harnesses={"terminus-2": harness}, default_harness="terminus-2"
+    )
+    async with policy:
+        await runner.run_group(task, specs, keep)
+    for t in got:
+        assert (t.status, t.reward) == (Status.ok, 1.0), t.messages[-1].content
+        kinds = [s.kind for s in t.segments]
+        assert SegmentKind.questions in kinds and kinds[-1] is SegmentKind.main, (
+            kinds,
+            t.num_turns,
+            len(t.prompt_token_ids),
+            len(t.response_token_ids),
+        )
+        assert all(len(s.prompt_token_ids) + len(s.response_token_ids) <= 4000 for s in t.segments)
