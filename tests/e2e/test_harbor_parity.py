@@ -514,7 +514,8 @@ async def _ours_summarizing(harness: Terminus2Harness, sc: dict[str, Any]) -> di
                 pass
         calls.append({"kind": "main", "messages": [*chat, {"role": "user", "content": prompt}]})
         if t.get("context_full"):
-            kept = summarizer.unwind(len(chat), lambda k: limit - _chars(chat[:k]))
+            free = [limit - _chars(chat[:k]) for k in range(len(chat) + 1)]
+            kept = summarizer.unwind(len(chat), free.__getitem__)
             handoff = await summarizer.passive(model, chat[:kept], sc["instruction"], terminal)
             chat, prompt = handoff.history, handoff.prompt
             calls.append({"kind": "main", "messages": [*chat, {"role": "user", "content": prompt}]})
