@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from service.agent.harnesses.base import Terminal
 from service.agent.harnesses.terminus_summary import (
@@ -35,12 +35,32 @@ from service.agent.harnesses.terminus_summary import (
     Summarizer,
 )
 from service.agent.tokens import TokenLedger
-from service.policy.client import ContextLengthError
+from service.policy.client import ContextLengthError, PolicyClient
 from service.policy.generations import Generation
 from service.trajectory import Message, Segment, SegmentKind
 
-if TYPE_CHECKING:
-    from service.episode import EpisodeRunner, _Episode
+
+class _Episode(Protocol):
+    """What of an episode's state (service/episode.py) a summarization reads and rewrites."""
+
+    ledger: TokenLedger
+    messages: list[Message]
+    spec: Any
+    harness: Any
+
+
+class _Runner(Protocol):
+    """What of the episode runner (service/episode.py) the calls use: it imports this module."""
+
+    policy: PolicyClient
+
+    def template_kwargs(self, spec: Any) -> dict[str, Any]: ...
+
+    async def _call_turn(
+        self, ep: Any, ledger: TokenLedger, turn: str
+    ) -> tuple[list[int], Generation]: ...
+
+    async def _reply_text(self, gen: Generation, turn_ids: list[int], sample: str) -> str: ...
 
 
 @dataclass
@@ -77,7 +97,7 @@ class EpisodeSummaries:
     """One episode's conversation as Harbor's chat keeps it, and its summarizations."""
 
     def __init__(
-        self, runner: EpisodeRunner, summarizer: Summarizer, instruction: str, first: str
+        self, runner: _Runner, summarizer: Summarizer, instruction: str, first: str
     ) -> None:
         self.runner = runner
         self.summarizer = summarizer
