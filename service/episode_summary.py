@@ -145,7 +145,8 @@ class EpisodeSummaries:
         rewrite the conversation."""
         self.count += 1
         limit = self.runner.policy.max_model_len
-        counts = {k: await self._tokens(ep, k) for k in range(len(self.chat) + 1)}
+        # The sizes the unwinding can ask for: the whole history less 0, 1, 2, ... pairs.
+        counts = {k: await self._tokens(ep, k) for k in range(len(self.chat), -1, -2)}
         kept = self.summarizer.unwind(len(self.chat), lambda k: limit - counts[k])
         self.chat = self.chat[:kept]
         self.ends = {k: v for k, v in self.ends.items() if k <= kept}
