@@ -140,11 +140,12 @@ def test_skyrl_validates_step_wise_output_of_summarized_episodes(
     """Issue 36: SkyRL 0.4's validator, concatenation and post-processing take our step-wise
     output (one step per segment) of a group with summaries, built directly and delivered by
     RolloutsGenerator(step_wise=True) through SkyRL's own trainer.generate() from a live
-    service (in this process, its runner reporting summarized episodes: no Docker)."""
+    service in this process that collects them: terminus-2 summarizing on the stand-in policy
+    (a small context), its sandboxes no-ops (no Docker)."""
     from tests.unit.live_service import KEY, Server, make_settings
-    from tests.unit.test_segments import SummarizingRunner
+    from tests.unit.test_segments import StandInRunner
 
-    with Server(make_settings(tmp_path / "data"), SummarizingRunner()) as server:
+    with Server(make_settings(tmp_path / "data"), StandInRunner(tmp_path)) as server:
         cmd = [
             skyrl_python, str(ROOT / "tests" / "skyrl" / "step_wise_judge.py"),
             "--url", server.url, "--api-key", KEY,
@@ -155,7 +156,6 @@ def test_skyrl_validates_step_wise_output_of_summarized_episodes(
     assert done.returncode == 0, done.stderr[-6000:]
     example = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(example, indent=1))  # one trajectory's step-wise form
-    assert [s["kind"] for s in example["steps"]] == [
-        "main", "summary", "questions", "answers", "main"
-    ]  # fmt: skip
-    assert [s["is_last_step"] for s in example["steps"]] == [False] * 4 + [True]
+    kinds = [s["kind"] for s in example["steps"]]
+    assert "questions" in kinds and kinds[-1] == "main", kinds
+    assert [s["is_last_step"] for s in example["steps"]] == [False] * (len(kinds) - 1) + [True]

@@ -1,9 +1,9 @@
 """SkyRL 0.4's own code judges our step-wise output (`generator.step_wise_trajectories`) of
 groups whose episodes were summarized (issue 36): `step_wise_output` on trajectories built
 directly, and RolloutsGenerator(step_wise=True) through SkyRL's RayPPOTrainer.generate() on a
-live service whose samples carry segments. Runs in the venv of tests/skyrl/skyrl_venv.py
-(torch and ray stubbed); started by tests/e2e/test_skyrl.py. Prints one trajectory's
-step-wise form as JSON on stdout; any failed check raises (exit status 1).
+live service that collects summarized terminus-2 episodes (the stand-in policy). Runs in the
+venv of tests/skyrl/skyrl_venv.py (torch and ray stubbed); started by tests/e2e/test_skyrl.py.
+Prints one trajectory's step-wise form as JSON on stdout; a failed check raises (exit 1).
 
     python step_wise_judge.py --url URL --api-key KEY --tasks PATH --task-id ID
 """
@@ -39,7 +39,7 @@ from clients import skyrl_output as so  # noqa: E402
 from service.trajectory import Status  # noqa: E402
 from tests.segments_fixture import plain, summarized  # noqa: E402
 
-N = 4
+N = 2  # samples per prompt in the generator's call (each a whole stand-in episode)
 
 
 def check(cond: bool, msg: str) -> None:
@@ -95,7 +95,9 @@ async def through_the_generator(args: argparse.Namespace) -> dict[str, Any]:
         cfg.generator.merge_stepwise_output = False
     gen = cs.generator_class("skyrl")(
         args.url, tasks_path=args.tasks, api_key=args.api_key, step_wise=True, wait_s=5.0,
-        advantage={"min_group_size": 2},
+        advantage={"min_group_size": 2}, agent={"max_turns": 16},
+        # A seed keeps the stand-in's script (the oracle) across a sample's turns and summary.
+        sampling={"seed": 3, "max_tokens": 1024},
     )  # fmt: skip
     trainer = tr040.RayPPOTrainer.__new__(tr040.RayPPOTrainer)
     trainer.cfg, trainer.generator, trainer.all_metrics = cfg, gen, {}
@@ -129,7 +131,6 @@ async def through_the_generator(args: argparse.Namespace) -> dict[str, Any]:
         trainer, copy.deepcopy(out), uids
     )
     check(post_uids == uids and len(post["response_ids"]) == len(uids), "postprocess")
-    check(sorted(set(out["advantages"])) == [-2 / 3, 2 / 3], "RLOO of rewards 1, 0, 1, 0")
     first = next(t for t in group.trajectories if t.segments)
     n = len(first.segments)
     start = next(i for i, tid in enumerate(out["trajectory_ids"])
