@@ -287,12 +287,18 @@ def test_train_segments_last_keeps_the_graded_conversation(server: Server) -> No
     assert tokens == (len(full.prompt_token_ids) + len(full.response_token_ids),)
 
 
-def test_train_segments_is_checked_at_the_boundary(server: Server) -> None:
+def test_train_segments_is_checked_at_the_boundary(server: Server, tmp_path: Path) -> None:
     with server.client() as c:
         for bad in ("first", None, 1):
             r = c.post("/v1/rollouts", json={"tasks": {"path": TASKS}, "train_segments": bad})
             assert r.status_code == 422, r.text
             assert ["body", "train_segments"] in [d["loc"] for d in r.json()["detail"]]
+    # `rollouts collect`: exit 2 and one line naming the flag, before anything runs.
+    args = ["collect", "--tasks", TASKS, "--out", str(tmp_path / "out"),
+            "--policy-url", "http://127.0.0.1:1", "--train-segments", "first"]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2 and res.output.strip().endswith("(--train-segments)"), res.output
+    assert len(res.output.strip().splitlines()) == 1
 
 
 # ------------------------------------------------ through the collect path (the stand-in)
