@@ -22,10 +22,14 @@ The second form drives one scripted episode through Harbor's own `Terminus2.run`
 test compares it with rollouts' terminus-2 harness). A scenario is
     {"variant": "json", "instruction": str, "max_tokens": int,
      "initial": {"history": str, "screen": str},
-     "turns": [{"reply": str, "truncated": bool}],
+     "turns": [{"reply": str, "truncated": bool, "context_full": bool}],
+     "summarize": {"limit": int, "threshold": int, "sub_replies": [str | None]},
      "sends": [{"keys": str, "timeout": bool, "history": str, "screen": str}]}
 where `sends` answers each keystroke sent to the terminal, in order: the pane's whole history
-and visible screen afterwards, or a timeout.
+and visible screen afterwards, or a timeout. With `summarize` (optional), Harbor summarizes:
+its token count is the characters of the messages' contents, `limit` its context, and the
+summarization calls get `sub_replies` in order (None: the engine's context is full); a turn
+with `context_full` is refused by the engine. `calls` in the answer: every request's messages.
 """
 
 from __future__ import annotations
@@ -44,7 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harbor_probe_loop_texts import loop_texts  # noqa: E402
 from harbor_probe_parser_texts import json_parser_texts, xml_parser_texts  # noqa: E402
-from harbor_probe_scripted import Truncated, load_harbor, make_agent, run_episode  # noqa: E402
+from harbor_probe_scripted import (  # noqa: E402
+    ContextFull,
+    Truncated,
+    load_harbor,
+    make_agent,
+    run_episode,
+)
+from harbor_probe_summary_texts import summary_numbers, summary_texts  # noqa: E402
 from harbor_probe_templates import ProbeError  # noqa: E402
 
 
@@ -58,6 +69,7 @@ def behaviour() -> dict[str, Any]:
         "pane_height": int(fields["tmux_pane_height"].default),
         "summarize": bool(fields["enable_summarize"].default),
         "summarize_below_free_tokens": int(fields["proactive_summarization_threshold"].default),
+        **summary_numbers(),
     }
 
 
@@ -75,14 +87,23 @@ def profile(variant: str) -> dict[str, Any]:
             "import-harbor",
         },
         "behaviour": behaviour(),
-        "texts": {**loop_texts(variant), "parser": parser_texts},
+        "texts": {**loop_texts(variant), "parser": parser_texts, "summary": summary_texts()},
     }
 
 
 def episode(scenario: dict[str, Any]) -> dict[str, Any]:
+    kinds = {"truncated": Truncated, "context_full": ContextFull}
     replies = [
-        Truncated(t["reply"]) if t.get("truncated") else t["reply"] for t in scenario["turns"]
+        next((k(t["reply"]) for f, k in kinds.items() if t.get(f)), t["reply"])
+        for t in scenario["turns"]
     ]
+    summarize = scenario.get("summarize")
+    if summarize is not None:
+        summarize = {
+            **summarize,
+            "sub_replies": [ContextFull("") if r is None else r for r in summarize["sub_replies"]],
+        }
+    calls: list[dict] = []
     prompts, sent, failure = run_episode(
         scenario["variant"],
         scenario["instruction"],
@@ -90,8 +111,10 @@ def episode(scenario: dict[str, Any]) -> dict[str, Any]:
         scenario["sends"],
         scenario["initial"],
         output_limit=scenario.get("max_tokens", 4096),
+        summarize=summarize,
+        calls=calls,
     )
-    return {"prompts": prompts, "sent": sent, "failure": failure}
+    return {"prompts": prompts, "sent": sent, "failure": failure, "calls": calls}
 
 
 def check(request: dict[str, Any]) -> dict[str, Any]:

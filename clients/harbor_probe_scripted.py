@@ -19,19 +19,34 @@ def load_harbor():
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import harbor.agents.terminus_2.terminus_2 as t2
     from harbor.agents.terminus_2.tmux_session import TmuxSession
-    from harbor.llms.base import LLMResponse, OutputLengthExceededError
+    from harbor.llms.base import (
+        ContextLengthExceededError,
+        LLMResponse,
+        OutputLengthExceededError,
+    )
     from harbor.models.agent.context import AgentContext
 
-    return t2, TmuxSession, LLMResponse, OutputLengthExceededError, AgentContext
+    return (
+        t2,
+        TmuxSession,
+        LLMResponse,
+        OutputLengthExceededError,
+        AgentContext,
+        ContextLengthExceededError,
+    )
 
 
-def make_agent(variant: str, logs_dir: Path):
+def make_agent(variant: str, logs_dir: Path, summarize: dict | None = None):
     t2 = load_harbor()[0]
+    extra = {}
+    if summarize is not None:
+        extra["proactive_summarization_threshold"] = summarize["threshold"]
     return t2.Terminus2(
         logs_dir=logs_dir,
         model_name="hosted_vllm/probe",
         parser_name=variant,
-        enable_summarize=False,
+        enable_summarize=summarize is not None,
+        **extra,
         record_terminal_session=False,
         suppress_max_turns_warning=True,
         model_info={
@@ -73,6 +88,10 @@ class Truncated(str):
     """A reply that hit max_tokens."""
 
 
+class ContextFull(str):
+    """A request the engine refuses: its context is full (the reply text is unused)."""
+
+
 class _Stop(Exception):
     pass
 
@@ -83,27 +102,37 @@ class ScriptedChat:
     def __init__(self, replies: list[str]) -> None:
         self.replies = list(replies)
         self.prompts: list[str] = []
-        self.messages: list[dict] = []
+        self._messages: list[dict] = []  # Harbor's Chat keeps them here (and rewrites them)
+        self.calls: list[dict] = []  # every request: the messages sent, in order
         self.rollout_details: list = []
         self.total_input_tokens = self.total_output_tokens = self.total_cache_tokens = 0
         self.total_cost = 0.0
         self._exhausted = False
 
+    @property
+    def messages(self) -> list[dict]:
+        return self._messages
+
     def reset_response_chain(self) -> None:
         pass
 
     async def chat(self, prompt: str, **_: Any):
-        _, _, LLMResponse, OutputLengthExceededError, _ = load_harbor()
+        _, _, LLMResponse, OutputLengthExceededError, *_ = load_harbor()
         if not self.replies:
             if not self._exhausted:
                 self.prompts.append(prompt)
                 self._exhausted = True
             raise _Stop()
         self.prompts.append(prompt)
+        self.calls.append(
+            {"kind": "main", "messages": [*self._messages, {"role": "user", "content": prompt}]}
+        )
         reply = self.replies.pop(0)
+        if isinstance(reply, ContextFull):
+            raise load_harbor()[5]("the engine's context is full")
         if isinstance(reply, Truncated):
             raise OutputLengthExceededError("cut", truncated_response=str(reply))
-        self.messages += [
+        self._messages += [
             {"role": "user", "content": prompt},
             {"role": "assistant", "content": reply},
         ]
@@ -151,14 +180,22 @@ def run_episode(
     *,
     output_limit: int = 4096,
     output: Callable | None = None,
+    summarize: dict | None = None,
+    calls: list[dict] | None = None,
 ) -> tuple[list[str], list[str], str | None]:
     """Harbor's Terminus2.run over a scripted chat and terminal: (prompts, keys sent, the
-    exception the agent failed with, if any)."""
-    t2, _, _, _, AgentContext = load_harbor()
+    exception the agent failed with, if any). `summarize`: summarization on, with
+    {"limit": the context limit, "threshold": the proactive threshold, "sub_replies": the
+    summarization calls' replies in order (a ContextFull one fails its call)}; Harbor's token
+    count is replaced by the characters of the messages' contents, so that a test can count the
+    same way. `calls` receives every request's messages, main and summarization, in order."""
+    t2, _, _, _, AgentContext, _ = load_harbor()
     with tempfile.TemporaryDirectory() as logs:
-        agent = make_agent(variant, Path(logs))
+        agent = make_agent(variant, Path(logs), summarize)
         agent._llm.get_model_output_limit = lambda: output_limit
         chat = ScriptedChat(replies)
+        if summarize is not None:
+            _script_summarization(agent, chat, summarize)
         session = ScriptedSession(sends, dict(initial), output)
         agent._session = session
         original = t2.Chat
@@ -172,4 +209,28 @@ def run_episode(
             failure = f"{type(e).__name__}: {e}"
         finally:
             t2.Chat = original
+        if calls is not None:
+            calls += chat.calls
         return chat.prompts, session.sent, failure
+
+
+def count_chars(messages: list[dict]) -> int:
+    """The probe's stand-in for Harbor's token count: the characters of the contents."""
+    return sum(len(m["content"]) for m in messages)
+
+
+def _script_summarization(agent: Any, chat: ScriptedChat, summarize: dict) -> None:
+    _, _, LLMResponse, _, _, ContextLengthExceededError = load_harbor()
+    sub_replies = list(summarize["sub_replies"])
+
+    async def call(prompt: str, message_history: list | None = None, **_: Any):
+        messages = [*(message_history or []), {"role": "user", "content": prompt}]
+        chat.calls.append({"kind": "sub", "messages": messages})
+        reply = sub_replies.pop(0)
+        if isinstance(reply, ContextFull):
+            raise ContextLengthExceededError("the engine's context is full")
+        return LLMResponse(content=reply)
+
+    agent._llm.call = call
+    agent._llm.get_model_context_limit = lambda: summarize["limit"]
+    agent._count_total_tokens = lambda c: count_chars(c.messages)

@@ -4,8 +4,9 @@ trainer hook that makes SkyRL train on the service's rloo_n advantages (docs/sky
 - `RolloutsGenerator(base_url, *, tasks_path, ...)` is a SkyRL `GeneratorInterface`: its
   `generate(input_batch)` runs SkyRL's batch on a rollouts service and returns a
   `GeneratorOutput` in SkyRL's order.
-- The conversion to SkyRL's fields is `clients.skyrl_output.generator_output`, shared with
-  `Batch.to_skyrl()`.
+- The conversion to SkyRL's fields is `clients.skyrl_output.generator_output` (or, with
+  `step_wise=True`, `step_wise_output`: one step per segment of a summarized episode), shared
+  with `Batch.to_skyrl()`.
 - `ServiceAdvantagesMixin` (put ahead of SkyRL's `RayPPOTrainer` or `FullyAsyncRayPPOTrainer`)
   regroups the samples so that SkyRL's own `rloo` estimator computes the service's rloo_n
   advantages: masked samples out of the baseline.
@@ -28,6 +29,7 @@ from clients.skyrl_output import (
     baseline_uids,
     generator_output,
     skyrl_base,
+    step_wise_output,
 )
 from clients.trainer import AsyncTrainerClient
 from service.trajectory import Trajectory
@@ -52,8 +54,10 @@ def check_trainer_config(cfg: Any) -> None:
         wrong.append("trainer.algorithm.dynamic_sampling.type=null (it drops the extra fields)")
     if _cfg(cfg, "trainer.algorithm.use_kl_in_reward"):
         wrong.append("trainer.algorithm.use_kl_in_reward=false (it changes the rewards)")
-    if _cfg(cfg, "generator.step_wise_trajectories"):
-        wrong.append("generator.step_wise_trajectories=false")
+    if _cfg(cfg, "generator.merge_stepwise_output"):
+        # Merging re-cuts the steps; the service's segments are already as merged as exact
+        # tokens allow (a segment that extends the previous one is one segment).
+        wrong.append("generator.merge_stepwise_output=false")
     if wrong:
         raise ValueError("ServiceAdvantagesMixin needs " + ", ".join(wrong))
 
@@ -61,7 +65,8 @@ def check_trainer_config(cfg: Any) -> None:
 class ServiceAdvantagesMixin:
     """Put ahead of SkyRL's trainer class (`class T(ServiceAdvantagesMixin, RayPPOTrainer)`):
     SkyRL's `rloo` estimator then computes the service's rloo_n advantages, masked samples out
-    of the baseline (see `baseline_uids`). The generator output must come from
+    of the baseline (see `baseline_uids`); step-wise too, where SkyRL computes them on the last
+    steps and broadcasts them to each trajectory's other steps. The generator output must come from
     `RolloutsGenerator` or `Batch.to_skyrl()` (it carries `exclude_from_baseline` and
     `advantages`)."""
 
@@ -115,6 +120,10 @@ class GeneratorOptions:
     max_resubmits: int = 3  # rounds of resubmitting groups the service dropped
     timeout_s: float | None = None  # for one generate() call
     retries: int = 10  # HTTP retries (connection errors, 5xx, 429)
+    # SkyRL's generator.step_wise_trajectories: one output row per segment of a summarized
+    # episode (every segment trained, request train_segments="all"); False: one row per
+    # trajectory, its last segment (train_segments="last": the earlier ones are not kept).
+    step_wise: bool = False
 
 
 def service_sampling(skyrl_params: dict[str, Any] | None, overrides: dict[str, Any] | None):
@@ -264,7 +273,8 @@ class _RolloutsGenerator:
             for (_, pos), t in zip(plan.slots[uid], ordered, strict=True):
                 trajectories[pos] = t
         self.last_groups = [groups[uid] for uid in plan.uids]
-        return generator_output(
+        convert = step_wise_output if self.options.step_wise else generator_output
+        return convert(
             trajectories,  # type: ignore[arg-type]
             uids=[str(tid.instance_id) for tid in plan.tids],
             trajectory_ids=plan.tids,
@@ -303,6 +313,7 @@ class _RolloutsGenerator:
                         agent=self.options.agent,
                         advantage=advantage,
                         priority=self.options.priority,
+                        train_segments="all" if self.options.step_wise else "last",
                     )
                     submitted.append((rid, dict(zip(tasks, uids, strict=True)), n))
                     self.active_rollouts.add(rid)

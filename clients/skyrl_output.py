@@ -177,7 +177,9 @@ def generator_output(
     trajectory_ids: Sequence[Any] | None = None,
     pad_token_id: int = 0,
 ) -> dict[str, Any]:
-    """SkyRL's GeneratorOutput for these trajectories, in the order given.
+    """SkyRL's GeneratorOutput for these trajectories, in the order given, one sample each (a
+    summarized episode gives its last segment, the trajectory's own token fields; every
+    segment as a step: `step_wise_output`).
 
     SkyRL's fields (what its trainer, `validate_generator_output`,
     `postprocess_generator_output`, its zero-variance filter and `concatenate_generator_outputs`
@@ -201,6 +203,119 @@ def generator_output(
     ts = list(trajectories)
     if not ts:
         raise ValueError("no trajectories: SkyRL needs at least one sample")
+    uid_list, tid_list = _ids(ts, uids, trajectory_ids)
+    neutral = neutral_rewards(ts)
+    first_prompt = _first_prompts(ts)
+    out: dict[str, list[Any]] = {k: [] for k in _PER_SAMPLE}
+    for t, uid, tid in zip(ts, uid_list, tid_list, strict=True):
+        _add_step(out, t, t, uid, tid, neutral, first_prompt, pad_token_id, last=True)
+    return _finish(out, masked=sum(t.exclude_from_baseline for t in ts))
+
+
+def step_wise_output(
+    trajectories: Sequence[Trajectory],
+    *,
+    uids: Sequence[str] | None = None,
+    trajectory_ids: Sequence[Any] | None = None,
+    pad_token_id: int = 0,
+) -> dict[str, Any]:
+    """SkyRL's step-wise GeneratorOutput (`generator.step_wise_trajectories=true`): one step
+    per segment of each trajectory (`Trajectory.all_segments()`: an episode never summarized is
+    one step), the steps of a trajectory contiguous and in order, `is_last_step` true on its
+    last segment (the main conversation whose workspace was graded).
+
+    Per step, as `generator_output` per sample: the segment's own prompt, response, loss mask
+    and logprobs (a masked sample's all 0), `response_policy_versions`, the trajectory's
+    `TrajectoryID` and uid. The reward is on the last step only (0.0 on the others), as SkyRL's
+    own step-wise generator gives it: SkyRL computes advantages from the last steps and
+    broadcasts them to the trajectory's other steps; `advantages` and
+    `exclude_from_baseline` (the service's, per trajectory) are broadcast the same way.
+    `trajectory_generation_times` repeats the trajectory's time on each step (SkyRL keeps the
+    last steps' for its metrics); `rollout_metrics` count every step.
+    """
+    ts = list(trajectories)
+    if not ts:
+        raise ValueError("no trajectories: SkyRL needs at least one sample")
+    uid_list, tid_list = _ids(ts, uids, trajectory_ids)
+    neutral = neutral_rewards(ts)
+    first_prompt = _first_prompts(ts)
+    out: dict[str, list[Any]] = {k: [] for k in (*_PER_SAMPLE, "is_last_step")}
+    for t, uid, tid in zip(ts, uid_list, tid_list, strict=True):
+        segments = t.all_segments()
+        for i, seg in enumerate(segments):
+            last = i == len(segments) - 1
+            _add_step(out, t, seg, uid, tid, neutral, first_prompt, pad_token_id, last=last)
+            out["is_last_step"].append(last)
+    return _finish(out, masked=sum(t.exclude_from_baseline for t in ts))
+
+
+_PER_SAMPLE = (
+    "prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons",
+    "rollout_logprobs", "trajectory_ids", "trajectory_generation_times", "uids", "advantages",
+    "exclude_from_baseline", "policy_versions", "response_policy_versions",
+)  # fmt: skip
+
+
+def _add_step(
+    out: dict[str, list[Any]],
+    t: Trajectory,
+    seg: Any,  # the trajectory itself, or one of its Segments (the same token fields)
+    uid: str,
+    tid: Any,
+    neutral: dict[str, float],
+    first_prompt: dict[str, list[int]],
+    pad_token_id: int,
+    *,
+    last: bool,
+) -> None:
+    response = list(seg.response_token_ids)
+    token_versions = list(seg.response_policy_versions)
+    if t.exclude_from_baseline:
+        mask, lps = [0] * len(response), [0.0] * len(response)
+        reward = neutral[t.group_id]
+    else:
+        mask, lps = list(seg.loss_mask), [float(x) for x in seg.rollout_logprobs]
+        reward = float(t.reward) if t.reward is not None else neutral[t.group_id]
+    if not response:
+        response, mask, lps, token_versions = [pad_token_id], [0], [0.0], [-1]
+    prompt = list(seg.prompt_token_ids) or first_prompt.get(t.group_id) or [pad_token_id]
+    out["prompt_token_ids"].append(prompt)
+    out["response_ids"].append(response)
+    out["rewards"].append(reward if last else 0.0)
+    out["loss_masks"].append(mask)
+    # A segment before the last ended as its call finished: the model stopped.
+    out["stop_reasons"].append(skyrl_stop_reason(t) if last else STOP)
+    out["rollout_logprobs"].append(lps)
+    out["trajectory_ids"].append(tid)
+    out["trajectory_generation_times"].append(float(t.timings.total_s))
+    out["uids"].append(uid)
+    out["advantages"].append(float(t.advantage or 0.0))
+    out["exclude_from_baseline"].append(t.exclude_from_baseline)
+    out["policy_versions"].append(t.policy_version_start)
+    out["response_policy_versions"].append(token_versions)
+
+
+def _finish(out: dict[str, list[Any]], masked: int) -> dict[str, Any]:
+    metrics = rollout_metrics(
+        out["response_ids"], out["rewards"], out["loss_masks"],
+        out["trajectory_generation_times"], masked,
+    )  # fmt: skip
+    return {**out, "rollout_metrics": metrics}
+
+
+def _first_prompts(ts: Sequence[Trajectory]) -> dict[str, list[int]]:
+    first_prompt: dict[str, list[int]] = {}
+    for t in ts:
+        if t.prompt_token_ids:
+            first_prompt.setdefault(t.group_id, list(t.prompt_token_ids))
+    return first_prompt
+
+
+def _ids(
+    ts: Sequence[Trajectory], uids: Sequence[str] | None, trajectory_ids: Sequence[Any] | None
+) -> tuple[list[str], list[Any]]:
+    """Per trajectory: its uid (default: its group id) and SkyRL TrajectoryID (default:
+    `(uid, sample_index)`)."""
     uid_list = list(uids) if uids is not None else [t.group_id for t in ts]
     if len(uid_list) != len(ts):
         raise ValueError(f"{len(uid_list)} uids for {len(ts)} trajectories")
@@ -214,48 +329,7 @@ def generator_output(
         tid_list = list(trajectory_ids)
         if len(tid_list) != len(ts):
             raise ValueError(f"{len(tid_list)} trajectory ids for {len(ts)} trajectories")
-    neutral = neutral_rewards(ts)
-    first_prompt: dict[str, list[int]] = {}
-    for t in ts:
-        if t.prompt_token_ids:
-            first_prompt.setdefault(t.group_id, list(t.prompt_token_ids))
-
-    prompts, responses, rewards, masks, logprobs, versions = [], [], [], [], [], []
-    for t in ts:
-        response = list(t.response_token_ids)
-        token_versions = list(t.response_policy_versions)
-        if t.exclude_from_baseline:
-            mask, lps = [0] * len(response), [0.0] * len(response)
-            reward = neutral[t.group_id]
-        else:
-            mask, lps = list(t.loss_mask), [float(x) for x in t.rollout_logprobs]
-            reward = float(t.reward) if t.reward is not None else neutral[t.group_id]
-        if not response:
-            response, mask, lps, token_versions = [pad_token_id], [0], [0.0], [-1]
-        prompts.append(list(t.prompt_token_ids) or first_prompt.get(t.group_id) or [pad_token_id])
-        responses.append(response)
-        rewards.append(reward)
-        masks.append(mask)
-        logprobs.append(lps)
-        versions.append(token_versions)
-    times = [float(t.timings.total_s) for t in ts]
-    masked = sum(t.exclude_from_baseline for t in ts)
-    return {
-        "prompt_token_ids": prompts,
-        "response_ids": responses,
-        "rewards": rewards,
-        "loss_masks": masks,
-        "stop_reasons": [skyrl_stop_reason(t) for t in ts],
-        "rollout_logprobs": logprobs,
-        "trajectory_ids": tid_list,
-        "rollout_metrics": rollout_metrics(responses, rewards, masks, times, masked),
-        "trajectory_generation_times": times,
-        "uids": uid_list,
-        "advantages": [float(t.advantage or 0.0) for t in ts],
-        "exclude_from_baseline": [t.exclude_from_baseline for t in ts],
-        "policy_versions": [t.policy_version_start for t in ts],
-        "response_policy_versions": versions,
-    }
+    return uid_list, tid_list
 
 
 # --------------------------------------------------------------------------- advantages

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from clients.skyrl_output import generator_output
+from clients.skyrl_output import generator_output, step_wise_output
 from service.trajectory import Trajectory, to_arrow
 from service.wire import (
     REMAINING_HEADER,
@@ -72,14 +72,17 @@ class Batch:
     def to_arrow(self) -> pa.Table:
         return to_arrow(self.trajectories)
 
-    def to_skyrl(self, pad_token_id: int = 0) -> dict[str, Any]:
+    def to_skyrl(self, pad_token_id: int = 0, step_wise: bool = False) -> dict[str, Any]:
         """SkyRL's GeneratorOutput for this batch, one entry per trajectory, as
         `RolloutsGenerator` returns it (the same conversion, `clients.skyrl_output`):
         `TrajectoryID`s and `uids` from the service's group ids, `rollout_metrics`, vLLM stop
         reasons, the service's `advantages`, `exclude_from_baseline`. A masked sample trains
         nothing (all-zero loss mask) and gets its group's neutral reward, never a 0; an empty
-        response is one `pad_token_id` with mask 0. See docs/skyrl.md."""
-        return generator_output(self.trajectories, pad_token_id=pad_token_id)
+        response is one `pad_token_id` with mask 0. With `step_wise`, one entry per segment
+        (`generator.step_wise_trajectories`; `is_last_step`, reward on the last step). See
+        docs/skyrl.md."""
+        convert = step_wise_output if step_wise else generator_output
+        return convert(self.trajectories, pad_token_id=pad_token_id)
 
 
 # A weight update answers once every server has loaded the weights: minutes for a large model.
@@ -265,10 +268,13 @@ class TrainerClient:
         advantage: dict[str, Any] | None = None,
         priority: int = 0,
         uncalibrated: str | None = None,
+        train_segments: str | None = None,
     ) -> str:
         body = _rollout_body(
             tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
         )
+        if train_segments is not None:  # "all" or "last" (docs/trajectory.md#segments)
+            body["train_segments"] = train_segments
         # One key per submit, the same on every retry: a retry after a lost response gets the
         # rollout the first attempt made, never a second one.
         key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
@@ -442,10 +448,13 @@ class AsyncTrainerClient:
         advantage: dict[str, Any] | None = None,
         priority: int = 0,
         uncalibrated: str | None = None,
+        train_segments: str | None = None,
     ) -> str:
         body = _rollout_body(
             tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
         )
+        if train_segments is not None:  # "all" or "last" (docs/trajectory.md#segments)
+            body["train_segments"] = train_segments
         return RolloutCreated.model_validate_json(
             await self._json(
                 "POST", "/v1/rollouts", json=body, headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex}

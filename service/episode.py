@@ -25,6 +25,7 @@ from service.agent.harnesses import Harness, HarnessSession, ProfileError, build
 from service.agent.harnesses.sandbox_terminal import SandboxTerminal
 from service.agent.tokens import InvariantError, TokenLedger
 from service.agent_clock import MAX_HOLD_S, AgentClock
+from service.episode_summary import EpisodeSummaries
 from service.policy.client import ContextLengthError, PolicyClient, PolicyError, PolicyFault
 from service.policy.generations import Generation
 from service.policy.holds import Holds, PauseProbe
@@ -61,13 +62,14 @@ def status_of(verdict: Verdict) -> Status:
     return _STATUS_OF_VERDICT[verdict]
 
 
-def _turn_seed(sample_seed: int | None, turn: int, part: int = 0) -> int | None:
+def _turn_seed(sample_seed: int | None, turn: int | str, part: int = 0) -> int | None:
     """The seed of a turn's request, from the sample's seed alone (service.sample.sample_seed):
     the first turn's is the sample's own (an n-sample request seeded s gives its choice j the
     seed s + j, and a group's samples have consecutive seeds). A turn continued after an abort
     (`part` 1, 2, ...) gets a seed of its own: reusing the turn's would replay the random numbers
     its first part already consumed, and the continuation would not be a fair sample given the
-    partial output."""
+    partial output. A summarization call's `turn` is a key naming it (service/episode_summary.py).
+    """
     if sample_seed is None:
         return None
     if turn == 0 and part == 0:
@@ -119,6 +121,7 @@ class _Episode:
     status: Status = Status.ok
     generated_tokens: int = 0
     kept: KeptWorkspace | None = None  # its final workspace, kept for regrading
+    summaries: EpisodeSummaries | None = None  # its harness summarizes its context
 
 
 def graded_status(status: Status, mask_agent_timeout: bool) -> Status:
@@ -428,6 +431,11 @@ class EpisodeRunner:
         timeout_s = limits.timeout_s or task.config.agent_timeout_sec
         session = ep.harness.session(max_tokens=ep.spec.sampling.max_tokens)
         terminal = SandboxTerminal(sandbox)
+        if ep.harness.summarizer is not None:
+            first_user = next(m.content for m in ep.messages if m.role == "user")
+            ep.summaries = EpisodeSummaries(
+                self, ep.harness.summarizer, task.instruction, first_user
+            )
         # Starts after the first turn: its generation, and the time a pause held it, are not
         # the agent's.
         clock = self._clock(ep.holds, timeout_s)
@@ -447,6 +455,7 @@ class EpisodeRunner:
             # The engine's answer did not line up with what we sent: never train on it.
             self.policy.stats.discarded_tokens += ep.ledger.generated
             ep.ledger = TokenLedger(prompt_ids=ep.ledger.prompt_ids)
+            ep.summaries = None  # none of its segments is trained either
             ep.status = Status.policy_error
             ep.messages.append(Message(role="system", content=f"token invariant broken: {e}"))
         except PolicyFault as e:  # e.g. decoding a reply that ended on a stop string
@@ -470,11 +479,15 @@ class EpisodeRunner:
     ) -> None:
         spec = ep.spec
         tools = ep.harness.tools()
-        summarize_below = ep.harness.summarize_below_free_tokens()
+        summaries = ep.summaries
         for turn in range(spec.agent.max_turns):
             sent = ep.ledger.sequence()
             if gen is None:
                 gen = await self._generate(ep, turn, 0, spec.sampling.max_tokens)
+                if gen is None and await self._summarize_when_full(ep, terminal, turn):
+                    # Harbor answers the turn from the rewritten conversation.
+                    sent = ep.ledger.sequence()
+                    gen = await self._generate(ep, f"{turn}:handoff", 0, spec.sampling.max_tokens)
                 if gen is None:
                     return
             done = await self._whole_turn(ep, turn, sent, gen)
@@ -485,8 +498,10 @@ class EpisodeRunner:
             ep.stop_reason = gen.finish_reason
             text = await self._reply_text(gen, turn_ids, spec.trajectory_id)
             ep.messages.append(Message(role="assistant", content=text))
+            if summaries is not None:
+                summaries.replied(ep, text, gen)
             truncated = gen.finish_reason == "length"
-            if truncated and len(ep.ledger) >= self.policy.max_model_len:
+            if truncated and len(ep.ledger) >= self.policy.max_model_len and summaries is None:
                 # Cut by the end of the context, not by max_tokens: nothing more fits.
                 ep.status = Status.context_length
                 return
@@ -502,39 +517,47 @@ class EpisodeRunner:
             # Ended on an end-of-sequence token: the model's EOS (stop_reason None) or another
             # one of the generation config's, which vLLM reports as a stop token id.
             turn_closed = gen.finish_reason == "stop" and not isinstance(gen.stop_reason, str)
+            if summaries is not None:
+                summaries.observed(step.messages[-1]["content"])
+                # Before the next turn, as Harbor checks: the conversation so far, without the
+                # observation, against the threshold; summarized, the observation is dropped.
+                if await summaries.proactive(ep, terminal, turn):
+                    gen = None
+                    continue
             delta = await self._tokenize_observation(ep, step.messages, turn_closed, tools)
             if delta is None:
                 return
             free = self.policy.max_model_len - len(ep.ledger) - len(delta)
             if free <= 0:
+                # The engine would refuse the turn: its context is full.
                 ep.status, ep.stop_reason = Status.context_length, "length"
-                return
-            if summarize_below is not None and free < summarize_below:
-                # The original agent would summarize its context here, replacing the history:
-                # not implemented (the token trajectory would no longer be one sequence).
-                ep.status, ep.stop_reason = Status.context_length, "length"
-                ep.messages.append(
-                    Message(
-                        role="system",
-                        content=f"{ep.harness.name} would summarize its context here ({free} "
-                        f"tokens free, under {summarize_below}); summarization is not "
-                        "implemented: the episode ends with context_length",
-                    )
-                )
-                return
-            ep.ledger.add_observation(delta)
+                if not await self._summarize_when_full(ep, terminal, turn):
+                    return
+            else:
+                ep.ledger.add_observation(delta)
             gen = None
 
-    async def _generate(
-        self, ep: _Episode, turn: int, part: int, max_tokens: int
-    ) -> Generation | None:
-        """The sample's next generation from the ledger's sequence (None: the episode ended,
-        its status set)."""
+    async def _summarize_when_full(
+        self, ep: _Episode, terminal: SandboxTerminal, turn: int
+    ) -> bool:
+        """The engine's context is full (the episode's status says so): a harness that
+        summarizes rewrites the conversation (True, the status reset); otherwise the episode
+        ends with `context_length`."""
+        if ep.summaries is None or ep.status is not Status.context_length:
+            return False
+        ep.status, ep.stop_reason = Status.ok, None
+        await ep.summaries.passive(ep, terminal, turn)
+        return True
+
+    async def _complete(
+        self, ep: _Episode, ledger: TokenLedger, turn: int | str, part: int, max_tokens: int
+    ) -> Generation:
+        """One generation from `ledger`'s sequence (raises PolicyFault; ContextLengthError when
+        nothing more fits)."""
         spec = ep.spec
-        prompt = ep.ledger.sequence()
+        prompt = ledger.sequence()
         if self.policy.max_model_len - len(prompt) <= 0:
-            ep.status, ep.stop_reason = Status.context_length, "length"
-            return None
+            raise ContextLengthError(f"{len(prompt)} tokens fill the context")
         t0 = time.monotonic()
         try:
             params = replace(
@@ -545,28 +568,51 @@ class EpisodeRunner:
             (gen,) = await self.policy.complete(
                 prompt, params, n=1, sample=spec.trajectory_id, holds=ep.holds
             )
-        except PolicyFault as e:
-            self._policy_failed(ep, e)
-            return None
         finally:
             ep.timings.generate_s += time.monotonic() - t0
         return gen
 
+    async def _generate(
+        self, ep: _Episode, turn: int | str, part: int, max_tokens: int
+    ) -> Generation | None:
+        """The sample's next generation from the ledger's sequence (None: the episode ended,
+        its status set)."""
+        try:
+            return await self._complete(ep, ep.ledger, turn, part, max_tokens)
+        except PolicyFault as e:
+            self._policy_failed(ep, e)
+            return None
+
+    async def _call_turn(
+        self, ep: _Episode, ledger: TokenLedger, turn: str
+    ) -> tuple[list[int], Generation]:
+        """A whole turn generated on `ledger` (a summarization call), continued after aborts
+        like a main turn (raises PolicyFault)."""
+        gen = await self._complete(ep, ledger, turn, 0, ep.spec.sampling.max_tokens)
+        done = await self._whole_turn(ep, turn, ledger.sequence(), gen, ledger)
+        if done is None:  # only a main turn's failure ends the episode here
+            raise PolicyError("summarization call failed")
+        return done
+
     async def _whole_turn(
         self,
         ep: _Episode,
-        turn: int,
+        turn: int | str,
         sent: list[int],
         gen: Generation,
+        ledger: TokenLedger | None = None,
     ) -> tuple[list[int], Generation] | None:
         """Record a turn's generation; while it comes back aborted (a pause with mode abort),
         keep its partial tokens and ask for the rest of the turn from the sequence so far, with
         what is left of its max_tokens. Returns the turn's token ids and its last generation
-        (None: the episode ended, its status set)."""
+        (None: the episode ended, its status set). `ledger`: a summarization call's, whose
+        faults are raised (default: the main conversation's)."""
+        main = ledger is None
+        ledger = ep.ledger if ledger is None else ledger
         turn_ids: list[int] = []
         part = 0
         while True:
-            ep.ledger.add_generation(sent, gen.token_ids, gen.logprobs, gen.versions)
+            ledger.add_generation(sent, gen.token_ids, gen.logprobs, gen.versions)
             ep.generated_tokens += len(gen.token_ids)
             turn_ids += gen.token_ids
             if gen.finish_reason != "abort":
@@ -575,10 +621,13 @@ class EpisodeRunner:
             if left <= 0:  # aborted on its last token: the turn is complete, cut by max_tokens
                 return turn_ids, replace(gen, finish_reason="length", stop_reason=None)
             part += 1
-            sent = ep.ledger.sequence()
-            nxt = await self._generate(ep, turn, part, left)
-            if nxt is None:
-                return None
+            sent = ledger.sequence()
+            if main:
+                nxt = await self._generate(ep, turn, part, left)
+                if nxt is None:
+                    return None
+            else:
+                nxt = await self._complete(ep, ledger, turn, part, left)
             gen = nxt
 
     async def _tokenize_observation(
@@ -674,9 +723,11 @@ class EpisodeRunner:
             else:
                 status = graded_status(status, ep.spec.agent.mask_agent_timeout)
         ep.ledger.validate()
-        # The oldest and newest weights behind its generated tokens (staleness counts from the
-        # oldest); a sample that generated nothing, the version it started under.
-        generated = [v for v in ep.ledger.versions if v >= 0] or [ep.version]
+        segments = ep.summaries.segments(ep.ledger) if ep.summaries is not None else []
+        # The oldest and newest weights behind its generated tokens, in every segment (staleness
+        # counts from the oldest); a sample that generated nothing, the version it started under.
+        versions = [seg.response_policy_versions for seg in segments] or [ep.ledger.versions]
+        generated = [v for vs in versions for v in vs if v >= 0] or [ep.version]
         files = [
             VerifierFile(path=path, content=content)
             for path, content in (verify.files.items() if verify is not None else ())
@@ -707,6 +758,7 @@ class EpisodeRunner:
             loss_mask=ep.ledger.loss_mask,
             rollout_logprobs=ep.ledger.logprobs,
             response_policy_versions=ep.ledger.versions,
+            segments=segments,
             reward=reward,
             status=status,
             stop_reason=ep.stop_reason,

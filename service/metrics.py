@@ -122,10 +122,12 @@ class Metrics:
         self.store_bytes.set_function(lambda: float(disk.store.disk_bytes()))
 
     def observe_trajectory(self, t: Trajectory, generated_tokens: int) -> None:
-        """`generated_tokens` is sum(t.loss_mask), which the caller has counted already."""
+        """`generated_tokens` is t.generated_tokens(), which the caller has counted already.
+        Tokens are counted over every segment of a summarized episode."""
         self.samples.labels(t.status.value).inc()
-        self.tokens.labels("prompt").inc(len(t.prompt_token_ids))
-        self.tokens.labels("response").inc(len(t.response_token_ids))
+        segments = t.segments or [t]
+        self.tokens.labels("prompt").inc(sum(len(s.prompt_token_ids) for s in segments))
+        self.tokens.labels("response").inc(sum(len(s.response_token_ids) for s in segments))
         self.tokens.labels("generated").inc(generated_tokens)
         tm = t.timings
         for stage in ("create_s", "generate_s", "agent_s", "verify_s", "teardown_s", "total_s"):
@@ -135,9 +137,10 @@ class Metrics:
         for flag in t.reward_flags:
             self.reward_flags.labels(flag).inc()
         by_version: dict[int, int] = {}
-        for v in t.response_policy_versions:
-            if v >= 0:
-                by_version[v] = by_version.get(v, 0) + 1
+        for s in segments:
+            for v in s.response_policy_versions:
+                if v >= 0:
+                    by_version[v] = by_version.get(v, 0) + 1
         for v, n in by_version.items():
             self.generated_by_version.labels(str(v)).inc(n)
         if t.reward is not None:

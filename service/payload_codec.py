@@ -13,6 +13,12 @@ header (compact JSON object, without the token fields and the advantage), then p
 (int32), response ids (int32), loss mask (int8), rollout logprobs (float64), response policy
 versions (int64). Codec "cols1" (stores written before per-token versions) is the same without
 the versions, which decoding derives as the trajectory model does for old records.
+
+Codec "cols3" (a summarized episode: more than one segment) is "cols2" followed by the token
+arrays of every segment but the last, in order, each laid out as the trajectory's; the header
+holds `segment_layout`, one [kind, parent, prompt length, response length] per segment. The
+last segment is the trajectory's own arrays (service/trajectory.py), so it is not stored twice.
+A trajectory of one segment is written as "cols2", byte for byte what it was before segments.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import pyarrow as pa
 from service.trajectory import ARROW_SCHEMA, Trajectory
 
 CODEC = "cols2"
+SEGMENTS_CODEC = "cols3"  # cols2 and the earlier segments' arrays
 _OLD_CODEC = "cols1"  # without the versions
+_LAYOUT_KEY = "segment_layout"
 TOKEN_FIELDS = ("prompt_token_ids", "response_token_ids", "loss_mask", "rollout_logprobs",
                 "response_policy_versions")  # fmt: skip
 _PREFIX = struct.Struct("<III")
@@ -44,7 +52,7 @@ _ARROW_VALUE_TYPES = {"prompt_token_ids": pa.int32(), "response_token_ids": pa.i
 _STRUCT_FORMATS = {"prompt_token_ids": "<%di", "response_token_ids": "<%di",
                    "rollout_logprobs": "<%dd", "response_policy_versions": "<%dq"}  # fmt: skip
 _LITTLE = sys.byteorder == "little"
-_EXCLUDE = {"advantage", *TOKEN_FIELDS}
+_EXCLUDE = {"advantage", "segments", *TOKEN_FIELDS}
 
 
 def _pack(field: str, values: list[Any]) -> bytes:
@@ -60,35 +68,88 @@ def encode_payload(trajectory: Trajectory) -> bytes:
     # (see with_advantage) so the stored bytes are written once and never re-encoded.
     header = trajectory.model_dump_json(exclude=_EXCLUDE).encode()
     arrays = [_pack(f, getattr(trajectory, f)) for f in TOKEN_FIELDS]
+    segments = trajectory.segments
+    if segments:
+        layout = [
+            [s.kind.value, s.parent, len(s.prompt_token_ids), len(s.response_token_ids)]
+            for s in segments
+        ]
+        header = header[:-1] + b',"%s":' % _LAYOUT_KEY.encode() + orjson.dumps(layout) + b"}"
+        arrays += [_pack(f, getattr(s, f)) for s in segments[:-1] for f in TOKEN_FIELDS]
     n_prompt, n_response = len(trajectory.prompt_token_ids), len(trajectory.response_token_ids)
     return b"".join([_PREFIX.pack(len(header), n_prompt, n_response), header, *arrays])
+
+
+def payload_codec(trajectory: Trajectory) -> str:
+    """The codec `encode_payload` wrote this trajectory in."""
+    return SEGMENTS_CODEC if trajectory.segments else CODEC
+
+
+@dataclass
+class DecodedSegment:
+    kind: str
+    parent: int | None
+    arrays: dict[str, memoryview]
 
 
 @dataclass
 class DecodedPayload:
     header: bytes  # JSON object of every field but the token arrays and the advantage
     arrays: dict[str, memoryview]  # field -> little-endian values (views into the payload)
+    # Every segment of a summarized episode (the last one's arrays are `arrays`); None when the
+    # record is one segment (or was written before segments with them in its header).
+    segments: list[DecodedSegment] | None = None
 
 
-def decode_payload(codec: str, data: bytes) -> DecodedPayload:
-    if codec not in (CODEC, _OLD_CODEC):
-        raise ValueError(f"unknown payload codec {codec!r}")
-    header_len, n_prompt, n_response = _PREFIX.unpack_from(data)
-    view = memoryview(data)
-    pos = _PREFIX.size + header_len
-    header = bytes(view[_PREFIX.size : pos])
-    fields = TOKEN_FIELDS if codec == CODEC else TOKEN_FIELDS[:-1]
+def _take(
+    view: memoryview, pos: int, fields: tuple[str, ...], n_prompt: int, n_response: int
+) -> tuple[dict[str, memoryview], int]:
     arrays: dict[str, memoryview] = {}
     for field in fields:
         n = n_prompt if field == "prompt_token_ids" else n_response
         size = n * array(_TYPECODES[field]).itemsize
         arrays[field] = view[pos : pos + size]
         pos += size
+    return arrays, pos
+
+
+def decode_payload(codec: str, data: bytes) -> DecodedPayload:
+    if codec not in (CODEC, SEGMENTS_CODEC, _OLD_CODEC):
+        raise ValueError(f"unknown payload codec {codec!r}")
+    header_len, n_prompt, n_response = _PREFIX.unpack_from(data)
+    view = memoryview(data)
+    pos = _PREFIX.size + header_len
+    header = bytes(view[_PREFIX.size : pos])
+    fields = TOKEN_FIELDS if codec != _OLD_CODEC else TOKEN_FIELDS[:-1]
+    arrays, pos = _take(view, pos, fields, n_prompt, n_response)
+    segments = None
+    if codec == SEGMENTS_CODEC:
+        meta = orjson.loads(header)
+        layout = meta.pop(_LAYOUT_KEY)
+        header = orjson.dumps(meta)
+        segments = []
+        for kind, parent, seg_prompt, seg_response in layout[:-1]:
+            seg_arrays, pos = _take(view, pos, TOKEN_FIELDS, seg_prompt, seg_response)
+            segments.append(DecodedSegment(kind, parent, seg_arrays))
+        kind, parent, _, _ = layout[-1]
+        segments.append(DecodedSegment(kind, parent, arrays))
     if pos != len(data):
         raise ValueError(f"corrupt {codec} payload: {len(data)} bytes, layout says {pos}")
     if codec == _OLD_CODEC:
         arrays["response_policy_versions"] = _old_versions(header, arrays["loss_mask"])
-    return DecodedPayload(header, arrays)
+    return DecodedPayload(header, arrays, segments)
+
+
+def _segment_dicts(p: DecodedPayload) -> list[dict[str, Any]]:
+    """The record's segments as Segment-shaped dicts (only summarized episodes have any)."""
+    return [
+        {
+            "kind": s.kind,
+            **{f: _values(f, s.arrays[f]) for f in TOKEN_FIELDS},
+            "parent": s.parent,
+        }
+        for s in p.segments or ()
+    ]
 
 
 def _old_versions(header: bytes, mask: memoryview) -> memoryview:
@@ -117,6 +178,8 @@ def with_advantage(codec: str, data: bytes, advantage: float | None) -> bytes:
         parts.append(b',"%s":' % field.encode())
         # orjson writes the same shortest round-trip floats as json.dumps, ~8x faster.
         parts.append(orjson.dumps(_values(field, p.arrays[field])))
+    if p.segments is not None:
+        parts.append(b',"segments":' + orjson.dumps(_segment_dicts(p)))
     parts.append(b',"advantage":' + json.dumps(advantage).encode() + b"}")
     return b"".join(parts)
 
@@ -126,6 +189,9 @@ def payload_dict(codec: str, data: bytes, advantage: float | None) -> dict[str, 
     row = orjson.loads(p.header)
     for field in TOKEN_FIELDS:
         row[field] = _values(field, p.arrays[field])
+    if p.segments is not None:
+        row["segments"] = _segment_dicts(p)
+    row.setdefault("segments", [])
     row["advantage"] = advantage
     return row
 
@@ -141,6 +207,9 @@ def payloads_to_arrow(rows: list[tuple[str, bytes, float | None]]) -> pa.Table:
     for p, (_, _, advantage) in zip(decoded, rows, strict=True):
         meta = orjson.loads(p.header)
         meta["advantage"] = advantage
+        if p.segments is not None:  # rare: Python per token only for summarized episodes
+            meta["segments"] = _segment_dicts(p)
+        meta.setdefault("segments", [])
         metas.append(meta)
     meta_table = pa.Table.from_pylist(metas, schema=_META_SCHEMA)
     columns: dict[str, pa.Array] = {}

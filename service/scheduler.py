@@ -59,6 +59,8 @@ from service.trajectory import (
     Status,
     Trajectory,
     empty_trajectory,
+    only_last_segment,
+    segment_outline,
 )
 from service.wire import RolloutRequest
 
@@ -518,6 +520,8 @@ class Scheduler:
         """Commit a sample's trajectory, or queue it to run again."""
         if t.attempts != spec.attempt:  # the scheduler counts the runs
             t = t.model_copy(update={"attempts": spec.attempt})
+        if t.segments and ctx.request.train_segments == "last":
+            t = only_last_segment(t)
         await self._follow_level(t)
         again = await self._rerun(ctx, spec, t)
         if again is None:
@@ -581,7 +585,7 @@ class Scheduler:
         self._update_gauges()
         if result.duplicate:
             return
-        generated = sum(t.loss_mask)  # 8k-token episodes: counted once per trajectory
+        generated = t.generated_tokens()  # 8k-token episodes: counted once per trajectory
         if self.metrics is not None:
             try:
                 self.metrics.observe_trajectory(t, generated)
@@ -601,6 +605,8 @@ class Scheduler:
                 "generated_tokens": generated,
                 "total_s": t.timings.total_s,
                 "policy_version": t.policy_version_start,
+                # The episode's outline (its tokens are leased): one entry per segment.
+                "segments": segment_outline(t),
             },
         )
         if result.group_state is not None:

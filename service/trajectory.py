@@ -293,6 +293,27 @@ class Trajectory(BaseModel):
                 )
         return self
 
+    def total_tokens(self) -> int:
+        """Prompt and response tokens over every segment: what a trainer that takes every
+        segment processes (each segment's prompt is its own)."""
+        return sum(len(s.prompt_token_ids) + len(s.response_token_ids) for s in self._tokens())
+
+    def generated_tokens(self) -> int:
+        """Tokens the policy generated (loss mask 1), over every segment."""
+        return sum(sum(s.loss_mask) for s in self._tokens())
+
+    def oldest_version(self) -> int | None:
+        """The oldest weights behind any generated token of any segment (what staleness counts
+        from); None when the sample generated nothing."""
+        return min(
+            (v for s in self._tokens() for v in s.response_policy_versions if v >= 0),
+            default=None,
+        )
+
+    def _tokens(self) -> list[Any]:
+        # The trajectory itself stands for its one segment (no copy of the token lists).
+        return list(self.segments) if self.segments else [self]
+
     def all_segments(self) -> list[Segment]:
         """The episode as segments: `segments`, or the trajectory itself when it is one."""
         if self.segments:
@@ -309,6 +330,36 @@ _SEGMENT_TOKEN_FIELDS = (
     "rollout_logprobs",
     "response_policy_versions",
 )
+
+
+def only_last_segment(t: Trajectory) -> Trajectory:
+    """The trajectory as its last segment alone (a request's `train_segments: "last"`): the
+    top-level fields already are it; the versions then span only its tokens, so staleness
+    counts only what is trained."""
+    versions = [v for v in t.response_policy_versions if v >= 0]
+    update: dict[str, Any] = {"segments": []}
+    if versions:
+        update.update(policy_version_start=min(versions), policy_version_end=max(versions))
+    return t.model_copy(update=update)
+
+
+def segment_outline(t: Trajectory) -> list[dict[str, Any]]:
+    """Each segment's kind, parent and sizes, without its tokens: what the live event stream
+    says about an episode (one entry for an episode never summarized)."""
+    out = []
+    for s in t._tokens():  # no Segment built for a one-segment episode: this runs per commit
+        versions = [v for v in s.response_policy_versions if v >= 0]
+        out.append(
+            {
+                "kind": getattr(s, "kind", SegmentKind.main).value,
+                "parent": getattr(s, "parent", None),
+                "prompt_tokens": len(s.prompt_token_ids),
+                "response_tokens": len(s.response_token_ids),
+                "generated_tokens": sum(s.loss_mask),
+                "versions": [min(versions), max(versions)] if versions else None,
+            }
+        )
+    return out
 
 
 # How a group runner hands each finished trajectory back (the scheduler commits it).

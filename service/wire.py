@@ -163,6 +163,14 @@ class RolloutRequest(_Strict):
         "run (status `cancelled`, masked)",
     )
 
+    train_segments: Literal["all", "last"] = Field(
+        default="all",
+        description="what a summarized episode delivers for training (docs/trajectory.md): "
+        "`all`, every segment (summary sub-calls included, each trained with the task reward); "
+        "`last`, only the main conversation whose workspace was graded (the trajectory's own "
+        "token fields, one linear sequence); the earlier segments are then not kept",
+    )
+
     _check_kwargs = field_validator("chat_template_kwargs")(check_chat_template_kwargs)
 
     @model_validator(mode="after")

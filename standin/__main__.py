@@ -42,6 +42,12 @@ def policy_stub(
         "lengths and turns spent looking around; 0: off). At 8k tokens a turn, 1.3 gives "
         "replies p99/p50 of about 10.",
     ),
+    verbose_words: int = typer.Option(
+        0,
+        "--verbose-words",
+        help="Filler words of analysis in every reply, as many as fit (long replies: a small "
+        "context fills in a few turns and a harness that summarizes does).",
+    ),
     scale_out: bool = typer.Option(
         True,
         "--scale-out/--no-scale-out",
@@ -72,6 +78,7 @@ def policy_stub(
             attack=attack,
             length_jitter=length_jitter,
             long_tail=long_tail,
+            verbose_words=verbose_words,
             scale_out=scale_out,
         )
         app = build_app(settings)

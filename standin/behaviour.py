@@ -32,6 +32,15 @@ once, on its first turn, from a lognormal (median 1, sigma `long_tail`): every r
 carries round(TAIL_WORDS x v) filler words of analysis (as many as fit), and it looks around for
 min(MAX_EXPLORE, floor(v)) turns (a harmless command each) before the script. Later turns read v
 back from the first reply's filler, so the sample stays as verbose as it began.
+`verbose_words` instead gives every reply that many filler words (as many as fit), so that a
+small context fills in a few turns.
+
+Context summarization (a harness that rewrites its conversation, terminus-2's): the calls of a
+summarization read as any prompt (the stand-in answers them with its next scripted reply, a text
+like any other). The rewritten conversation opens with two user messages in a row (the first
+prompt, then the questions request) and the questions as the first reply: the script restarts
+after it (its history is the replies after the questions), so the sample redoes its steps in the
+sandbox it still has, which the script's steps allow (each one rewrites what it writes).
 """
 
 from __future__ import annotations
@@ -92,11 +101,15 @@ class BehaviourSettings:
     length_jitter: int = 0
     # Sigma of the lognormal of a sample's verbosity (long-tail episodes, see above); 0: off.
     long_tail: float = 0.0
+    # Filler words in every reply (see above); 0: off. Not with long_tail.
+    verbose_words: int = 0
 
     def __post_init__(self) -> None:
         for name in ("p_correct", "p_malformed"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.verbose_words < 0 or (self.verbose_words and self.long_tail):
+            raise ValueError("verbose_words must be >= 0, and not with long_tail")
         if self.length_jitter < 0:
             raise ValueError(f"length_jitter must be >= 0, got {self.length_jitter}")
         if not 0.0 <= self.long_tail <= 4.0:
@@ -273,6 +286,15 @@ class _Costs:
         return lo
 
 
+def _since_restart(turns: list[Turn]) -> list[Turn]:
+    """The turns since the conversation was last rewritten by a summarization (two user
+    messages in a row, then the questions reply): all of them when it never was."""
+    for i in range(len(turns) - 2, 0, -1):
+        if turns[i].role == "user" and turns[i - 1].role == "user":
+            return turns[i + 2 :]
+    return turns
+
+
 def _seeded(*parts: object) -> int:
     """A 64-bit number fixed by `parts`: a seeded sample draws the same every time."""
     key = ":".join(map(str, parts)).encode()
@@ -332,7 +354,7 @@ class ScriptedAgent:
         # Closed assistant turns only: the last, open one is the generation prompt.
         history = [
             obj
-            for t in turns
+            for t in _since_restart(turns)
             if t.role == "assistant" and t.closed and (obj := read_reply(t.content, fmt))
         ]
         budget = None if max_tokens is None else max(1, int(max_tokens * REPLY_SHARE))
@@ -341,7 +363,8 @@ class ScriptedAgent:
         explored = 0
         while explored < len(history) and history[explored].get("plan") == EXPLORE_PLAN:
             explored += 1
-        if explored < min(MAX_EXPLORE, filler // TAIL_WORDS) and explored == len(history):
+        looks = min(MAX_EXPLORE, filler // TAIL_WORDS) if self.settings.long_tail else 0
+        if explored < looks and explored == len(history):
             raw = self._explore(explored)
         else:
             raw = self._next(task, correct, history[explored:], budget)
@@ -376,7 +399,7 @@ class ScriptedAgent:
         """The sample's filler words per reply: drawn on its first turn, read back later."""
         sigma = self.settings.long_tail
         if sigma == 0:
-            return 0
+            return self.settings.verbose_words
         if history:
             analysis = history[0].get("analysis")
             return analysis.count(TAIL_FILLER) if isinstance(analysis, str) else 0

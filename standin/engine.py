@@ -64,6 +64,9 @@ class StubSettings(BaseModel):
     length_jitter: int = Field(default=0, ge=0)  # extra analysis words per reply, at most
     # Long-tail episodes: sigma of the lognormal of each sample's verbosity (behaviour.py).
     long_tail: float = Field(default=0.0, ge=0, le=4)
+    # Filler words of analysis in every reply (as many as fit): long replies that fill a small
+    # context in a few turns, so that a harness's context summarization runs (behaviour.py).
+    verbose_words: int = Field(default=0, ge=0)
     # Strong enough that an unscripted token is ~1e-8 per position: p_correct=1 means every
     # sample passes, while logprobs stay real samples of this distribution.
     script_logit: float = Field(default=24.0, gt=0)
@@ -175,6 +178,7 @@ class StubEngine:
                 attack=settings.attack,
                 length_jitter=settings.length_jitter,
                 long_tail=settings.long_tail,
+                verbose_words=settings.verbose_words,
             ),
             self.tokenizer,
         )

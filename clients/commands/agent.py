@@ -96,19 +96,25 @@ def agent_settings(agent: str | None, profiles: list[Path]) -> AgentSettings:
 
 
 def describe(settings: AgentSettings) -> list[str]:
-    """What to say at start: the harness, its profile, and that summarization is off."""
+    """What to say at start: the harness, its profile, and how it summarizes its context."""
     harness = settings.harnesses()[settings.harness]
     profile = harness.profile
     lines = [
         f"Agent harness: {harness.name} (profile {profile.path or 'shipped'}, "
         f"hash {profile.hash[:16]})."
     ]
-    below = harness.summarize_below_free_tokens()
-    if below:
+    summarizer = harness.summarizer
+    if summarizer is not None:
         lines.append(
-            f"{harness.name} summarizes its context when fewer than {below} tokens are free; "
-            "summarization is not implemented (it would break the linear token trajectory), "
-            "so such an episode ends with status context_length."
+            f"{harness.name} summarizes its context as Harbor's agent does: before a turn once "
+            f"fewer than {summarizer.threshold} tokens are free (0: never before a turn), and "
+            "when the engine's context is full; each summarization adds segments to the "
+            "trajectory."
+        )
+    elif harness.name == "terminus-2":
+        lines.append(
+            f"{harness.name}: summarization is off (summarize = false): an episode whose context "
+            "is full ends with status context_length."
         )
     return lines
 

@@ -121,6 +121,12 @@ def register(app: typer.Typer) -> None:
             "'fallback' (graded with the tests and the code in one process, flagged "
             "unguarded) or 'drop' (not run, masked).",
         ),
+        train_segments: str = typer.Option(
+            "all",
+            "--train-segments",
+            help="A summarized episode's segments to keep: 'all' (summary calls included) or "
+            "'last' (the graded conversation only); docs/trajectory.md#segments.",
+        ),
         keep_workspaces: bool = options.KEEP_WORKSPACES,
         max_turns: int = typer.Option(AgentLimits.max_turns, "--max-turns", min=1),
         agent: str = options.AGENT,
@@ -214,10 +220,16 @@ def register(app: typer.Typer) -> None:
                 advantage=AdvantageSpec(min_group_size=min_group_size),
                 chat_template_kwargs=template_kwargs,
                 uncalibrated=uncalibrated,
+                train_segments=train_segments,
             )
         except ValidationError as e:
-            msg = e.errors()[0]["msg"].removeprefix("Value error, ")
-            typer.echo(f"error: {msg} (--n-samples, --min-group-size, --uncalibrated)", err=True)
+            err = e.errors()[0]
+            msg = err["msg"].removeprefix("Value error, ")
+            field = err["loc"][0] if err["loc"] else None
+            flags = {"uncalibrated": "--uncalibrated", "train_segments": "--train-segments"}.get(
+                field, "--n-samples, --min-group-size"
+            )
+            typer.echo(f"error: {msg} ({flags})", err=True)
             raise typer.Exit(2) from None
         if not sandboxes.ray_address:  # on Ray, every node's executor sees to its own
             refuse_unknown_runtime(sandboxes.runtime)

@@ -52,6 +52,9 @@ class RolloutsPPOExp(BasePPOExp):
             task_id_key="task_id",  # the dataset column with the service's task ids
             pad_token_id=tokenizer.pad_token_id or 0,
             agent={"max_turns": 32},
+            # generator.step_wise_trajectories=true: every segment of a summarized episode is
+            # trained, one step each (docs/skyrl.md#summarized-episodes-step-wise).
+            step_wise=bool(cfg.generator.step_wise_trajectories),
         )
 
     def get_trainer(

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from service.advantages import compute_advantages
-from service.payload_codec import CODEC, decode_payload, encode_payload, payload_dict
+from service.payload_codec import decode_payload, encode_payload, payload_codec, payload_dict
 from service.store import leases
 from service.store.errors import UnknownTrajectory
 from service.store.records import LeaseResult
@@ -206,7 +206,7 @@ def _apply(conn: sqlite3.Connection, group_id: str) -> None:
         t = _serving(payload_dict(*row), orjson.loads(grading), output)
         conn.execute(
             "UPDATE payloads SET codec=?, data=? WHERE trajectory_id=?",
-            (CODEC, encode_payload(t), trajectory_id),
+            (payload_codec(t), encode_payload(t), trajectory_id),
         )
         conn.execute(
             "UPDATE samples SET status=?, reward=? WHERE trajectory_id=?",

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from service.advantages import AdvantageConfig, compute_advantages
-from service.payload_codec import CODEC, encode_payload
+from service.payload_codec import encode_payload, payload_codec
 from service.store.errors import IdempotencyConflict, UnknownRollout, UnknownTrajectory
 from service.store.records import CommitResult, GroupPlan, PendingGroup, RolloutSummary
 from service.trajectory import Status, Trajectory, empty_trajectory, is_masked
@@ -177,7 +177,8 @@ def commit(
     if group_id != t.group_id or rollout_id != t.rollout_id:
         raise UnknownTrajectory(f"{t.trajectory_id}: group/rollout ids do not match")
     conn.execute(
-        "INSERT OR REPLACE INTO payloads VALUES (?,?,?)", (t.trajectory_id, CODEC, payload)
+        "INSERT OR REPLACE INTO payloads VALUES (?,?,?)",
+        (t.trajectory_id, payload_codec(t), payload),
     )
     conn.execute(
         "UPDATE samples SET state='done', status=?, reward=?, version_start=?, tokens=?"
@@ -186,13 +187,14 @@ def commit(
             t.status.value,
             t.reward,
             t.policy_version_start,
-            len(t.prompt_token_ids) + len(t.response_token_ids),
+            t.total_tokens(),
             t.trajectory_id,
         ),
     )
     # Staleness counts from the group's oldest generated token: a sample that generated none
     # (masked before its first turn, cancelled) carries no old weights and leaves it alone.
-    oldest = min((v for v in t.response_policy_versions if v >= 0), default=None)
+    # Every segment of a summarized episode counts: the summary calls are trained too.
+    oldest = t.oldest_version()
     n_done, n_samples = conn.execute(
         "UPDATE groups SET n_done = n_done + 1,"
         " version_min = MIN(COALESCE(version_min, ?1), COALESCE(?1, version_min))"

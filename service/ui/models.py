@@ -32,7 +32,9 @@ class SampleRow(BaseModel):
     reward: float | None
     advantage: float | None
     policy_version: int | None
-    tokens: int | None = Field(description="prompt + response tokens; null in a Parquet file")
+    tokens: int | None = Field(
+        description="prompt + response tokens, over every segment; null in a Parquet file"
+    )
 
 
 class SamplePage(BaseModel):

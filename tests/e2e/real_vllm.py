@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,11 @@ class RecordingProxy:
         self.upstream = upstream.rstrip("/")
         self.exchanges: list[Exchange] = []
         self.sent = 0  # generation requests forwarded so far (answered or not)
+        # A generation request that `hold_when` matches waits here, before it is sent on, until
+        # the test releases it (`held` is set once one waits).
+        self._hold_when: Callable[[Any], bool] | None = None
+        self.held = threading.Event()
+        self._release = threading.Event()
         self._lock = threading.Lock()
         self._sent_more = threading.Condition(self._lock)
         self._http: httpx.AsyncClient | None = None
@@ -301,6 +307,14 @@ class RecordingProxy:
         with self._lock:
             return [e for e in self.exchanges if e.path in GENERATION_PATHS]
 
+    def hold_when(self, match: Callable[[Any], bool]) -> None:
+        """Hold the first generation request whose JSON body `match`es before sending it on,
+        until `release()`; `held` says when it waits."""
+        self._hold_when = match
+
+    def release(self) -> None:
+        self._release.set()
+
     def wait_sent(self, n: int, timeout_s: float = 600) -> None:
         """Until `n` generation requests have been sent on to the server."""
         with self._sent_more:
@@ -317,6 +331,14 @@ class RecordingProxy:
         path = "/" + request.path_params["path"]
         query = f"?{request.url.query}" if request.url.query else ""
         headers = {"content-type": request.headers.get("content-type", "application/json")}
+        if (
+            path in GENERATION_PATHS
+            and self._hold_when is not None
+            and self._hold_when(_json(body))
+        ):
+            self._hold_when = None
+            self.held.set()
+            await asyncio.to_thread(self._release.wait, 600)
         if path in GENERATION_PATHS:
             with self._sent_more:
                 self.sent += 1

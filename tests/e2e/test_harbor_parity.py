@@ -7,7 +7,10 @@ reply cut at max_tokens, the double confirmation) goes through Harbor's own `Ter
 scripted chat and terminal under it, clients/harbor_probe.py --episode) and through our harness
 with the same replies and terminal captures. The messages must be identical, character for
 character, and so must the keys sent. A corpus of replies checks the parsers' errors, warnings
-and commands the same way, and outputs the byte cap.
+and commands the same way, and outputs the byte cap. Context summarization: scripted episodes
+that cross the proactive threshold, and ones the engine refuses (unwinding, the full summary,
+the short one, the fallback), with Harbor's token count replaced by characters on both sides:
+every request, main and summarization call, carries the same messages in the same order.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from typer.testing import CliRunner
 from clients.cli import app
 from service.agent.harnesses import build_harness, load_profile
 from service.agent.harnesses.terminus2 import Terminus2Harness
+from service.agent.harnesses.terminus_summary import Call, CallFailed, Summarizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harbor_env import ENV, harbor_python  # noqa: E402
@@ -430,3 +435,131 @@ def test_xml_salvage_ends_the_episode_as_in_harbor(
     harness = build_harness("terminus-2", profiles["xml"])
     ours, sent = asyncio.run(_ours(harness, sc))
     assert ours == theirs["prompts"] and sent == []
+
+
+# ----------------------------------------------------------------------------- summarization
+
+
+def _long_reply(i: int, complete: bool = False) -> str:
+    body = {
+        "analysis": f"Step {i}. " + "The output shows the files are as expected. " * 25,
+        "plan": f"Run command {i}.",
+        "commands": [] if complete else [{"keystrokes": f"echo step{i}\n", "duration": 0.1}],
+    }
+    if complete:
+        body["task_complete"] = True
+    return json.dumps(body, indent=2)
+
+
+def summarizing_scenario(kinds: list[str], limit: int, threshold: int, subs: list) -> dict:
+    """An episode of long replies (`kinds`: "turn", "full" for a turn the engine refuses, or
+    "done"), Harbor's token count being the characters of the contents, as in the probe."""
+    pane = Pane()
+    initial = pane.state()
+    turns: list[dict[str, Any]] = []
+    sends: list[dict[str, Any]] = []
+    for i, kind in enumerate(kinds):
+        if kind == "full":
+            turns.append({"reply": "", "truncated": False, "context_full": True})
+            continue
+        turns.append({"reply": _long_reply(i, complete=kind == "done"), "truncated": False})
+        if kind == "turn":
+            sends.append({"keys": f"echo step{i}\n", **pane.run(f"echo step{i}", f"step{i}")})
+    return {
+        "variant": "json",
+        "instruction": "Write /app/hello.py that prints hello.\n",
+        "max_tokens": 4096,
+        "initial": initial,
+        "turns": turns,
+        "sends": sends,
+        "summarize": {"limit": limit, "threshold": threshold, "sub_replies": subs},
+    }
+
+
+def _chars(messages: list[dict[str, Any]]) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+async def _ours_summarizing(harness: Terminus2Harness, sc: dict[str, Any]) -> dict[str, Any]:
+    """Our harness over the same script, its summarization run as the agent loop runs it
+    (service/episode.py, service/episode_summary.py), at the level of messages."""
+    conf = sc["summarize"]
+    profile = harness.profile
+    summarizer = Summarizer(
+        replace(
+            profile,
+            behaviour={**profile.behaviour, "summarize_below_free_tokens": conf["threshold"]},
+        )
+    )
+    limit, subs, calls = conf["limit"], list(conf["sub_replies"]), []
+    terminal = ScriptedTerminal(sc["sends"], sc["initial"])
+    session = harness.session(max_tokens=sc["max_tokens"])
+    prompt = harness.first_prompt(sc["instruction"], await session.output.get(terminal))
+    chat: list[dict[str, Any]] = []
+
+    async def model(call: Call) -> str:
+        calls.append({"kind": "sub", "messages": call.messages})
+        reply = subs.pop(0)
+        if reply is None:
+            raise CallFailed("the engine's context is full")
+        return reply
+
+    turns = iter(sc["turns"])
+    for t in turns:
+        if summarizer.proactive_due(limit - _chars(chat)):
+            try:
+                handoff = await summarizer.full(model, chat, sc["instruction"], terminal)
+                chat, prompt = handoff.history, handoff.prompt
+            except CallFailed:
+                pass
+        calls.append({"kind": "main", "messages": [*chat, {"role": "user", "content": prompt}]})
+        if t.get("context_full"):
+            free = [limit - _chars(chat[:k]) for k in range(len(chat) + 1)]
+            kept = summarizer.unwind(len(chat), free.__getitem__)
+            handoff = await summarizer.passive(model, chat[:kept], sc["instruction"], terminal)
+            chat, prompt = handoff.history, handoff.prompt
+            calls.append({"kind": "main", "messages": [*chat, {"role": "user", "content": prompt}]})
+            t = next(turns)
+        chat += [{"role": "user", "content": prompt}, {"role": "assistant", "content": t["reply"]}]
+        step = await session.step(t["reply"], terminal, truncated=t["truncated"])
+        if step.done:
+            break
+        prompt = step.messages[0]["content"]
+    return {"calls": calls, "sent": terminal.sent}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # Proactive: over the threshold before turn 6; summarized; then the same again with the
+        # summary call failing (Harbor goes on with the turn as it was).
+        ("proactive", ["turn"] * 7 + ["done", "done"], 12_000, 4_000),
+        # Passive: refused turns unwind the history; then the full summary, then the short one
+        # (the full one failing), then the fallback (both failing).
+        ("passive", ["turn"] * 4 + ["full", "turn", "turn", "full", "turn", "turn", "full",
+                                    "done", "done"], 9_000, 0),
+    ],
+    ids=lambda c: c[0],
+)  # fmt: skip
+def test_summarization_matches_harbor(
+    case: tuple, harbor: str, profiles: dict[str, Path], tmp_path: Path
+) -> None:
+    name, kinds, limit, threshold = case
+    if name == "proactive":
+        subs = ["SUMMARY one.", "QUESTIONS one?", "ANSWERS one."] + [None] * 6
+    else:
+        subs = ["SUMMARY two.", "QUESTIONS two?", "ANSWERS two.", None, "SHORT three.",
+                None, None]  # fmt: skip
+    harness = build_harness("terminus-2", profiles["json"])
+    sc = summarizing_scenario(kinds, limit, threshold, subs)
+    theirs = _probe(harbor, "episode", sc, tmp_path)
+    assert theirs["failure"] is None, theirs["failure"]
+    ours = asyncio.run(_ours_summarizing(harness, sc))
+    (tmp_path / "ours.json").write_text(json.dumps(ours["calls"], indent=1))
+    (tmp_path / "harbor.json").write_text(json.dumps(theirs["calls"], indent=1))
+    assert ours["sent"] == theirs["sent"]
+    sub_calls = [c for c in theirs["calls"] if c["kind"] == "sub"]
+    assert len(sub_calls) >= 3, "the scenario never summarized"
+    assert len(ours["calls"]) == len(theirs["calls"])
+    for i, (a, b) in enumerate(zip(ours["calls"], theirs["calls"], strict=True)):
+        assert a == b, f"call {i} ({b['kind']}) differs"

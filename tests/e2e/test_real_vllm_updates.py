@@ -24,10 +24,12 @@ In CI (CI=true) these tests fail when the engine cannot be provided; elsewhere t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,7 +42,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from clients.commands.policy_stub import free_port
-from service.trajectory import from_arrow
+from sandboxes.task import Task, TaskConfig
+from service.agent.harnesses import build_harness
+from service.episode import EpisodeRunner
+from service.policy.client import PolicyClient
+from service.sample import AgentLimits, SamplingParams, sample_specs
+from service.trajectory import SegmentKind, Status, Trajectory, from_arrow
 from tests.e2e.live import TASKS, Service, serve
 from tests.e2e.real_vllm import (
     ROOT,
@@ -51,6 +58,8 @@ from tests.e2e.real_vllm import (
     vllm_python,
     write_lora_adapter,
 )
+from tests.fakes import FakeBackend
+from tests.unit.test_harnesses import synthetic_terminus_profile, write_profile
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -464,3 +473,115 @@ def test_rescoring_catches_a_stale_prefix(rig: Rig) -> None:
     got = [e["logprob"] for e in choice["logprobs"]["content"]]
     fresh_scores = score(u.url, prompt + choice["token_ids"], len(prompt))
     assert max(abs(a - b) for a, b in zip(got, fresh_scores, strict=True)) > SAME
+
+
+def test_summarized_episode_is_exact_segments_across_an_update(rig: Rig, tmp_path: Path) -> None:
+    """terminus-2 with summarization (a profile of our own texts, issue 36) on engine U's
+    4096-token context: the long random replies fill it in a few turns and the episode
+    summarizes. The summary call is held at the proxy until the engine is paused, stepped
+    part-way, and given checkpoint 2 tagged "1": its tokens change version inside the call.
+    Every segment ends on exactly what the engine was sent and returned, and every generated
+    token, re-scored under the weights its version names, has its recorded logprob."""
+    u = rig.server("U")
+    fresh(u, rig.ckpt[1])
+    data = synthetic_terminus_profile("json")
+    data["behaviour"].update(summarize_below_free_tokens=2600, unwind_to_free_tokens=1500)
+    harness = build_harness("terminus-2", write_profile(tmp_path, data))
+    task = Task(
+        id="summarize", path="memory://summarize", instruction="Write out.txt.",
+        config=TaskConfig(agent_timeout_sec=900), environment_files={},
+        test_files={"test.sh": b"#!/bin/sh\n"},
+    )  # fmt: skip
+    request = harness.summarizer._text("request", instruction=task.instruction)
+    proxy = RecordingProxy("U", u.url).start()
+    got: list[Trajectory] = []
+
+    async def go() -> None:
+        policy = PolicyClient([proxy.url], max_retries=1)
+        await policy.start()
+        # The summary request as the episode appends it (after a closed or a cut reply).
+        ends = [await policy.observation_delta(request, turn_closed=c) for c in (True, False)]
+
+        def summary_call(body: Any) -> bool:
+            prompt = body.get("token_ids") or body.get("prompt") or []
+            return any(prompt[-len(e) :] == e for e in ends)
+
+        proxy.hold_when(summary_call)
+        runner = EpisodeRunner(
+            policy, FakeBackend(), harnesses={"terminus-2": harness}, default_harness="terminus-2"
+        )
+        specs = sample_specs(task, "sum", 1, SamplingParams(seed=11, max_tokens=300),
+                             AgentLimits(max_turns=10))  # fmt: skip
+
+        async def keep(t: Trajectory) -> None:
+            got.append(t)
+
+        try:
+            await runner.run_group(task, specs, keep)
+        finally:
+            await policy.aclose()
+
+    def update_inside_the_summary() -> None:
+        assert proxy.held.wait(600), "the episode never summarized"
+        post(u.url, "/pause", params={"mode": "keep"})
+        before = u.metric("vllm:generation_tokens_total")
+        proxy.release()
+        while u.metric("vllm:generation_tokens_total") < before + 8:
+            post(u.url, "/resume")
+            post(u.url, "/pause", params={"mode": "keep"})
+        load(u.url, rig.ckpt[2], "1")
+        post(u.url, "/resume")
+
+    updater = threading.Thread(target=update_inside_the_summary)
+    updater.start()
+    try:
+        asyncio.run(go())
+    finally:
+        proxy.release()
+        updater.join(60)
+        proxy.stop()
+    [t] = got
+    assert t.status in (Status.ok, Status.context_length), [m.content for m in t.messages[-3:]]
+    kinds = [s.kind for s in t.segments]
+    assert SegmentKind.summary in kinds and SegmentKind.questions in kinds, kinds
+    assert kinds[-1] is SegmentKind.main
+    # Each segment ends on one generation request's prompt and returned tokens.
+    sent = {}
+    for e in proxy.generations():
+        prompt = e.request.get("token_ids") or e.request.get("prompt")
+        for c in e.response["choices"]:
+            sent[tuple(prompt + c["token_ids"])] = True
+    for s in t.segments:
+        assert tuple(s.prompt_token_ids + s.response_token_ids) in sent, s.kind
+    # The summary call spans the update: versions 0 then 1 inside its generated tokens.
+    summary = next(s for s in t.segments if s.kind is SegmentKind.summary)
+    a, b = turns(summary.model_dump())[-1]  # its last run of generated tokens: the summary
+    call = summary.response_policy_versions[a:b]
+    k = call.index(1)
+    assert 0 < k < len(call) and call == [0] * k + [1] * (len(call) - k), spans(call)
+    assert (t.policy_version_start, t.policy_version_end) == (0, 1)
+    as_dicts = [
+        {"trajectory_id": f"{t.trajectory_id}/{i}:{s.kind.value}", **s.model_dump()}
+        for i, s in enumerate(t.segments)
+    ]
+    numbers = rescore(
+        as_dicts, {0: on_checkpoint(u.url, rig.ckpt[1]), 1: on_checkpoint(u.url, rig.ckpt[2])}
+    )
+    record = {
+        "test": "summarization across an update",
+        "segments": [
+            {
+                "kind": s.kind.value,
+                "parent": s.parent,
+                "prompt": len(s.prompt_token_ids),
+                "response": len(s.response_token_ids),
+                "generated": sum(s.loss_mask),
+                "version spans": spans([v for v in s.response_policy_versions if v >= 0]),
+            }
+            for s in t.segments
+        ],  # fmt: skip
+        "rescoring": numbers,
+    }
+    print(f"\n{json.dumps(record)}")
+    with (rig.logs / "summarization-evidence.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")

@@ -132,3 +132,30 @@ def test_skyrl_judges_generator_and_to_skyrl(skyrl_python: str, tmp_path: Path) 
     assert any(b.get("groups with masked and graded samples") for b in batches.values()), batches
     assert result["groups resubmitted after a drop"] >= 1
     assert result["stub_calls_while_judging"] == []
+
+
+def test_skyrl_validates_step_wise_output_of_summarized_episodes(
+    skyrl_python: str, tmp_path: Path
+) -> None:
+    """Issue 36: SkyRL 0.4's validator, concatenation and post-processing take our step-wise
+    output (one step per segment) of a group with summaries, built directly and delivered by
+    RolloutsGenerator(step_wise=True) through SkyRL's own trainer.generate() from a live
+    service in this process that collects them: terminus-2 summarizing on the stand-in policy
+    (a small context), its sandboxes no-ops (no Docker)."""
+    from tests.unit.live_service import KEY, Server, make_settings
+    from tests.unit.test_segments import StandInRunner
+
+    with Server(make_settings(tmp_path / "data"), StandInRunner(tmp_path)) as server:
+        cmd = [
+            skyrl_python, str(ROOT / "tests" / "skyrl" / "step_wise_judge.py"),
+            "--url", server.url, "--api-key", KEY,
+            "--tasks", TASKS, "--task-id", TASK_IDS[0],
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-6000:]
+    example = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(example, indent=1))  # one trajectory's step-wise form
+    kinds = [s["kind"] for s in example["steps"]]
+    assert "questions" in kinds and kinds[-1] == "main", kinds
+    assert [s["is_last_step"] for s in example["steps"]] == [False] * (len(kinds) - 1) + [True]

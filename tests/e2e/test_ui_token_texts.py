@@ -29,6 +29,7 @@ from service.trajectory import Status, Timings, Trajectory
 from tests.browser_env import chromium, screenshot
 from tests.ci import unavailable
 from tests.e2e.live import ROOT, wait_until
+from tests.segments_fixture import summarized
 from tests.unit.test_ui_tokens import QWEN3
 
 # "<|im_start|>user\nSay hi 🦜<|im_end|>\n<|im_start|>assistant\n"
@@ -47,6 +48,7 @@ SHOWN = {
 }  # fmt: skip
 RID = "qwen3"
 TID = sample_trajectory_id(group_id_for(RID, 0), 0)
+SUMMARIZED = sample_trajectory_id(group_id_for(RID, 1), 0)  # a summarized episode (issue 36)
 
 
 def _store(data_dir: Path) -> None:
@@ -78,9 +80,13 @@ def _store(data_dir: Path) -> None:
         store = Store(data_dir)
         store.open()
         try:
-            plan = GroupPlan(group_id_for(RID, 0), "say-hi", [TID])
-            await store.create_rollout(RID, "{}", 0, AdvantageConfig("rloo", 1), [plan])
+            plans = [GroupPlan(group_id_for(RID, 0), "say-hi", [TID]),
+                     GroupPlan(group_id_for(RID, 1), "long", [SUMMARIZED])]  # fmt: skip
+            await store.create_rollout(RID, "{}", 0, AdvantageConfig("rloo", 1), plans)
             await store.commit_trajectory(t)
+            await store.commit_trajectory(
+                summarized(SUMMARIZED, RID, group_id_for(RID, 1), "long", 0)
+            )
         finally:
             store.close()
 
@@ -155,3 +161,18 @@ def test_without_a_tokenizer_the_chips_show_ids_and_a_note_says_why(store: Path)
         note = driver.find_element("id", "token-note").text
         assert note.startswith("Token ids shown: no tokenizer") and "--tokenizer" in note
         screenshot(driver, "tokens-ids-only")
+        # A summarized episode: its earlier segments are boundaries that open onto their tokens.
+        driver.get(url + f"#/sample/{SUMMARIZED}")
+        boxes = "#boundaries details.boundary"
+        wait_until("the boundaries", lambda: driver.find_elements("css selector", boxes), 30)
+        kinds = [b.get_attribute("data-kind") for b in driver.find_elements("css selector", boxes)]
+        assert kinds == ["main", "summary", "questions", "answers"]
+        summary = driver.find_element("id", "segment-1")
+        assert "summary · from segment 0" in summary.text and "6 response tokens" in summary.text
+        summary.find_element("tag name", "summary").click()
+        chips = "#segment-1 .chips .tok"
+        wait_until("the summary's tokens", lambda: driver.find_elements("css selector", chips), 30)
+        seg = summarized(SUMMARIZED, RID, group_id_for(RID, 1), "long", 0).segments[1]
+        shown = [int(e.text) for e in driver.find_elements("css selector", chips)]
+        assert shown == seg.prompt_token_ids + seg.response_token_ids
+        screenshot(driver, "segments-boundary")

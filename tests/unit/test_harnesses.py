@@ -20,6 +20,7 @@ from service.agent import prompt
 from service.agent.harnesses import ProfileError, build_harness, load_profile
 from service.agent.harnesses.base import Profile, dump_profile
 from service.agent.harnesses.terminus2 import required_texts
+from service.agent.harnesses.terminus_summary import SUMMARY_TEXTS
 from service.agent.harnesses.tools import ToolCallError, parse_tool_calls
 from standin.behaviour import BehaviourSettings, ScriptedAgent
 from standin.chat_template import parse_transcript, render
@@ -45,6 +46,10 @@ def synthetic_terminus_profile(variant: str) -> dict[str, Any]:
             texts["parser"][key.removeprefix("parser.")] = body
         else:
             texts[key] = body
+    texts["summary"] = {
+        key.removeprefix("summary."): f"<{key}>" + "".join(f"[{f}={{{f}}}]" for f in sorted(v))
+        for key, v in SUMMARY_TEXTS.items()
+    }
     return {
         "profile": {"harness": "terminus-2", "variant": variant, "source": "synthetic"},
         "behaviour": {
@@ -53,6 +58,8 @@ def synthetic_terminus_profile(variant: str) -> dict[str, Any]:
             "pane_height": 3,
             "summarize": True,
             "summarize_below_free_tokens": 8000,
+            "unwind_to_free_tokens": 4000,
+            "summary_screen_chars": 1000,
         },
         "texts": texts,
     }

@@ -244,6 +244,9 @@ class Harness(ABC):
 
     name: str
     profile: Profile
+    # Context summarization (terminus-2's, terminus_summary.Summarizer); None: the harness never
+    # summarizes, and an episode whose context is full ends with `context_length`.
+    summarizer: Any = None
 
     @abstractmethod
     def first_messages(self, instruction: str) -> list[dict[str, Any]]:
@@ -254,9 +257,8 @@ class Harness(ABC):
         return None
 
     def summarize_below_free_tokens(self) -> int | None:
-        """The original agent would summarize its context once fewer tokens than this are free.
-        Summarization is not implemented (it would break the linear token trajectory): such an
-        episode ends with `context_length`. None: the harness never summarizes."""
+        """The agent summarizes its context before a turn once fewer tokens than this are free
+        (see `summarizer`). None: never before a turn."""
         return None
 
     @abstractmethod

@@ -23,9 +23,12 @@ What it reproduces, message for message:
 - A reply cut at max_tokens gets the `output_length` message (with the parser's warnings about
   the cut reply), and nothing of it is typed. With the XML variant, a cut reply that still holds
   a whole response is "salvaged" by Harbor, whose agent then fails on it: the episode ends.
-- Context summarization is not implemented (it would break the linear token trajectory): once
-  fewer than `summarize_below_free_tokens` tokens are free, where terminus-2 would summarize,
-  the episode ends with `context_length`.
+- Context summarization, as terminus-2 does it by default (terminus_summary.py: the proactive
+  path under `summarize_below_free_tokens` free, the passive one on the engine's context-length
+  error, the three calls, the short summary and the fallback, the rewritten conversation). The
+  agent loop runs each call on the policy like a turn and keeps it as a segment of the
+  trajectory (service/episode_summary.py). With the profile's `summarize = false` the episode
+  ends with `context_length` once nothing more fits, as Harbor's agent fails then.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from service.agent.harnesses.terminus_parsers import (
     ParseResult,
     XMLParser,
 )
+from service.agent.harnesses.terminus_summary import Summarizer
 
 NAME = "terminus-2"
 # Harbor caps every command's duration with min(duration, 60): an int, so a capped duration
@@ -113,6 +117,8 @@ class Terminus2Harness(Harness):
         self.warning_marker = _marker(profile.texts["feedback_warnings"], "warnings")
         if not self.error_marker or not self.warning_marker:
             raise ProfileError("the feedback forms must start with fixed words")
+        summarizer = Summarizer(profile)
+        self.summarizer = summarizer if summarizer.on else None
 
     # --- message forms ---
 
@@ -167,10 +173,9 @@ class Terminus2Harness(Harness):
         return self.profile.text("output_length", max_tokens=max_tokens)
 
     def summarize_below_free_tokens(self) -> int | None:
-        if not self.profile.behaviour.get("summarize", True):
+        if self.summarizer is None:
             return None
-        threshold = int(self.profile.behaviour.get("summarize_below_free_tokens", 0))
-        return threshold or None
+        return self.summarizer.threshold or None
 
     def session(self, *, max_tokens: int = 4096) -> Terminus2Session:
         return Terminus2Session(self, max_tokens=max_tokens)

@@ -112,6 +112,9 @@ function facts(t) {
     ["stop reason", t.stop_reason ?? "—"],
     ["policy versions", `${t.policy_version_start} → ${t.policy_version_end}`],
     ["tokens", `${t.prompt_token_ids.length} prompt + ${t.response_token_ids.length} response (${t.loss_mask.filter((m) => m === 1).length} generated)`],
+    // A summarized episode: the tokens above are its last segment; a trainer of every segment
+    // takes them all.
+    ...(t.segments.length > 1 ? [["segments", `${t.segments.length}: ${t.segments.map((s) => s.kind).join(" → ")} · ${t.segments.reduce((n, s) => n + s.prompt_token_ids.length + s.response_token_ids.length, 0)} tokens in all`]] : []),
     ["timings (s)", Object.entries(t.timings).map(([k, v]) => `${k.replace(/_s$/, "")} ${num(v, 2)}`).join(" · ")],
     ["sampling", t.sampling ? JSON.stringify(t.sampling) : "—"],
     // A JSON object, sent as a string (as in Parquet and Arrow).
@@ -125,8 +128,9 @@ function facts(t) {
   return el("table", { class: "facts", id: "facts" }, el("tbody", {}, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v)))));
 }
 
-// The response cut into runs of equal loss mask: generated turns and observation deltas.
-function segments(t) {
+// The response cut into runs of equal loss mask: generated turns and observation deltas (of
+// the trajectory, or of one of its segments: the same token fields).
+function runs(t) {
   const out = [{ kind: "prompt", ids: t.prompt_token_ids, start: 0 }];
   let cur = null;
   t.response_token_ids.forEach((id, i) => {
@@ -143,12 +147,13 @@ function segments(t) {
 // order, cycling through the palette (.tok.v0 ... .tok.v5).
 const PALETTE = 6;
 function versionClasses(t) {
-  const versions = [...new Set(t.response_policy_versions.filter((v) => v >= 0))].sort((a, b) => a - b);
+  const all = t.segments.length ? t.segments.flatMap((s) => s.response_policy_versions) : t.response_policy_versions;
+  const versions = [...new Set(all.filter((v) => v >= 0))].sort((a, b) => a - b);
   return new Map(versions.map((v, i) => [v, `v${i % PALETTE}`]));
 }
 
-// The text of every distinct id of the trajectory: {source, note, texts: Map, partial: Map}.
-// Any failure leaves ids (an empty map) and says why; it never fails the page.
+// The text of every distinct id of the trajectory or segment: {source, note, texts: Map,
+// partial: Map}. Any failure leaves ids (an empty map) and says why; it never fails the page.
 async function tokenTexts(t) {
   const ids = [...new Set([...t.prompt_token_ids, ...t.response_token_ids])];
   const out = { source: null, note: null, texts: new Map(), partial: new Map() };
@@ -228,11 +233,10 @@ function versionRuns(versions) {
   return runs.map((v) => `v${v}`).join("→");
 }
 
-function tokenView(t, words) {
-  const replies = t.messages.filter((m) => m.role === "assistant").map((m) => m.content);
-  const colours = versionClasses(t);
+// Blocks of a trajectory's (or a segment's) runs; `replies` captions the generated turns.
+function runBlocks(t, words, colours, replies) {
   let turn = 0;
-  const blocks = segments(t).map((seg) => {
+  return runs(t).map((seg) => {
     const chips = el("div", { class: "chips" }, tokenChips(seg, SHOWN, colours, words));
     let title = `${seg.kind} · ${seg.ids.length} tokens`;
     let caption = null;
@@ -247,6 +251,49 @@ function tokenView(t, words) {
         : null;
     return el("div", { class: `segment ${seg.kind}` }, el("div", { class: "role" }, title), caption, chips, more);
   });
+}
+
+// A summarized episode: each segment before the last (the summary, questions and answers
+// calls, and the main conversation they cut) as a boundary that opens onto its tokens, read
+// when first opened. Nothing for an episode of one segment.
+function boundaries(t) {
+  if (t.segments.length < 2) return null;
+  const colours = versionClasses(t);
+  const earlier = t.segments.slice(0, -1).map((s, i) => {
+    const generated = s.loss_mask.filter((m) => m === 1).length;
+    const versions = s.response_policy_versions.filter((v) => v >= 0);
+    const policy = versions.length ? ` · policy ${versionRuns(versions)}` : "";
+    const parent = s.parent === null ? (i === 0 ? "the start" : "fresh context") : `from segment ${s.parent}`;
+    const body = el("div", { class: "boundary-body" }, el("p", { class: "muted" }, "reading tokens…"));
+    let shown = false;
+    const box = el(
+      "details",
+      { class: `boundary ${s.kind}`, id: `segment-${i}`, "data-kind": s.kind },
+      el("summary", {}, `segment ${i}: ${s.kind} · ${parent} · ${s.prompt_token_ids.length} prompt + ${s.response_token_ids.length} response tokens (${generated} generated)${policy}`),
+      body,
+    );
+    box.addEventListener("toggle", async () => {
+      if (!box.open || shown) return;
+      shown = true;
+      const words = await tokenTexts(s);
+      body.replaceChildren(...runBlocks(s, words, colours, []));
+    });
+    return box;
+  });
+  const last = t.segments.length - 1;
+  return el(
+    "section",
+    { id: "boundaries" },
+    el("h3", {}, "Context summarized"),
+    el("p", { class: "muted" }, `${t.segments.length} segments; the conversation and tokens shown below are segment ${last}, the main conversation whose workspace was graded. Open a segment for its tokens.`),
+    earlier,
+  );
+}
+
+function tokenView(t, words) {
+  const replies = t.messages.filter((m) => m.role === "assistant").map((m) => m.content);
+  const colours = versionClasses(t);
+  const blocks = runBlocks(t, words, colours, replies);
   return el(
     "section",
     { id: "tokens" },
@@ -269,6 +316,7 @@ function tokenView(t, words) {
 export async function showSample(container, trajectoryId) {
   const t = await getJSON(`/ui/api/trajectories/${encodeURIComponent(trajectoryId)}`);
   const body = el("div", { id: "sample-body" }, conversation(t), verifier(t));
+  const cuts = boundaries(t); // kept across the toggle: its opened segments stay open
   let tokens = false;
   let words = null; // the token texts, asked for once, when the tokens are first shown
   const toggle = el("button", { id: "toggle-tokens" }, "Show tokens");
@@ -293,6 +341,7 @@ export async function showSample(container, trajectoryId) {
       " · rollout ", link(`#/samples?rollout_id=${encodeURIComponent(t.rollout_id)}`, t.rollout_id),
     ),
     facts(t),
+    cuts,
     toggle,
     body,
   );
