@@ -121,6 +121,8 @@ def _rollout_body(
     advantage: dict[str, Any] | None,
     priority: int,
     uncalibrated: str | None,
+    policy: dict[str, Any] | None = None,
+    retry_masked: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "tasks": {"path": tasks_path, "ids": ids, "limit": limit},
@@ -129,7 +131,15 @@ def _rollout_body(
     }
     if uncalibrated is not None:  # "fallback" or "drop" (docs/reliability.md#calibration)
         body["uncalibrated"] = uncalibrated
-    for key, value in (("sampling", sampling), ("agent", agent), ("advantage", advantage)):
+    # `policy`: the request's own policy servers ({urls, model}; the service's
+    # --allow-policy-url must cover them).
+    for key, value in (
+        ("sampling", sampling),
+        ("agent", agent),
+        ("advantage", advantage),
+        ("policy", policy),
+        ("retry_masked", retry_masked),
+    ):
         if value is not None:
             body[key] = value
     return body
@@ -265,10 +275,13 @@ class TrainerClient:
         advantage: dict[str, Any] | None = None,
         priority: int = 0,
         uncalibrated: str | None = None,
+        policy: dict[str, Any] | None = None,
+        retry_masked: int | None = None,
     ) -> str:
         body = _rollout_body(
-            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
-        )
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated,
+            policy, retry_masked,
+        )  # fmt: skip
         # One key per submit, the same on every retry: a retry after a lost response gets the
         # rollout the first attempt made, never a second one.
         key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
@@ -442,10 +455,13 @@ class AsyncTrainerClient:
         advantage: dict[str, Any] | None = None,
         priority: int = 0,
         uncalibrated: str | None = None,
+        policy: dict[str, Any] | None = None,
+        retry_masked: int | None = None,
     ) -> str:
         body = _rollout_body(
-            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
-        )
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated,
+            policy, retry_masked,
+        )  # fmt: skip
         return RolloutCreated.model_validate_json(
             await self._json(
                 "POST", "/v1/rollouts", json=body, headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex}

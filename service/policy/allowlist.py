@@ -5,11 +5,13 @@ HTTP requests there, so the service must not become a way to reach any host its 
 A URL is allowed only when its parsed parts equal a prefix's: the same scheme, the same host
 (compared as parsed, lower-cased), the same port (the scheme's default when none is written),
 and a path that is the prefix's path or lies below it at a segment boundary (`/a` allows `/a`
-and `/a/b`, never `/ab`). Comparing strings instead lets `http://allowed.example@evil` (user
-info before the real host), `http://allowed.example.evil` (a longer host name) and
-`http://allowed.example:8000x` through. So any URL with user info, a query, a fragment, a
-backslash, a percent escape or a dot segment in its path, whitespace or a control character
-is refused outright: each is a way to make two parsers disagree about where a request goes.
+and `/a/b`, never `/ab`). A prefix's port may be `*`, any port of that host (a trainer's
+replicas listen on ports it picks at start: verl's do). Comparing strings instead lets
+`http://allowed.example@evil` (user info before the real host), `http://allowed.example.evil`
+(a longer host name) and `http://allowed.example:8000x` through. So any URL with user info, a
+query, a fragment, a backslash, a percent escape or a dot segment in its path, whitespace or a
+control character is refused outright: each is a way to make two parsers disagree about where
+a request goes.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ class Origin:
 
     scheme: str
     host: str
-    port: int
+    port: int | None  # None: any port (a prefix's `:*`)
     path: str  # without its trailing '/', '' for the root
 
     def covers(self, other: Origin) -> bool:
         """`other` is this prefix or lies below it."""
-        if (self.scheme, self.host, self.port) != (other.scheme, other.host, other.port):
+        if (self.scheme, self.host) != (other.scheme, other.host):
+            return False
+        if self.port is not None and self.port != other.port:
             return False
         return other.path == self.path or other.path.startswith(self.path + "/")
 
@@ -81,7 +85,7 @@ class PolicyAllowList:
         self._origins: list[Origin] = []
         for prefix in self.prefixes:
             try:
-                self._origins.append(parse_origin(prefix.strip()))
+                self._origins.append(_parse_prefix(prefix.strip()))
             except NotAllowed as e:
                 raise ValueError(f"--allow-policy-url {prefix!r}: {e}") from None
 
@@ -93,3 +97,13 @@ class PolicyAllowList:
         origin = parse_origin(url)
         if not any(prefix.covers(origin) for prefix in self._origins):
             raise NotAllowed("not under any --allow-policy-url prefix of this service")
+
+
+def _parse_prefix(prefix: str) -> Origin:
+    """A prefix is a plain base URL, whose port may be `*` (any)."""
+    head, sep, rest = prefix.partition("://")
+    host_port, slash, path = rest.partition("/")
+    if sep and host_port.endswith(":*"):
+        origin = parse_origin(f"{head}://{host_port[:-2]}{slash}{path}")
+        return Origin(origin.scheme, origin.host, None, origin.path)
+    return parse_origin(prefix)

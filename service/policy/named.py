@@ -145,6 +145,8 @@ class NamedPolicyRunner:
         if target is None:
             await self.runner.run_group(task, samples, *args, **kw)
             return
+        # Checked again: a rollout resumed after a restart was admitted under the old list.
+        self.named.check(list(target.urls), ("policy", "urls"))
         async with self.named.lease(target) as client:
             on_named = self.runner.with_policy(client, lambda: client.fleet.target)
             await on_named.run_group(task, samples, *args, **kw)

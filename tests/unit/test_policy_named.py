@@ -85,6 +85,23 @@ def test_a_prefix_without_a_port_means_the_scheme_default_and_ipv6_compares_pars
         PolicyAllowList(["http://user@trainer.example"])
 
 
+def test_a_prefix_may_allow_any_port_of_one_host() -> None:
+    allow = PolicyAllowList(["http://10.0.0.5:*", "http://[fd00::5]:*/v"])
+    allow.check("http://10.0.0.5:41234")
+    allow.check("http://10.0.0.5")
+    allow.check("http://[fd00::5]:9/v/1")
+    for url in (
+        "http://10.0.0.50:41234",
+        "https://10.0.0.5:41234",
+        "http://10.0.0.5:41234@evil:80",
+        "http://[fd00::5]:9/w",
+    ):
+        with pytest.raises(NotAllowed):
+            allow.check(url)
+    with pytest.raises(ValueError, match="--allow-policy-url"):
+        PolicyAllowList(["http://10.0.0.5:*x"])
+
+
 class Canary:
     """An HTTP server that counts every request it gets: the host a refused URL names."""
 
