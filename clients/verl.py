@@ -27,6 +27,7 @@ verl is imported from the user's installation when `RolloutsAgentLoop` is first 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,7 +268,7 @@ def _build_agent_loop() -> type:
             sampling = sampling_of(sampling_params, self.response_length)
             sampling.update(self.settings.sampling)
             uid = kwargs.get("uid", kwargs.get("index"))
-            key = (str(uid), task_id, tuple(sorted(sampling.items())))
+            key = (str(uid), task_id, json.dumps(sampling, sort_keys=True))
 
             async def send(n: int) -> list[Trajectory]:
                 urls = self.settings.policy_urls or await replica_urls(self.server_manager)
