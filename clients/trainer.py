@@ -124,6 +124,8 @@ def _rollout_body(
     advantage: dict[str, Any] | None,
     priority: int,
     uncalibrated: str | None,
+    policy: dict[str, Any] | None = None,
+    retry_masked: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "tasks": {"path": tasks_path, "ids": ids, "limit": limit},
@@ -132,7 +134,15 @@ def _rollout_body(
     }
     if uncalibrated is not None:  # "fallback" or "drop" (docs/reliability.md#calibration)
         body["uncalibrated"] = uncalibrated
-    for key, value in (("sampling", sampling), ("agent", agent), ("advantage", advantage)):
+    # `policy`: the request's own policy servers ({urls, model}; the service's
+    # --allow-policy-url must cover them).
+    for key, value in (
+        ("sampling", sampling),
+        ("agent", agent),
+        ("advantage", advantage),
+        ("policy", policy),
+        ("retry_masked", retry_masked),
+    ):
         if value is not None:
             body[key] = value
     return body
@@ -269,10 +279,13 @@ class TrainerClient:
         priority: int = 0,
         uncalibrated: str | None = None,
         train_segments: str | None = None,
+        policy: dict[str, Any] | None = None,
+        retry_masked: int | None = None,
     ) -> str:
         body = _rollout_body(
-            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
-        )
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated,
+            policy, retry_masked,
+        )  # fmt: skip
         if train_segments is not None:  # "all" or "last" (docs/trajectory.md#segments)
             body["train_segments"] = train_segments
         # One key per submit, the same on every retry: a retry after a lost response gets the
@@ -449,16 +462,23 @@ class AsyncTrainerClient:
         priority: int = 0,
         uncalibrated: str | None = None,
         train_segments: str | None = None,
+        policy: dict[str, Any] | None = None,
+        retry_masked: int | None = None,
     ) -> str:
         body = _rollout_body(
-            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
-        )
+            tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated,
+            policy, retry_masked,
+        )  # fmt: skip
         if train_segments is not None:  # "all" or "last" (docs/trajectory.md#segments)
             body["train_segments"] = train_segments
+        return await self.submit_body(body)
+
+    async def submit_body(self, body: dict[str, Any], key: str | None = None) -> str:
+        """Submit a rollout request given whole (service.wire.RolloutRequest as JSON); the same
+        `key` again answers the same rollout."""
+        headers = {IDEMPOTENCY_HEADER: key or uuid.uuid4().hex}
         return RolloutCreated.model_validate_json(
-            await self._json(
-                "POST", "/v1/rollouts", json=body, headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex}
-            )
+            await self._json("POST", "/v1/rollouts", json=body, headers=headers)
         ).id
 
     async def status(self, rollout_id: str) -> RolloutStatus:

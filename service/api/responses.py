@@ -12,6 +12,7 @@ from service.wire import ErrorResponse
 
 _DESCRIPTIONS = {
     401: "Missing or wrong bearer token (Authorization: Bearer <key>).",
+    403: "The request names something the operator did not allow; `detail` names the field.",
     404: "No such object.",
     408: "The request body did not arrive within the server's body read timeout.",
     409: "Conflict with the object's state.",

@@ -27,7 +27,14 @@ HEARTBEAT_S = 15.0
     status_code=202,
     response_model=RolloutCreated,
     responses={
-        **errors(409, 429, e409="This Idempotency-Key was already used for another request."),
+        **errors(
+            403,
+            409,
+            429,
+            e403="A policy server in `policy.urls` is not under the service's "
+            "--allow-policy-url prefixes (`detail` names it).",
+            e409="This Idempotency-Key was already used for another request.",
+        ),
         503: {
             "model": ErrorResponse,
             "description": "The data disk has no room for more work; retry after Retry-After.",

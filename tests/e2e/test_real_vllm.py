@@ -551,3 +551,91 @@ def test_token_texts_from_detokenize_match_the_tokenizer_files(
     assert expected.texts[11162] == " \ufffd" and 11162 in expected.partial  # " \xf0\x9f"
     # One call per 4,096 ids, plus the separator's (tokenize, check) and its own id's halving.
     assert calls < len(ids) // MAX_TOKEN_IDS + 40, calls
+
+
+def test_verl_runs_the_rollouts_agent_loop_on_its_own_replica(
+    engines: Engines, show_logs: None, tmp_path: Path
+) -> None:
+    """verl 0.9.1's own AgentLoopWorker (tests/verl/verl_judge.py, in the verl venv) runs one
+    prompt x 2 samples through our `rollouts` agent loop (clients/verl.py): its registry finds
+    ours, from the agent-loop config file as a user names it; the samples go to a service that
+    takes policy servers only from requests (`--allow-policy-url`, no `--policy-url`) as one
+    group, named by verl's replica address (replica A, as verl's router holds it); verl's
+    postprocessing pads and assembles them. Unpadded, verl's ids, masks, logprobs, reward, turns
+    and version range equal the service's trajectories, which are token-exact against what the
+    engine returned."""
+    import json
+
+    from clients.commands.policy_stub import free_port, stop_process, wait_healthy
+
+    sys.path.insert(0, str(ROOT / "tests" / "verl"))
+    from verl_venv import ensure_venv
+
+    (proxy,) = engines.ready("A")
+    python = vllm_python()
+    verl_python = ensure_venv(python)
+    model = tiny_model(python, "im_end")
+    port, key = free_port(), "verl-key"
+    serve = [
+        sys.executable, "-m", "clients.cli", "serve", "--port", str(port),
+        "--allow-policy-url", proxy.url, "--data-dir", str(tmp_path / "data"), "--api-key", key,
+        "--tasks-root", TASKS, "--log-level", "warning", "--max-concurrent-samples", "2",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLOUTS_")}
+    with open(tmp_path / "serve.log", "wb") as log:
+        service = subprocess.Popen(serve, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    report = tmp_path / "verl.json"
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 120, service, path="/healthz")
+        judge = [
+            str(verl_python), str(ROOT / "tests" / "verl" / "verl_judge.py"),
+            "--url", f"http://127.0.0.1:{port}", "--api-key", key, "--tasks", TASKS,
+            "--task-id", "gcd-of-list", "--model", str(model),
+            "--replica", proxy.url.removeprefix("http://"), "--n", "2", "--max-turns", "2",
+            "--max-tokens", "32", "--report", str(report),
+        ]  # fmt: skip
+        proc = subprocess.run(
+            judge, cwd=ROOT, capture_output=True, text=True, timeout=1500,
+            env={**env, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"},
+        )  # fmt: skip
+    finally:
+        stop_process(service)
+    result = json.loads(report.read_text()) if report.exists() else {}
+    serve_log = (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
+    assert proc.returncode == 0 and result.get("ok"), (
+        f"{result.get('error') or proc.stderr[-4000:]}\nservice log:\n{serve_log}"
+    )
+    assert result["registered"] == {"_target_": "clients.verl.RolloutsAgentLoop"}
+    assert result["registry_entry"]["_target_"] == "clients.verl.RolloutsAgentLoop"
+    delivered = {d["trajectory_id"]: Trajectory.model_validate(d) for d in result["delivered"]}
+    assert len(delivered) == 2 and len({t.group_id for t in delivered.values()}) == 1
+    exchanges = proxy.completions()
+    for s in result["samples"]:
+        t = delivered[s["trajectory_id"]]
+        assert t.status is Status.ok and not s["masked"], (t.status, t.messages[-1])
+        check_token_exact(t, calls_of(t, exchanges))  # the service's: the engine's tokens
+        assert s["prompt_ids"] == t.prompt_token_ids
+        assert s["response_ids"] == t.response_token_ids
+        assert s["response_mask"] == t.loss_mask and 0 in t.loss_mask  # observations: 0
+        assert set(s["response_mask_padding"]) <= {0}
+        assert s["rollout_log_probs"] == t.rollout_logprobs
+        assert s["input_ids_equal_prompt_plus_response"]
+        assert s["reward"] == t.reward == 0.0 and s["reward_at"] == []  # graded 0, not masked
+        assert s["num_turns"] == t.num_turns == 2
+        assert (s["min_global_steps"], s["max_global_steps"]) == (
+            t.policy_version_start,
+            t.policy_version_end,
+        )
+    assert result["rm_scores_in_batch"]
+    s = result["samples"][0]
+    t = delivered[s["trajectory_id"]]
+    head = {k: v[:6] if isinstance(v, list) else v for k, v in s.items()}
+    print(f"\nverl output (unpadded, first 6 of each list): {json.dumps(head)}")
+    mine = t.model_dump(
+        include={"trajectory_id", "status", "reward", "num_turns", "policy_version_start",
+                 "policy_version_end", "prompt_token_ids", "response_token_ids", "loss_mask",
+                 "rollout_logprobs"}, mode="json",
+    )  # fmt: skip
+    mine = {k: v[:6] if isinstance(v, list) else v for k, v in mine.items()}
+    print(f"service trajectory: {json.dumps(mine)}; lengths prompt {len(t.prompt_token_ids)}, "
+          f"response {len(t.response_token_ids)}")  # fmt: skip
