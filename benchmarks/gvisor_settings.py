@@ -63,6 +63,15 @@ def group_cpu_s(group: str) -> float | None:
         return None
 
 
+def remove_group(group: str) -> None:
+    """Remove the (empty) cgroup parent the engine made in every hierarchy for `group`."""
+    for hierarchy in CPUACCT.parent.iterdir():
+        try:
+            (hierarchy / group.lstrip("/")).rmdir()
+        except OSError:
+            pass  # not made in this hierarchy, or a container is still in it
+
+
 class MeteredBackend(DockerBackend):
     """Puts every container it creates (agent and verifier) under one cgroup parent of its own,
     so their CPU can be read apart from other users' containers."""
@@ -264,6 +273,7 @@ async def run(
     repeats: int,
     probes: int,
     log: Any,
+    probe_runtimes: list[str] | None = None,
 ) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:10]
     labels = {"rollouts.rollout_id": f"bench-{run_id}", BENCH_LABEL: run_id}
@@ -301,7 +311,7 @@ async def run(
                     log(f"  rep {rep + 1} c={c} {rt}: {r.per_min:.1f}/min, {used} CPU-s/trial")
         image = await backends[runtimes[0]].resolver.resolve(tasks[0])
         for rep in range(probes):
-            for rt in runtimes:
+            for rt in [r for r in runtimes if probe_runtimes is None or r in probe_runtimes]:
                 args = container_args(tasks[0], labels, image, None if rt == "runc" else rt)
                 args["host_config"]["cgroup_parent"] = groups[rt]
                 probed[rt].append(await probe(adapters[rt], args, lifecycles=4))
@@ -309,6 +319,8 @@ async def run(
     finally:
         for b in backends.values():
             await b.aclose()
+        for group in groups.values():
+            remove_group(group)
     return _summary(tasks, runtimes, levels, rounds, cpu, probed)
 
 
@@ -425,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--probes", type=int, default=1, help="probe passes per runtime (0: none)")
     parser.add_argument(
+        "--probe-runtimes", nargs="+", default=["runc", "runsc"], help="the runtimes probed"
+    )
+    parser.add_argument(
         "--runtimes", nargs="+", help="default: runc and every runsc runtime the engine offers"
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -455,7 +470,9 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": ns.repeats,
         }
         log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        summary = await run(tasks, runtimes, ns.levels, ns.repeats, ns.probes, log)
+        summary = await run(
+            tasks, runtimes, ns.levels, ns.repeats, ns.probes, log, ns.probe_runtimes
+        )
         summary.update(started, load_after=round(os.getloadavg()[0], 1))
         summary["flags"] = {rt: flags.get(rt, []) for rt in runtimes}
         summary["runsc_accepts"] = runsc_accepts()

@@ -37,6 +37,7 @@ def is_gvisor(runtime: str | None) -> bool:
     """`runsc`, or one of the gVisor settings scripts/runsc_setup.sh registers as runsc-<name>."""
     return runtime is not None and (runtime == "runsc" or runtime.startswith("runsc-"))
 
+
 # Writable places besides /app, each its own small tmpfs (the root filesystem is read-only).
 _SMALL_TMPFS_MB = {"/logs": 64, "/tests": 64, "/root": 64}
 # The service's own state in the container (terminal log, tmux socket, PID 1's sealed copy of
