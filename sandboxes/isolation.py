@@ -31,6 +31,13 @@ PIDS_LIMIT = 256
 # 20 processes start (measured here). The sandbox's processes stay bounded by this and by its
 # memory; a fork bomb ends the Sentry, which is graded as the agent's doing.
 RUNSC_PIDS_LIMIT = 1024
+
+
+def is_gvisor(runtime: str | None) -> bool:
+    """`runsc`, or one of the gVisor settings scripts/runsc_setup.sh registers as runsc-<name>."""
+    return runtime is not None and (runtime == "runsc" or runtime.startswith("runsc-"))
+
+
 # Writable places besides /app, each its own small tmpfs (the root filesystem is read-only).
 _SMALL_TMPFS_MB = {"/logs": 64, "/tests": 64, "/root": 64}
 # The service's own state in the container (terminal log, tmux socket, PID 1's sealed copy of
@@ -118,7 +125,7 @@ def container_args(
             "nano_cpus": int(float(env.cpus) * 1e9),
             "mem_limit": memory,
             "memswap_limit": memory,  # equal to mem_limit: no swap on top
-            "pids_limit": RUNSC_PIDS_LIMIT if runtime == "runsc" else PIDS_LIMIT,
+            "pids_limit": RUNSC_PIDS_LIMIT if is_gvisor(runtime) else PIDS_LIMIT,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "read_only": True,

@@ -43,6 +43,13 @@ def test_gvisor_containers_get_room_for_its_own_threads(example_task):
     assert args["host_config"]["runtime"] == "runsc"
     assert args["host_config"]["pids_limit"] == RUNSC_PIDS_LIMIT
     assert "runtime" not in container_args(example_task, {}, "img")["host_config"]
+    # The settings scripts/runsc_setup.sh --candidates registers are gVisor too.
+    other = container_args(example_task, {}, "img", runtime="runsc-dcache")
+    assert other["host_config"]["pids_limit"] == RUNSC_PIDS_LIMIT
+    assert (
+        container_args(example_task, {}, "img", runtime="runc")["host_config"]["pids_limit"]
+        < RUNSC_PIDS_LIMIT
+    )
 
 
 def test_container_args_follow_task_and_refuse_host_network(example_task):
