@@ -29,7 +29,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -511,34 +510,38 @@ def test_summarized_episode_is_exact_segments_across_an_update(rig: Rig, tmp_pat
             policy, FakeBackend(), harnesses={"terminus-2": harness}, default_harness="terminus-2"
         )
         specs = sample_specs(task, "sum", 1, SamplingParams(seed=11, max_tokens=300),
-                             AgentLimits(max_turns=10))  # fmt: skip
+                             AgentLimits(max_turns=7))  # fmt: skip
 
         async def keep(t: Trajectory) -> None:
             got.append(t)
 
+        async def update_inside_the_summary() -> None:
+            assert await asyncio.to_thread(proxy.held.wait, 900), "the episode never summarized"
+            await asyncio.to_thread(hold_released_part_way)
+            # As POST /v1/policy does: load checkpoint 2 in place, tag it 1, resume.
+            await policy.fleet.update(1, weights_path=str(rig.ckpt[2]))
+
         try:
+            updating = asyncio.create_task(update_inside_the_summary())
             await runner.run_group(task, specs, keep)
+            await updating
         finally:
             await policy.aclose()
 
-    def update_inside_the_summary() -> None:
-        assert proxy.held.wait(600), "the episode never summarized"
+    def hold_released_part_way() -> None:
+        """Pause the engine (keep), let the held summary call in, and step the engine until it
+        has generated a few of its tokens."""
         post(u.url, "/pause", params={"mode": "keep"})
         before = u.metric("vllm:generation_tokens_total")
         proxy.release()
         while u.metric("vllm:generation_tokens_total") < before + 8:
             post(u.url, "/resume")
             post(u.url, "/pause", params={"mode": "keep"})
-        load(u.url, rig.ckpt[2], "1")
-        post(u.url, "/resume")
 
-    updater = threading.Thread(target=update_inside_the_summary)
-    updater.start()
     try:
         asyncio.run(go())
     finally:
         proxy.release()
-        updater.join(60)
         proxy.stop()
     [t] = got
     assert t.status in (Status.ok, Status.context_length), [m.content for m in t.messages[-3:]]
