@@ -125,7 +125,9 @@ class Segment(BaseModel):
     rollout_logprobs: list[float]
     response_policy_versions: list[int]
     # The index (in Trajectory.segments) of the segment whose conversation this one's prompt
-    # was built from, None for the first and for a call made in a fresh context.
+    # was built from, None for the first and for a call made in a fresh context. An earlier
+    # segment, or the last one: a summarization that failed part-way leaves calls that branched
+    # from the main conversation, which then went on to be graded (always the last segment).
     parent: int | None = None
 
     @model_validator(mode="after")
@@ -281,6 +283,13 @@ class Trajectory(BaseModel):
             self.rollout_logprobs,
             self.response_policy_versions,
         )
+        last_index = len(self.segments) - 1
+        for i, seg in enumerate(self.segments):
+            if seg.parent is not None and not (0 <= seg.parent < i or seg.parent == last_index > i):
+                raise ValueError(
+                    f"segments[{i}].parent must name an earlier segment or the last, got "
+                    f"{seg.parent}"
+                )
         if self.segments:
             last = self.segments[-1]
             if last.kind != SegmentKind.main or any(
