@@ -61,6 +61,10 @@ def _load(name):
 
 codec = _load("codec")
 proxies = _load("proxies")
+bindings = _load("bindings")
+iterators = _load("iterators")
+Bindings = bindings.Bindings
+_UNKNOWN = bindings.UNKNOWN
 ProtocolError = codec.ProtocolError
 PeerGone = codec.PeerGone
 PeerExit = proxies.PeerExit
@@ -73,6 +77,8 @@ _qualified = proxies.qualified
 remote_name = proxies.remote_name  # also for the trusted side's module proxies (trusted.py)
 
 TEXT_CAP = 8 << 10  # an exception's text and traceback, each
+CHUNK_MAX = 1024  # items of an iterator in one answer (`_serve_chunk`)
+CHUNK_TABLE = 4096  # ... or fewer, once their composites fill this many table entries
 
 # Exceptions that may be raised here as themselves when the other side raised them.
 SAFE_EXCEPTIONS = {
@@ -110,6 +116,7 @@ class Endpoint:
         self.broken = None
         self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
+        self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
 
     def send(self, msg):
         with self.send_lock:
@@ -120,6 +127,10 @@ class Endpoint:
     def request(self, op, *args):
         """Ask the other side to do `op` on `args`; return its answer decoded (or raise the
         exception it answered with)."""
+        if op == "getattr":
+            kept = self.bindings.kept(args[0], args[1])
+            if kept is not _UNKNOWN:
+                return kept
         with self.lock:
             if self.broken is not None:
                 raise PeerGone("the channel to the other process failed: %s" % self.broken)
@@ -133,7 +144,8 @@ class Endpoint:
             self.before_request(msg)
             try:
                 self.send(msg)
-                failed, outcome = self._wait(q, memo)
+                answer = {}
+                failed, outcome = self._wait(q, memo, answer)
             except (PeerGone, ProtocolError, OSError, RecursionError) as e:
                 if self.broken is None:  # a nested request may have recorded the first cause
                     self.broken = e
@@ -142,19 +154,27 @@ class Endpoint:
                 ) from None
         if failed:
             raise outcome
+        if op == "getattr" and "c" in answer:
+            self.bindings.keep(args[0], args[1], outcome)
         return outcome
 
-    def _wait(self, q, sent):
-        """(failed, exception or value) of request `q`, serving the other side meanwhile."""
+    def _wait(self, q, sent, answer):
+        """(failed, exception or value) of request `q`, serving the other side meanwhile;
+        `answer` gets the answer's flags."""
         while True:
             msg = codec.recv_frame(self.sock)
+            self.bindings.forget(msg.get("inv"))
             if "r" in msg:
                 if msg["r"] != q:
                     raise ProtocolError("answer %r to request %r" % (msg["r"], q))
                 self.after_answer(msg)
                 memo = self._built(msg, sent)
+                if "c" in msg:
+                    answer["c"] = 1
                 if "e" in msg:
                     return True, self.decode_exception(msg["e"], memo)
+                if "k" in msg:
+                    return False, self._decoded_chunk(msg, memo)
                 return False, self.decode(msg.get("v"), memo)
             if "q" in msg:
                 self.serve_one(msg)
@@ -203,6 +223,14 @@ class Endpoint:
                 raise ProtocolError("only requests are expected here")
             self.serve_one(msg)
 
+    def _decoded_chunk(self, msg, memo):
+        """(items, the exception that ended the iterator or None) of a "chunk" answer."""
+        items, end = msg["k"], msg.get("z")
+        if not isinstance(items, list):
+            raise ProtocolError("chunk")
+        values = [self.decode(node, memo) for node in items]
+        return values, (None if end is None else self.decode_exception(end, memo))
+
     def serve_one(self, msg):
         q, op, raw = msg.get("q"), msg.get("op"), msg.get("a")
         if type(q) is not int or not isinstance(op, str) or not isinstance(raw, list):
@@ -215,7 +243,12 @@ class Endpoint:
         out.refs = {id(c): n for n, c in memo.objects.items() if _mutable(memo, n, c)}
         reply = {"r": q}
         try:
-            reply["v"] = self.encode(self.dispatch(op, args), out)
+            if op == "chunk":
+                self._serve_chunk(args, out, reply)
+            else:
+                reply["v"] = self.encode(self.dispatch(op, args), out)
+                if op == "getattr" and self.bindings.watch(args, self.export_ids):
+                    reply["c"] = 1
         except (PeerGone, ProtocolError):
             raise
         except BaseException as e:  # the callee's own exception (SystemExit too) goes back
@@ -228,6 +261,32 @@ class Endpoint:
             reply["u"] = back
         self.before_answer(reply)
         self.send(reply)
+
+    def _serve_chunk(self, args, out, reply):
+        """Up to n items of an iterator of ours in one answer ("k"), each encoded as it comes
+        (as its own answer would carry it: a list yielded twice, changed between, goes twice),
+        and the exception that ended it ("z", StopIteration included). The other side asks
+        only while one builtin call of its own consumes the iterator whole (iterators.py);
+        to us it is the same as n requests for `next` in a row."""
+        if len(args) != 2 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
+            raise ProtocolError("chunk")
+        it = args[0]
+        self.check_target(it)
+        nodes = reply["k"] = []
+        for _ in range(args[1]):
+            try:
+                item = next(it)
+            except (PeerGone, ProtocolError):
+                raise
+            except BaseException as e:  # the iterator's end, or its own exception
+                reply["z"] = self.encode_exception(e, out)
+                codec.drain(out, self._reference_encoder(out))
+                return
+            nodes.append(self.encode(item, out))
+            out.ids.clear()  # the next item's composites are its own copies
+            out.described.clear()
+            if len(out.table) > CHUNK_TABLE:
+                return
 
     def _copy_back(self, request, out):
         """[n, entry] for each of the caller's containers that the call changed."""
@@ -254,6 +313,7 @@ class Endpoint:
     def before_request(self, msg):
         if self.releases:
             msg["rel"], self.releases = self.releases, []
+        self.bindings.changed(msg)
 
     def after_answer(self, msg):
         pass
@@ -261,9 +321,10 @@ class Endpoint:
     def on_request(self, msg):
         for item in msg.get("rel") or []:
             self._release(item)
+        self.bindings.forget(msg.get("inv"))
 
     def before_answer(self, reply):
-        pass
+        self.bindings.changed(reply)
 
     def on_output(self, msg):
         raise ProtocolError("unexpected output message")
@@ -439,6 +500,8 @@ class Endpoint:
             "a": proxies.abcs_of(cls),
             "f": _dataclass_fields(cls),
         }
+        if iterators.iterates_itself(cls):
+            facts["I"] = 1
         named = None if self._defined_here(cls) else _qualified(cls)
         if named:
             facts["g"] = named
@@ -582,6 +645,7 @@ class Endpoint:
             "__doc__": doc if isinstance(doc, str) else None,
         }
         namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
+        iterators.adapt(namespace, meta)
         fields = meta.get("f")
         if isinstance(fields, list):
             namespace["__dataclass_fields__"] = proxies.dataclass_fields(fields)
@@ -590,6 +654,7 @@ class Endpoint:
         except TypeError:  # an MRO the local bases cannot form: keep what matters
             fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
             namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback))
+            iterators.adapt(namespace, meta)
             cls = RemoteClassMeta(name, fallback, namespace)
         type.__setattr__(cls, "_rollouts_ep", self)
         type.__setattr__(cls, "_rollouts_oid", oid)

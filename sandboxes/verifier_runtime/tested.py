@@ -111,6 +111,7 @@ def confine(workspace):
 class TestedEndpoint(rpc.Endpoint):
     def __init__(self, sock):
         super().__init__(sock)
+        self.bindings.watching = True  # its modules' functions and classes may be kept
         self.landlock = None
         self.workspace = None
 

@@ -335,6 +335,7 @@ class TrustedEndpoint(rpc.Endpoint):
             self.reseeded = False
 
     def before_answer(self, reply):
+        super().before_answer(reply)
         _grant_handed(self, reply)
 
     def on_output(self, msg):
@@ -707,7 +708,8 @@ def _grant_handed(ep, msg):
     if uid is None:
         return
     roots = access.temporary_roots()
-    for path in access.paths_in([msg.get("a"), msg.get("v"), msg.get("t"), msg.get("u")], roots):
+    handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z")]  # "k", "z": a chunk
+    for path in access.paths_in(handed, roots):
         if path not in ep.granted:
             ep.granted.add(path)
             access.grant(path, uid, roots, ep.made_after)
