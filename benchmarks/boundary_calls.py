@@ -5,7 +5,8 @@ and interpreter: once through the verifier runtime (the workspace laid out by vi
 module a stub, the module's code in a tested process over the socket: what a verification
 runs), once plain (the module itself on PYTHONPATH, one process). Reported per task: the ratio
 boundary / plain of pytest's own session time (collection and tests, what the boundary adds
-to) and of the whole command's wall time (interpreter starts included), medians of the
+to), of the whole command's wall time (interpreter starts included) and of the CPU time of all
+its processes (the tested one included: this process is their subreaper), medians of the
 repeats, and both outcomes (a task whose tests fail through the boundary says so).
 
 Tasks: the real-package ones of tests/real_tasks.py (inflection, parse, six, more-itertools:
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,7 +38,7 @@ import sandboxes
 RUNTIME = Path(sandboxes.__file__).parent / "verifier_runtime"
 REPO = Path(__file__).resolve().parents[1]
 
-SYNTHETIC_SOLUTION = '''
+SYNTHETIC_SOLUTION = """
 def add(a, b):
     return a + b
 
@@ -75,9 +77,9 @@ class Counter:
     def bump(self, by=1):
         self.n += by
         return self.n
-'''
+"""
 
-SYNTHETIC_TESTS = '''
+SYNTHETIC_TESTS = """
 import pytest
 
 import solution
@@ -117,7 +119,7 @@ def test_object_methods():
 @pytest.mark.parametrize("k", range(200))
 def test_parametrized(k):
     assert solution.scale([1, 2, 3], k) == [k, 2 * k, 3 * k]
-'''
+"""
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Outcome:
     wall: float
     session: float | None  # pytest's own "in N s"
     summary: str
+    cpu: float = 0.0  # user + system of every process of the run (the tested one included)
 
 
 @dataclass
@@ -184,6 +187,27 @@ def lay_out(task: Task, root: Path, runtime: Path = RUNTIME) -> Path:
 _SESSION = re.compile(r" in ([0-9.]+)s")
 
 
+def _reap_all() -> None:
+    """Wait for every descendant left (the tested process outlives pytest by a moment): with
+    this process their subreaper, their CPU time then counts in RUSAGE_CHILDREN."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _become_subreaper() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_pytest(root: Path, boundary: bool, timeout: float) -> Outcome:
     """pytest on the task's tests, PYTHONPATH=/app (the stubs) or the workspace itself."""
     where = root / ("app" if boundary else "workspace")
@@ -195,7 +219,7 @@ def run_pytest(root: Path, boundary: bool, timeout: float) -> Outcome:
         "HOME": str(root),
     }
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     try:
         p = subprocess.run(
             argv, cwd=where, env=env, capture_output=True, text=True, timeout=timeout
@@ -204,15 +228,18 @@ def run_pytest(root: Path, boundary: bool, timeout: float) -> Outcome:
     except subprocess.TimeoutExpired:
         return Outcome(time.perf_counter() - start, None, f"timeout at {timeout:.0f} s")
     wall = time.perf_counter() - start
+    _reap_all()
+    cpu = _children_cpu() - cpu
     last = text.strip().splitlines()[-1] if text.strip() else ""
     found = _SESSION.search(last)
-    return Outcome(wall, float(found.group(1)) if found else None, last.strip("= "))
+    return Outcome(wall, float(found.group(1)) if found else None, last.strip("= "), cpu)
 
 
 def measure(
     tasks: list[Task], repeats: int, timeout: float, log, runtime: Path = RUNTIME
 ) -> dict[str, TaskRuns]:
     runs = {t.name: TaskRuns() for t in tasks}
+    _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="rollouts-boundary-") as tmp:
         roots = {t.name: lay_out(t, Path(tmp) / t.name, runtime) for t in tasks}
         for r in range(repeats):
@@ -222,7 +249,10 @@ def measure(
                     o = run_pytest(roots[t.name], boundary, timeout)
                     (runs[t.name].boundary if boundary else runs[t.name].plain).append(o)
                     kind = "boundary" if boundary else "plain"
-                    log(f"{t.name} {kind}: {o.wall:.2f} s wall, session {o.session} s: {o.summary}")
+                    log(
+                        f"{t.name} {kind}: {o.wall:.2f} s wall, {o.cpu:.2f} s CPU, "
+                        f"session {o.session} s: {o.summary}"
+                    )
     return runs
 
 
@@ -237,6 +267,7 @@ def summarize(runs: dict[str, TaskRuns]) -> dict[str, dict]:
         b_session = _median([o.session for o in r.boundary])
         p_session = _median([o.session for o in r.plain])
         b_wall, p_wall = _median([o.wall for o in r.boundary]), _median([o.wall for o in r.plain])
+        b_cpu, p_cpu = _median([o.cpu for o in r.boundary]), _median([o.cpu for o in r.plain])
         out[name] = {
             "boundary_session_s": b_session,
             "plain_session_s": p_session,
@@ -244,6 +275,9 @@ def summarize(runs: dict[str, TaskRuns]) -> dict[str, dict]:
             "boundary_wall_s": b_wall,
             "plain_wall_s": p_wall,
             "wall_ratio": b_wall / p_wall if b_wall and p_wall else None,
+            "boundary_cpu_s": b_cpu,
+            "plain_cpu_s": p_cpu,
+            "cpu_ratio": b_cpu / p_cpu if b_cpu and p_cpu else None,
             "boundary_outcome": r.boundary[-1].summary if r.boundary else "",
             "plain_outcome": r.plain[-1].summary if r.plain else "",
             "repeats": len(r.boundary),
@@ -256,13 +290,15 @@ def render(summary: dict[str, dict]) -> str:
         return "-" if v is None else f"{v:.2f}{unit}"
 
     lines = [
-        "| task | plain session | boundary session | ratio | ratio (wall) | boundary outcome |",
-        "|---|---|---|---|---|---|",
+        "| task | plain session | boundary session | ratio | ratio (wall) | ratio (CPU) "
+        "| boundary outcome |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, s in summary.items():
         lines.append(
             f"| {name} | {num(s['plain_session_s'], ' s')} | {num(s['boundary_session_s'], ' s')} "
-            f"| {num(s['session_ratio'])}x | {num(s['wall_ratio'])}x | {s['boundary_outcome']} |"
+            f"| {num(s['session_ratio'])}x | {num(s['wall_ratio'])}x | {num(s['cpu_ratio'])}x "
+            f"| {s['boundary_outcome']} |"
         )
     return "\n".join(lines)
 
