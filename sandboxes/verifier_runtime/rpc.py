@@ -109,6 +109,7 @@ class Endpoint:
         self.sent = {}  # oid -> times sent (released when the other side drops as many)
         self.next_oid = 1
         self.next_q = 1
+        self.served = 0  # requests of the other side answered (with next_q: the exchanges)
         self.proxies = weakref.WeakValueDictionary()  # other side's oid -> proxy
         self.received = {}  # other side's oid -> times received (for its release)
         self.mirrors = {}  # other side's class oid -> mirror class
@@ -235,6 +236,7 @@ class Endpoint:
         q, op, raw = msg.get("q"), msg.get("op"), msg.get("a")
         if type(q) is not int or not isinstance(op, str) or not isinstance(raw, list):
             raise ProtocolError("malformed request")
+        self.served += 1
         self.on_request(msg)
         memo = self._built(msg)
         args = [self.decode(a, memo) for a in raw]

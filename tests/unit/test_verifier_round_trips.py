@@ -3,7 +3,7 @@ test can observe changes (laziness, bindings, the random stream).
 
 One pytest run through the runtime (tests/unit/test_verifier_runtime.py's layout, no Docker)
 holds every case: the tests count the requests their process sent (the trusted endpoint's
-request counter) around what they do.
+request and answer counters) around what they do.
 """
 
 from __future__ import annotations
@@ -88,7 +88,9 @@ import solution
 
 
 def requests():
-    return sys.modules["_rollouts_trusted"]._endpoint.next_q
+    """Exchanges so far: requests sent, and the tested process's requests served."""
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    return ep.next_q + ep.served
 
 
 def test_a_whole_consumer_takes_a_generator_in_chunks():
