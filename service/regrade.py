@@ -17,6 +17,12 @@ run again, adding no grading twice, and its report covers what the killed run di
 change of every selected sample whose latest grading has the key, from the grading before).
 An infrastructure fault (engine, container) records nothing: the sample keeps its grading
 and is listed as failed.
+
+Calibration is honoured as at collection (sandboxes/calibration.py): a task whose oracle does
+not score 1 unflagged through the boundary has its samples graded in the fallback, flagged
+`unguarded`, or, when their rollout's request said `"uncalibrated": "drop"`, recorded as
+`cancelled` (masked) with the reason, never graded 0 through the boundary whatever the agent
+did.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxes.backend import SandboxBackend, Verdict
+from sandboxes.calibration import Calibration, Calibrator
 from sandboxes.task import Task
 from sandboxes.verifier import default_grader
 from sandboxes.workspace_snapshot import SnapshotError
 from service.episode import status_of
+from service.sample import UNCALIBRATED_DROP
 from service.store import Store
 from service.store.regrades import Candidate
 from service.trajectory import Grading, Status, VerifierFile, is_masked
@@ -117,6 +125,8 @@ class Plan:
 
     candidates: list[Candidate]
     tasks: dict[tuple[str, str], Task]  # (rollout id, task id) -> task
+    # rollout id -> its request's `uncalibrated` choice ("fallback" or "drop")
+    uncalibrated: dict[str, str] = field(default_factory=dict)
 
 
 async def plan(
@@ -133,12 +143,13 @@ async def plan(
     for c in selected:
         by_rollout.setdefault(c.rollout_id, set()).add(c.task_id)
     loaded: dict[tuple[str, str], Task] = {}
+    uncalibrated: dict[str, str] = {}
     for rid, ids in by_rollout.items():
-        request = await store.rollout_request(rid)
-        path = _tasks_path(request)
-        for task_id, task in (await tasks(rid, path, sorted(ids))).items():
+        request = RolloutRequest.model_validate_json(await store.rollout_request(rid))
+        uncalibrated[rid] = request.uncalibrated
+        for task_id, task in (await tasks(rid, request.tasks.path, sorted(ids))).items():
             loaded[(rid, task_id)] = task
-    return Plan(selected, loaded)
+    return Plan(selected, loaded, uncalibrated)
 
 
 def grader_version_of(backend: SandboxBackend) -> str:
@@ -166,10 +177,6 @@ class RegradeJob:
         }
 
 
-def _tasks_path(request_json: str) -> str:
-    return RolloutRequest.model_validate_json(request_json).tasks.path
-
-
 async def run(
     store: Store,
     backend: SandboxBackend,
@@ -179,12 +186,16 @@ async def run(
     concurrency: int = CONCURRENCY,
     on_offer: Callable[[], None] = lambda: None,
     report: RegradeReport | None = None,
+    calibrator: Calibrator | None = None,
 ) -> RegradeReport:
     """Grade the plan's samples again with `backend` (whose grader is `grader_version`), at
     most `concurrency` at once; settle each group when its samples are done (gradings and
     advantages served together). `report` (filled
     as it goes, for a caller that shows progress) is returned. A failure of the store (not of
-    a verification) ends it; run it again to resume."""
+    a verification) ends it; run it again to resume. `calibrator`: each task's oracle is
+    calibrated (once per key, cached) before its samples are graded, and an uncalibrated
+    task's samples are graded as collection grades them (the module's docstring); None:
+    every sample through the boundary."""
     report = report or RegradeReport()
     report.selected = len(the_plan.candidates)
     queue = list(reversed(the_plan.candidates))  # popped in store order
@@ -203,7 +214,10 @@ async def run(
         elif not c.kept:
             report.no_workspace += 1
         else:
-            await _grade(store, backend, c, task, report)
+            # Shared by the task's samples: its oracle runs once, whoever asks first.
+            cal = await asyncio.shield(calibrator.start(task)) if calibrator else None
+            choice = the_plan.uncalibrated.get(c.rollout_id, "")
+            await _grade(store, backend, c, task, report, cal, choice, grader_version)
 
     async def worker() -> None:
         while queue:
@@ -227,6 +241,23 @@ def _key(grading: dict[str, Any]) -> tuple[str, str]:
     return grading.get("grader_version", ""), grading.get("tests_digest", "")
 
 
+def _dropped(task: Task, cal: Calibration, grader_version: str) -> tuple[Grading, str]:
+    """The grading of a sample whose uncalibrated task its request drops: `cancelled` (masked,
+    no advantage), as collection would have left it, with the reason."""
+    why = (
+        f"[rollouts] not graded: task {cal.task_id} is uncalibrated ({cal.why}) and the "
+        "request drops uncalibrated tasks"
+    )
+    grading = Grading(
+        reward=None,
+        status=Status.cancelled,
+        grader_version=grader_version,
+        tests_digest=task.tests_digest,
+        graded_at=time.time(),
+    )
+    return grading, why
+
+
 def _change(c: Candidate, before: dict[str, Any], after: dict[str, Any]) -> Change:
     b_flags, a_flags = before.get("reward_flags") or [], after.get("reward_flags") or []
     return Change(
@@ -242,7 +273,14 @@ def _change(c: Candidate, before: dict[str, Any], after: dict[str, Any]) -> Chan
 
 
 async def _grade(
-    store: Store, backend: SandboxBackend, c: Candidate, task: Task, report: RegradeReport
+    store: Store,
+    backend: SandboxBackend,
+    c: Candidate,
+    task: Task,
+    report: RegradeReport,
+    cal: Calibration | None = None,
+    uncalibrated: str = "",
+    grader_version: str = "",
 ) -> None:
     try:
         kept = await store.load_workspace(c.trajectory_id)
@@ -252,23 +290,28 @@ async def _grade(
     if kept is None:  # deleted by retention since the plan was made
         report.no_workspace += 1
         return
-    labels = {"rollouts.rollout_id": c.rollout_id, "rollouts.trajectory_id": c.trajectory_id}
-    result = await backend.verify(task, kept.tar, labels)
-    if result.verdict is Verdict.infrastructure:
-        report.failed.append((c.trajectory_id, result.output[-500:]))
-        return
-    graded = Status(kept.graded_status)
-    status = graded if result.verdict is Verdict.graded else status_of(result.verdict)
-    grading = Grading(
-        reward=result.reward,
-        status=status,
-        reward_flags=list(result.flags),
-        verifier_files=[VerifierFile(path=p, content=t) for p, t in result.files.items()],
-        grader_version=result.grader_version,
-        tests_digest=result.tests_digest or task.tests_digest,
-        graded_at=time.time(),
-    )
-    recorded = await store.record_grading(c.trajectory_id, grading, result.output)
+    plain = cal is not None and not cal.calibrated
+    if plain and uncalibrated == UNCALIBRATED_DROP:
+        grading, output = _dropped(task, cal, grader_version)
+    else:
+        labels = {"rollouts.rollout_id": c.rollout_id, "rollouts.trajectory_id": c.trajectory_id}
+        result = await backend.verify(task, kept.tar, labels, plain=plain)
+        if result.verdict is Verdict.infrastructure:
+            report.failed.append((c.trajectory_id, result.output[-500:]))
+            return
+        graded = Status(kept.graded_status)
+        status = graded if result.verdict is Verdict.graded else status_of(result.verdict)
+        grading = Grading(
+            reward=result.reward,
+            status=status,
+            reward_flags=list(result.flags),
+            verifier_files=[VerifierFile(path=p, content=t) for p, t in result.files.items()],
+            grader_version=result.grader_version,
+            tests_digest=result.tests_digest or task.tests_digest,
+            graded_at=time.time(),
+        )
+        output = result.output
+    recorded = await store.record_grading(c.trajectory_id, grading, output)
     if recorded is None:  # another regrade recorded this key meanwhile
         report.already += 1
         return

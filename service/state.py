@@ -163,6 +163,7 @@ class ServiceState:
                     ),
                     on_offer=self.leasing.notify,
                     report=job.report,
+                    calibrator=self.components.calibrator,
                 )
                 job.state = "done"
             except Exception as e:  # noqa: BLE001 - reported in its status, logged

@@ -48,6 +48,18 @@ PACKAGES = (
         "parse", "1.22.4", "parse", ("parse",),
         ("tests/test_parse.py", "tests/test_findall.py", "tests/test_result.py"),
     ),
+    # (test_idna_codec.py imports its neighbour relatively: it needs the sdist's tests package)
+    RealPackage(
+        "idna", "3.10", "idna", ("idna",),
+        ("tests/test_idna.py", "tests/test_idna_compat.py", "tests/test_idna_other.py",
+         "tests/test_intranges.py"),
+    ),
+    RealPackage(
+        "tabulate", "0.9.0", "tabulate", ("tabulate",),
+        ("test/common.py", "test/test_api.py", "test/test_cli.py", "test/test_input.py",
+         "test/test_internal.py", "test/test_output.py", "test/test_regression.py",
+         "test/test_textwrapper.py"),
+    ),
 )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from clients.commands import options
 from clients.commands.doctor import refuse_unknown_runtime
+from sandboxes.calibration import CALIBRATION_FILE, CalibrationCache, Calibrator, sandbox_setting
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ensure_base_image
 from sandboxes.task import Task
@@ -103,15 +104,23 @@ async def _regrade(
             raise InvalidRequest(f"--task: no stored samples of {', '.join(task_ids)}")
         await ensure_base_image()
         backend = DockerBackend(backend_settings)
+        version = regrade.grader_version_of(backend)
+        # The service's calibrations (its data dir's file): an uncalibrated task's samples are
+        # graded as collection grades them (docs/reliability.md#calibration).
+        setting = sandbox_setting(backend_settings.runtime, backend_settings.image_override)
+        cache = CalibrationCache(data_dir / CALIBRATION_FILE)
+        calibrator = Calibrator(backend, cache, grader_version=version, setting=setting)
         try:
             return await regrade.run(
                 store,
                 backend,
                 the_plan,
-                grader_version=regrade.grader_version_of(backend),
+                grader_version=version,
                 concurrency=concurrency,
+                calibrator=calibrator,
             )
         finally:
+            await calibrator.aclose()
             await backend.aclose()
     finally:
         store.close()

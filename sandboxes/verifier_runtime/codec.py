@@ -79,6 +79,28 @@ def _read(sock, n):
 # starts with the tests waiting for it).
 
 
+def _timezone(v):
+    """[days, seconds, microseconds, name or None]: the name only where it was given (a
+    timezone made without one says "UTC+02:00", and its repr says it had none)."""
+    import datetime
+
+    offset = v.utcoffset(None)
+    name = v.tzname(None)
+    named = name != datetime.timezone(offset).tzname(None) or v == datetime.timezone.utc
+    return [offset.days, offset.seconds, offset.microseconds, name if named else None]
+
+
+def _make_timezone(d):
+    import datetime
+
+    offset = datetime.timedelta(int(d[0]), int(d[1]), int(d[2]))
+    if d[3] is None:
+        return datetime.timezone(offset)
+    if offset == datetime.timedelta(0) and d[3] == "UTC":
+        return datetime.timezone.utc
+    return datetime.timezone(offset, str(d[3]))
+
+
 def _value_codecs():
     import datetime
     import decimal
@@ -93,15 +115,41 @@ def _value_codecs():
         decimal.Decimal: ("Decimal", str, decimal.Decimal),
         fractions.Fraction: ("Fraction", str, fractions.Fraction),
         datetime.date: ("date", lambda v: v.isoformat(), datetime.date.fromisoformat),
-        datetime.time: ("time", lambda v: v.isoformat(), datetime.time.fromisoformat),
         datetime.timedelta: ("timedelta", lambda v: [v.days, v.seconds, v.microseconds], delta),
         uuid.UUID: ("UUID", lambda v: v.hex, uuid.UUID),
+        datetime.timezone: ("timezone", _timezone, _make_timezone),
         pathlib.PurePosixPath: ("PurePosixPath", str, pathlib.PurePosixPath),
         pathlib.PosixPath: ("PosixPath", str, pathlib.PosixPath),
     }
 
 
 _VALUE_MODULES = {"decimal", "fractions", "datetime", "uuid", "pathlib"}
+# What a slice's parts may be to travel by value (anything else: the slice is a reference).
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def _aware(v, memo, reference):
+    """A datetime or time, by value, whatever its tzinfo: the naive value, its fold, and its
+    tzinfo as a leaf (None, a `timezone` by value, anything else a reference: the receiver's
+    mirror of a tzinfo class derives from `datetime.tzinfo`, rpc.py, so the value can hold
+    it). Without this, a datetime of the solution's own tzinfo class arrived as a mirror."""
+    kind = type(v).__qualname__
+    tz = v.tzinfo
+    naive = v.replace(tzinfo=None).isoformat()
+    return ["v", kind, [naive, v.fold, None if tz is None else leaf(tz, memo, reference)]]
+
+
+def _decode_aware(node, memo, reference):
+    import datetime
+
+    naive, fold = node[2][0], int(node[2][1])
+    tz = decode_leaf(node[2][2], memo, reference) if len(node[2]) > 2 else None
+    if tz is not None and not isinstance(tz, datetime.tzinfo):
+        raise ValueError("tzinfo")
+    cls = datetime.datetime if node[1] == "datetime" else datetime.time
+    return cls.fromisoformat(naive).replace(tzinfo=tz, fold=fold)
+
+
 _loaded = {}
 
 
@@ -186,15 +234,20 @@ def leaf(v, memo, reference):
         return ["c", v.real, v.imag]
     if t is range:
         return ["v", "range", [v.start, v.stop, v.step]]
+    if t is slice and all(type(x) in _SCALARS for x in (v.start, v.stop, v.step)):
+        # By value: `obj[1:3]` in the other process must see a slice (`isinstance(item, slice)`)
+        return ["v", "slice", [leaf(v.start, memo, reference), leaf(v.stop, memo, reference),
+                               leaf(v.step, memo, reference)]]  # fmt: skip
     if v is NotImplemented:  # a one-sided operator's "ask the other operand" (rpc.py)
         return ["v", "NotImplemented", 0]
+    if v is Ellipsis:
+        return ["v", "Ellipsis", 0]
     if t.__module__ in _VALUE_MODULES:
         value = _values()["by_type"].get(t)
         if value is not None:
             return ["v", value[0], value[1](v)]
-        if t.__qualname__ == "datetime" and t.__module__ == "datetime":
-            if v.tzinfo is None or type(v.tzinfo).__qualname__ == "timezone":
-                return ["v", "datetime", [v.isoformat(), v.fold]]
+        if t.__module__ == "datetime" and t.__qualname__ in ("datetime", "time"):
+            return _aware(v, memo, reference)
     key = id(v)
     if memo.refs is not None and key in memo.refs:
         return ["R", memo.refs[key]]
@@ -292,12 +345,17 @@ def decode_leaf(node, memo, reference):
         if tag == "v":
             if node[1] == "NotImplemented":
                 return NotImplemented
+            if node[1] == "Ellipsis":
+                return Ellipsis
             if node[1] == "range":
                 return range(int(node[2][0]), int(node[2][1]), int(node[2][2]))
-            if node[1] == "datetime":
-                import datetime
-
-                return datetime.datetime.fromisoformat(node[2][0]).replace(fold=int(node[2][1]))
+            if node[1] == "slice":
+                parts = [decode_leaf(x, memo, reference) for x in node[2]]
+                if not all(type(x) in _SCALARS for x in parts) or len(parts) != 3:
+                    raise ValueError("slice part")
+                return slice(*parts)
+            if node[1] in ("datetime", "time"):
+                return _decode_aware(node, memo, reference)
             return _values()["by_kind"][node[1]](node[2])
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise ProtocolError("bad %r node: %s" % (tag, e)) from None

@@ -579,7 +579,8 @@ class Endpoint:
         if proxy is not None:
             return proxy
         cls = self.mirror(class_node)
-        proxy = cls.__new__(cls) if issubclass(cls, BaseException) else object.__new__(cls)
+        # (a mirror's __new__ is a local base's: object's, an exception's or tzinfo's)
+        proxy = object.__new__(cls) if cls.__new__ is object.__new__ else cls.__new__(cls)
         object.__setattr__(proxy, "_rollouts_ep", self)
         object.__setattr__(proxy, "_rollouts_oid", oid)
         self.proxies[oid] = proxy
@@ -636,7 +637,9 @@ class Endpoint:
         if builtin is not None and not any(issubclass(b, builtin) for b in bases):
             bases.append(builtin)
         if not any(issubclass(b, RemoteObject) for b in bases):
-            bases.insert(0, RemoteObject)
+            # After a base of _DERIVED (whose own __new__ must make the proxy), else first.
+            derived = any(_qualified(b) in _DERIVED for b in bases)
+            bases.insert(len(bases) if derived else 0, RemoteObject)
         name, qualname, module = str(meta.get("n")), str(meta.get("q")), str(meta.get("m"))
         doc = meta.get("d")
         specials = meta.get("s")
@@ -651,6 +654,9 @@ class Endpoint:
         fields = meta.get("f")
         if isinstance(fields, list):
             namespace["__dataclass_fields__"] = proxies.dataclass_fields(fields)
+        for base in bases:
+            if _qualified(base) in _DERIVED:  # its methods are the real object's, not the base's
+                namespace.update(_forwarded(base))
         try:
             cls = RemoteClassMeta(name, tuple(bases), namespace)
         except TypeError:  # an MRO the local bases cannot form: keep what matters
@@ -674,6 +680,10 @@ class Endpoint:
         if isinstance(meta, dict) and meta.get("x") is not None:
             cls = self.importable_class(meta)
             if cls is not None and issubclass(cls, Exception) and not _refused(cls):
+                return cls
+        if isinstance(meta, dict) and tuple(meta.get("g") or ()) in _DERIVED:
+            cls = self.importable_class(meta)  # fidelity's (codec.py's value types)
+            if cls is not None:
                 return cls
         return self.mirror(node)
 
@@ -829,6 +839,23 @@ class Endpoint:
         """Set a rebuilt record's fields (checked by `rebuild`) to their decoded values."""
         for i, name in enumerate(fields):  # (zip's strict= is 3.10's: this runs on 3.8)
             object.__setattr__(obj, name, values[i])
+
+
+# Classes of the standard library whose instances its C code type-checks, with no state of
+# their own: a mirror of a class derived from one derives from the real one (so a datetime
+# takes the solution's tzinfo), each of its public methods asked of the real object.
+_DERIVED = frozenset({("datetime", "tzinfo")})
+
+
+def _forwarded(base):
+    def forward(name):
+        def method(self, *args, **kwargs):
+            return self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
+
+        method.__name__ = method.__qualname__ = name
+        return method
+
+    return {name: forward(name) for name in vars(base) if not name.startswith("_")}
 
 
 def _same_entry(new, old):

@@ -27,6 +27,7 @@ import random
 import runpy
 import sys
 import threading
+import types
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 WRITABLE = ("/tmp", "/var/tmp", "/root", "/dev")
@@ -151,6 +152,13 @@ class TestedEndpoint(rpc.Endpoint):
             if names is None:
                 names = [n for n in dir(args[0]) if not n.startswith("_")]
             return [str(n) for n in names]
+        if op == "mutate":  # the tests changed their copy of a module's container (trusted.py)
+            module, name, method, pos, kw = args
+            target = getattr(module, name) if isinstance(module, types.ModuleType) else None
+            if method not in _MUTATORS.get(type(target), ()):
+                raise rpc.ProtocolError("mutate %r" % (method,))
+            getattr(target, method)(*pos, **dict(kw))
+            return None
         if op == "probe":
             return _probe(*args)
         if op == "unary":
@@ -165,6 +173,16 @@ class TestedEndpoint(rpc.Endpoint):
             except Exception:
                 pass
         return super()._global(node)
+
+
+# What the tests may do to a container of a workspace module they read (trusted.py, Shared).
+_MUTATORS = {
+    list: frozenset("append extend insert remove pop clear sort reverse __setitem__ __delitem__ "
+                    "__iadd__ __imul__".split()),
+    dict: frozenset("__setitem__ __delitem__ pop clear update setdefault __ior__".split()),
+    set: frozenset("add discard remove clear update difference_update intersection_update "
+                   "symmetric_difference_update __ior__ __iand__ __isub__ __ixor__".split()),
+}  # fmt: skip
 
 
 # Operators a probe may ask (trusted.py: the comparisons that a value hack would win), and

@@ -174,6 +174,20 @@ def _writable(obj, name, delete):
     return True
 
 
+# A named tuple's own protocol, underscored only so that no field name can clash with it:
+# `row._fields`, `row._asdict()` of a named tuple the tests define (tabulate's headers="keys").
+_NAMED_TUPLE_NAMES = frozenset(("_fields", "_field_defaults", "_asdict", "_replace", "_make"))
+
+
+def _named_tuple_name(obj, name):
+    cls = obj if isinstance(obj, type) else type(obj)
+    return (
+        name in _NAMED_TUPLE_NAMES
+        and issubclass(cls, tuple)
+        and isinstance(cls.__dict__.get("_fields"), tuple)
+    )
+
+
 # Functions the tested process may name and the tests then use as their own: pure ones, whose
 # only effect is their answer (calling them here or there is the same, and `is` holds).
 _PURE_BUILTINS = frozenset(
@@ -219,6 +233,9 @@ class TrustedEndpoint(rpc.Endpoint):
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
         self.twins = {}
         self.runner_modules = {}  # oid of a proxy of the tested process's runner module -> name
+        # (id(module proxy), name) -> (module proxy, name, the tests' latest copy, snapshot)
+        self.shared = {}
+        self.pushing = False
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -245,7 +262,7 @@ class TrustedEndpoint(rpc.Endpoint):
     def dispatch(self, op, args):
         if op == "getattr":
             obj, name = args[0], args[1]
-            if not self.allowed_name(name):
+            if not (self.allowed_name(name) or _named_tuple_name(obj, name)):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
             value = getattr(obj, name)
@@ -323,6 +340,7 @@ class TrustedEndpoint(rpc.Endpoint):
     # calls draw.
 
     def before_request(self, msg):
+        _push_shared(self)
         super().before_request(msg)
         _grant_handed(self, msg)
         raw = getattr(os.environ, "_data", None)
@@ -861,6 +879,80 @@ def endpoint():
     return ep
 
 
+# ---- a module's own containers: what the tests change there, the module sees ----------------
+# A list, dict or set of a workspace module travels by value (reading it is local, as fast as
+# the tests' own, and it is what it is: `type(tabulate_formats) is list`), so a test that adds
+# to it (`inflection.UNCOUNTABLES.add(word)`, then `pluralize(word)`) changed only its copy,
+# and a correct solution failed. So the latest copy of each such attribute the tests read is
+# kept with a snapshot of its items, and before the tests' next request its changes are made
+# to the module's own container (tested.py: "mutate", only the methods of those exact types):
+# a set's or dict's by item (what the module changed meanwhile stays), a list's whole. Items
+# are compared by identity, never by their own `==`. What the module itself changes later
+# reaches the tests at their next read of the attribute, not in a copy they still hold; a
+# container nested in one is not followed (docs/reliability.md, Fidelity).
+
+_SHARED_TYPES = (list, dict, set)
+_PLAIN_KEYS = (str, int, float, bool, bytes, type(None))
+
+
+def _snapshot(value):
+    if type(value) is dict:
+        return dict(value)
+    return list(value) if type(value) is list else set(value)
+
+
+def _plain_keys(value):
+    keys = value if type(value) is set else value.keys() if type(value) is dict else ()
+    return all(type(k) in _PLAIN_KEYS for k in keys)
+
+
+def _changes(value, snapshot):
+    """[(method, args)] that make the module's container as the tests' copy is now."""
+    if type(value) is list:
+        same = len(value) == len(snapshot) and all(
+            a is b for a, b in zip(value, snapshot, strict=True)
+        )
+        return [] if same else [("__setitem__", (slice(None), list(value)))]
+    if type(value) is set:
+        return [("discard", (k,)) for k in snapshot - value] + [
+            ("add", (k,)) for k in value - snapshot
+        ]
+    out = [("__delitem__", (k,)) for k in snapshot if k not in value]
+    return out + [
+        ("__setitem__", (k, v))
+        for k, v in value.items()
+        if k not in snapshot or snapshot[k] is not v
+    ]
+
+
+def _track_shared(ep, module, name, value):
+    """Keep `value`, read as attribute `name` of workspace module `module`, as the latest
+    copy of it (sets and dicts whose keys are plain data: a key's own hash and `==` are never
+    asked here)."""
+    if type(value) in _SHARED_TYPES and _plain_keys(value):
+        ep.shared[(id(module), name)] = (module, name, value, _snapshot(value))
+
+
+def _push_shared(ep):
+    """Make the tests' changes to their copies of the module's containers there too."""
+    if ep.pushing or not ep.shared:
+        return
+    ep.pushing = True
+    try:
+        for key, (module, name, value, snapshot) in list(ep.shared.items()):
+            changes = _changes(value, snapshot)
+            if not changes:
+                continue
+            ep.shared[key] = (module, name, value, _snapshot(value))
+            for method, args in changes:
+                try:
+                    ep.request("mutate", module, name, method, args, ())
+                except (KeyError, ValueError, TypeError, AttributeError):
+                    pass  # the module's container changed under it: its own state stands
+    finally:
+        ep.pushing = False
+
+
 class RemoteModule(types.ModuleType):
     """A workspace module: its attributes are those of the real module in the tested process.
     The import system's own attributes (dunders, submodules) stay here."""
@@ -870,7 +962,9 @@ class RemoteModule(types.ModuleType):
         if remote is None or name.startswith("_rollouts_") or not rpc.remote_name(name):
             raise AttributeError(name)
         ep = remote._rollouts_ep
-        return ep.own_module(ep.request("getattr", remote, name), name)
+        value = ep.own_module(ep.request("getattr", remote, name), name)
+        _track_shared(ep, remote, name, value)
+        return value
 
     def __setattr__(self, name, value):
         remote = self.__dict__.get("__rollouts_remote__")

@@ -134,6 +134,17 @@ def test_collect_grades_an_uncalibrated_tasks_samples_in_the_fallback(tmp_path: 
 # timeout (docs/reliability.md, Calibration), which costs CI two minutes to show again; the
 # benchmark of grading speed (issue 37) is where it belongs.
 CI_PACKAGES = tuple(p for p in PACKAGES if p.task_id != "real-more-itertools")
+# The tasks the boundary cannot grade, each reported by calibration for a reason that is a
+# capability it withholds (docs/reliability.md, Real tasks): their oracles must still score 1
+# in the fallback. Every other real task must calibrate.
+REPORTED = {
+    # six tests the interpreter's own machinery: `__code__`, `__self__` of the tests'
+    # functions, a unittest.TestCase handed to the module, `six.moves` imports, metaclasses.
+    "real-six",
+    # tabulate's tests read `inspect.signature` of the module's function, and run it as a
+    # program with `python -m` on stdin.
+    "real-tabulate",
+}
 
 
 def test_real_package_oracles_score_one_unflagged_or_are_reported(tmp_path: Path) -> None:
@@ -145,10 +156,12 @@ def test_real_package_oracles_score_one_unflagged_or_are_reported(tmp_path: Path
     assert set(rows) == {p.task_id for p in CI_PACKAGES}
     for task_id, row in sorted(rows.items()):
         print(task_id, json.dumps(row))  # the outcomes, for the record (pytest -s)
-        if row["calibration"] == "calibrated":
-            assert (row["reward"], row["flags"], row["status"]) == (1.0, [], "ok"), row
-        else:
-            # Reported, and the oracle is right: its project's tests pass in the fallback.
-            assert row["calibration"] == "uncalibrated", row
-            assert task_id in summary["flagged"]["uncalibrated"]
-            assert row["fallback"] == {"reward": 1.0, "status": "ok", "flags": ["unguarded"]}
+    calibrated = {t: (r["calibration"], r["reward"], r["flags"], r["status"])
+                  for t, r in rows.items() if t not in REPORTED}  # fmt: skip
+    assert calibrated == {t: ("calibrated", 1.0, [], "ok") for t in calibrated}
+    for task_id in REPORTED:
+        # Reported, and the oracle is right: its project's tests pass in the fallback.
+        row = rows[task_id]
+        assert row["calibration"] == "uncalibrated", row
+        assert task_id in summary["flagged"]["uncalibrated"]
+        assert row["fallback"] == {"reward": 1.0, "status": "ok", "flags": ["unguarded"]}

@@ -228,3 +228,64 @@ def test_the_web_view_names_the_uncalibrated_tasks_of_this_grader(tmp_path: Path
     assert json.loads(settings.service.calibration_path.read_text())["calibrations"].keys() == {
         "k1", "k2", "k3"
     }  # fmt: skip
+
+
+# ---- regrades honour calibration as collection does (service/regrade.py) ---------------------
+
+
+async def _regraded(tmp_path: Path, oracle_reward: float, choice: str) -> tuple[FakeBackend, list]:
+    """Two stored samples of ORACLE's task (graded 0 at collection), regraded on a fresh
+    calibration cache: (the backend, each sample's latest grading)."""
+    from service.advantages import AdvantageConfig
+    from service.regrade import plan, run
+    from service.store import GroupPlan, Store, group_id_for, sample_trajectory_id
+    from service.wire import RolloutRequest, TasksSpec
+    from tests.unit.test_regrade_store import _graded, _kept
+    from tests.unit.test_store import make_trajectory
+
+    store = Store(tmp_path / "data")
+    store.open()
+    try:
+        request = RolloutRequest(tasks=TasksSpec(path="tasks"), n_samples=4, uncalibrated=choice)
+        gid = group_id_for("r", 0)
+        ids = [sample_trajectory_id(gid, k) for k in range(2)]
+        await store.create_rollout("r", request.model_dump_json(), 0, AdvantageConfig(),
+                                   [GroupPlan(gid, ORACLE.id, ids)])  # fmt: skip
+        for k, tid in enumerate(ids):
+            t = make_trajectory(tid, "r", gid, ORACLE.id, k, reward=0.0)
+            await store.commit_trajectory(_kept(_graded(t), {"out.txt": b"solved\n"}))
+
+        async def tasks(_rid: str, path: str, wanted: list[str]) -> dict:
+            assert path == "tasks" and wanted == [ORACLE.id]
+            return {ORACLE.id: ORACLE}
+
+        backend = FakeBackend(verify_result=oracle_scores(oracle_reward))
+        the_plan = await plan(store, tasks, rollout_id="r")
+        cal = calibrator(backend, tmp_path / "c.json", version="g2")
+        report = await run(store, backend, the_plan, grader_version="g2", calibrator=cal)
+        assert report.regraded == 2 and not report.failed
+        latest = [(await store.grading_history(tid))[-1] for tid in ids]
+        return backend, latest
+    finally:
+        store.close()
+
+
+async def test_a_regrade_grades_an_uncalibrated_tasks_samples_in_the_fallback(
+    tmp_path: Path,
+) -> None:
+    backend, latest = await _regraded(tmp_path, 0.0, "fallback")
+    # The oracle once, through the boundary; each sample then in the fallback, as collection.
+    assert [labels["rollouts.rollout_id"] for labels in backend.verified] == [CALIBRATION, "r", "r"]
+    assert backend.plain == [False, True, True]
+    assert [(g["reward"], g["status"]) for g in latest] == [(1.0, "ok")] * 2
+    # A regrade of a calibrated task's samples stays through the boundary.
+    backend, latest = await _regraded(tmp_path / "calibrated", 1.0, "fallback")
+    assert backend.plain == [False, False, False]
+
+
+async def test_a_regrade_drops_an_uncalibrated_tasks_samples_when_its_request_says_so(
+    tmp_path: Path,
+) -> None:
+    backend, latest = await _regraded(tmp_path, 0.0, "drop")
+    assert len(backend.verified) == 1  # the oracle only: no sample graded through the boundary
+    assert [(g["reward"], g["status"]) for g in latest] == [(None, "cancelled")] * 2
