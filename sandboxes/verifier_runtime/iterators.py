@@ -31,7 +31,9 @@ too without asking.
 Standard library only, Python >= 3.8.
 """
 
+import builtins
 import collections
+import dis
 import sys
 
 _SELF_ITER_MODULES = ("builtins", "itertools", "_collections", "collections")
@@ -61,38 +63,113 @@ def adapt(namespace, meta):
         namespace["__iter__"] = _self
 
 
+def _where(frame):
+    # (the code object is kept, not the frame: a frame would keep the test's locals alive)
+    return (id(frame), frame.f_code, frame.f_lasti)
+
+
 def _self(self):
+    object.__setattr__(self, "_rollouts_iter_at", _where(sys._getframe(1)))
     return self
 
 
 def _length_hint(self):
-    frame = sys._getframe(1)
-    # (the code object is kept, not the frame: a frame would keep the test's locals alive)
-    object.__setattr__(self, "_rollouts_bulk", (id(frame), frame.f_code, frame.f_lasti))
+    object.__setattr__(self, "_rollouts_bulk", _where(sys._getframe(1)))
     return NotImplemented
 
 
 def _next(self):
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead:
-        value, end = ahead.popleft()
-        if end is not None:
-            self.__dict__.pop("_rollouts_bulk", None)
-            raise end
-        return value
+        return _next_of_buffer(self, ahead)
+    frame = sys._getframe(1)
     bulk = self.__dict__.get("_rollouts_bulk")
     if bulk is not None:
-        frame = sys._getframe(1)
-        if bulk == (id(frame), frame.f_code, frame.f_lasti):
-            return _from_chunk(self)
+        if bulk == _where(frame):
+            return _from_chunk(self, False)
         del self.__dict__["_rollouts_bulk"]
+    at = self.__dict__.get("_rollouts_iter_at")
+    if at is not None:
+        if at == _where(frame) and _whole_builtin_call(frame):
+            object.__setattr__(self, "_rollouts_bulk", at)
+            return _from_chunk(self, True)
+        del self.__dict__["_rollouts_iter_at"]
     return self._rollouts_ep.request("op", "next", self)
 
 
-def _from_chunk(self):
+# Builtins that, called with the iterator as their one argument, consume it whole and run no
+# code between two items when those items are plain values (hashing, adding, comparing them).
+# Not any() or all() (they stop early), nor anything called with a key or a function.
+_WHOLE = ("set", "frozenset", "sum", "min", "max", "sorted", "list", "tuple", "dict")
+_CALLS = ("CALL", "CALL_FUNCTION")  # 3.11+, and before
+_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
+_SKIP = ("CACHE", "NOP", "EXTENDED_ARG")
+_callees = {}  # (code, offset) -> (opname, name) of the callable, or None
+
+
+def _whole_builtin_call(frame):
+    """Whether the instruction `frame` is at calls one of `_WHOLE` (the builtin itself, as
+    the frame resolves the name now) with exactly one positional argument: the call that
+    asked for the iterator and now takes its items, from C, with no code of the frame in
+    between (any other would have moved the frame's instruction)."""
+    key = (frame.f_code, frame.f_lasti)
+    if key not in _callees:
+        try:
+            _callees[key] = _callee(frame.f_code, frame.f_lasti)
+        except (ValueError, TypeError, IndexError):
+            _callees[key] = None
+    found = _callees[key]
+    if found is None:
+        return False
+    op, name = found
+    if op == "LOAD_FAST":
+        value = frame.f_locals.get(name)
+    elif op == "LOAD_DEREF":
+        return False
+    else:
+        where = (frame.f_locals,) if op == "LOAD_NAME" else ()
+        where += (frame.f_globals, vars(builtins))
+        value = next((w[name] for w in where if name in w), None)
+    return value is not None and value is getattr(builtins, name, None)
+
+
+def _callee(code, offset):
+    """(load instruction, name) of the callable of the call at `offset` when that call has
+    one positional argument and the callable is a plain name (a backward walk over the
+    argument's instructions by their stack effects; None at anything else: a jump, a
+    keyword, an attribute)."""
+    instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
+    at = next(n for n, i in enumerate(instrs) if i.offset == offset)
+    call = instrs[at]
+    if call.opname not in _CALLS or call.arg != 1:
+        return None
+    need, n = 1, at - 1
+    if n >= 0 and instrs[n].opname == "PRECALL":  # 3.11: the call's own first half
+        n -= 1
+    while need > 0 and n >= 0:
+        ins = instrs[n]
+        if ins.is_jump_target or "JUMP" in ins.opname or ins.opname == "KW_NAMES":
+            return None
+        arg = ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None
+        need -= dis.stack_effect(ins.opcode, arg, jump=False)
+        n -= 1
+    if n >= 0 and instrs[n].opname == "PUSH_NULL":  # 3.13: pushed after the callable
+        n -= 1
+    if need != 0 or n < 0:
+        return None
+    load = instrs[n]
+    if load.opname not in _LOADS or load.argval not in _WHOLE:
+        return None
+    return load.opname, load.argval
+
+
+def _from_chunk(self, plain):
+    """The next item, from a chunk asked now. `plain`: the consumer handles plain values
+    without running code, so the chunk ends after an item that holds a reference (the
+    consumer may ask it something, and must find the iterator where it was then)."""
     size = self.__dict__.get("_rollouts_chunk", CHUNK_FIRST)
     object.__setattr__(self, "_rollouts_chunk", min(size * 4, CHUNK_LARGEST))
-    items, end = self._rollouts_ep.request("chunk", self, size)
+    items, end = self._rollouts_ep.request("chunk", self, size, plain)
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead is None:
         ahead = collections.deque()
@@ -109,5 +186,6 @@ def _next_of_buffer(self, ahead):
     value, end = ahead.popleft()
     if end is not None:
         self.__dict__.pop("_rollouts_bulk", None)
+        self.__dict__.pop("_rollouts_iter_at", None)
         raise end
     return value

@@ -256,14 +256,22 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
     def _serve_chunk(self, args, out, reply):
         """Up to n items of an iterator of ours in one answer ("k"), each encoded as it comes
         (as its own answer would carry it: a list yielded twice, changed between, goes twice),
-        and the exception that ended it ("z", StopIteration included). The other side asks
-        only while one builtin call of its own consumes the iterator whole (iterators.py);
-        to us it is the same as n requests for `next` in a row."""
-        if len(args) != 2 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
+        and the exception that ended it ("z", StopIteration included); with `plain`, ending
+        after the first item that holds a reference. The other side asks only while one
+        builtin call of its own consumes the iterator whole (iterators.py); to us it is the
+        same as n requests for `next` in a row."""
+        if len(args) != 3 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
             raise ProtocolError("chunk")
-        it = args[0]
+        it, plain = args[0], args[2] is True
         self.check_target(it)
         nodes = reply["k"] = []
+        referenced = [False]
+        encoder = self._reference_encoder(out)
+
+        def reference(v):
+            referenced[0] = True
+            return encoder(v)
+
         for _ in range(args[1]):
             try:
                 item = next(it)
@@ -271,12 +279,12 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
                 raise
             except BaseException as e:  # the iterator's end, or its own exception
                 reply["z"] = self.encode_exception(e, out)
-                codec.drain(out, self._reference_encoder(out))
+                codec.drain(out, encoder)
                 return
-            nodes.append(self.encode(item, out))
+            nodes.append(codec.encode(item, out, reference))
             out.ids.clear()  # the next item's composites are its own copies
             out.described.clear()
-            if len(out.table) > CHUNK_TABLE:
+            if len(out.table) > CHUNK_TABLE or (plain and referenced[0]):
                 return
 
     def _copy_back(self, request, out):

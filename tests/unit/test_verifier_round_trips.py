@@ -102,6 +102,24 @@ def test_a_whole_consumer_takes_a_generator_in_chunks():
     assert "".join(map(str, solution.gen(3))) == "012"
 
 
+def test_builtins_that_take_plain_items_whole_take_them_in_chunks():
+    before = requests()
+    assert set(solution.gen(2000)) == set(range(2000))
+    assert sum(solution.gen(2000)) == sum(range(2000))
+    assert max(solution.gen(2000)) == 1999
+    assert requests() - before < 40  # one request per item before
+
+
+def test_builtins_that_stop_early_or_call_back_take_items_one_by_one():
+    solution.reset()
+    assert any(solution.gen(100)) and solution.count() == 2  # 0, then 1: true
+    solution.reset()
+    seen = set(map(lambda i: (i, solution.count()), solution.gen(30)))
+    assert seen == {(i, i + 1) for i in range(30)}
+    solution.reset()
+    assert min(solution.gen(30), key=lambda i: -solution.count()) == 29
+
+
 def test_items_are_taken_as_they_were_yielded():
     assert list(solution.same_list(3)) == [[0], [0, 1], [0, 1, 2]]
 
@@ -180,4 +198,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "9 passed" in run.output, run.output
+    assert "11 passed" in run.output, run.output
