@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.unit.test_verifier_runtime import Layout
 
-SOLUTION = '''
+SOLUTION = """
 import random
 
 made = []
@@ -76,7 +76,7 @@ def rebind_and_call(fn):
 
 def draw():
     return random.random()
-'''
+"""
 
 TESTS = '''
 import random
