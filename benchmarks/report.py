@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doc_boundary import boundary_section
 from benchmarks.doc_method import method_sections
 from benchmarks.doc_results import results_sections
 from benchmarks.doc_targets import targets_section
@@ -47,6 +48,7 @@ def render_doc(r: dict[str, Any]) -> str:
     ))  # fmt: skip
     blocks += method_sections()
     blocks += results_sections(r)
+    blocks += boundary_section()
     blocks += targets_section(r)
     return "\n\n".join(blocks) + "\n"
 

@@ -17,11 +17,23 @@ could not; and everything the iterator's code does meanwhile (callbacks into the
 process, output, state a callback reads) happens in the same order, within the same builtin
 call, as without chunks.
 
+A second group of builtins consumes an iterator whole without a length hint: `set`,
+`frozenset`, `sum`, `min`, `max`, `dict` (and `sorted`, `list`, `tuple` again) called on it
+alone. Their `next()` comes from the frame and instruction that called `iter()` on the proxy,
+and that instruction is a call with one positional argument whose callable is a name the
+frame resolves, now, to that very builtin (`_callee`: a backward walk over the argument's
+instructions by their stack effects, so `set(map(f, it))` or `min(it, key=f)` never match).
+They do process each item as it comes (hash, add, compare), which runs no code for plain
+values; so their chunks end after the first item that holds a reference, and the consumer
+finds the iterator where it was when it asks that item something. `any`, `all`, `in` and
+unpacking stop early: never in chunks.
+
 Items not consumed stay in the proxy's buffer and are the next ones any `next()` gets.
 Stated limits: a `list.extend(it)` whose iterator calls back into code that reads that very
 list mid-way sees it shorter than it would; `bytes(it)` and `bytearray(it)` (which also ask
 for a length hint) convert each item as it comes and stop at the first that is not an int,
-with the rest of its chunk already taken; a Python caller of `operator.length_hint` whose
+with the rest of its chunk already taken (so do `set(it)` or `max(it)` at an item they
+reject: unhashable, incomparable); a Python caller of `operator.length_hint` whose
 same instruction then calls `next()` from C.
 
 An iterator whose class is one of the interpreter's own (`__iter__` from C in builtins or
