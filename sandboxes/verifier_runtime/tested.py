@@ -114,6 +114,8 @@ class TestedEndpoint(rpc.Endpoint):
         super().__init__(sock)
         self.bindings.watching = True  # its modules' functions and classes may be kept
         self.random_stale = True  # the tests' random state may have moved since it was taken
+        self.serving = 0  # requests of the tests being served (nested ones too)
+        self.main_thread = threading.get_ident()
         self.landlock = None
         self.workspace = None
 
@@ -132,6 +134,19 @@ class TestedEndpoint(rpc.Endpoint):
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in env.items()})
         self.random_stale = True
+
+    def serve_one(self, msg):
+        self.serving += 1
+        try:
+            super().serve_one(msg)
+        finally:
+            self.serving -= 1
+
+    def may_ask(self):
+        """Whether the tested code's thread may make a request now: the main thread, inside a
+        call of the tests (another thread, or the idle loop, would read the socket beside
+        the thread that owns it)."""
+        return self.serving > 0 and threading.get_ident() == self.main_thread
 
     def dispatch_other(self, op, args):
         if op == "hello":
@@ -303,12 +318,13 @@ class _Logs(logging.Handler):
 def _sync_random(ep):
     """Make each function of the random module (those of its shared generator, before any
     code of the workspace can hold one) take the tests' random state first, once per request
-    of theirs: the tested code draws from their stream as of that call (trusted.py)."""
+    of theirs: the tested code draws from their stream as of that call (trusted.py). Only its
+    main thread during a call asks; other threads draw from the copy as it is."""
     shared = getattr(random, "_inst", None)
 
     def synced(original):
         def call(*args, **kwargs):
-            if ep.random_stale:
+            if ep.random_stale and ep.may_ask():
                 ep.random_stale = False
                 state = ep.request("random")
                 if state is not None:

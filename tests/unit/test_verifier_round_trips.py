@@ -76,6 +76,18 @@ def rebind_and_call(fn):
 
 def draw():
     return random.random()
+
+
+def start_drawing():
+    import threading
+    import time
+
+    def loop():
+        while True:
+            random.random()
+            time.sleep(0.0001)
+
+    threading.Thread(target=loop, daemon=True).start()
 """
 
 TESTS = '''
@@ -188,6 +200,13 @@ def test_the_solution_draws_from_the_tests_stream():
     assert solution.draw() == expected
     random.seed(7)
     assert solution.draw() == expected
+
+
+def test_a_thread_of_the_solution_that_draws_never_asks():
+    solution.start_drawing()  # (last: it draws until the tested process ends)
+    for i in range(300):
+        random.seed(i)
+        assert solution.count() >= 0
 '''
 
 
@@ -198,4 +217,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "11 passed" in run.output, run.output
+    assert "12 passed" in run.output, run.output
