@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doc_boundary import boundary_section
 from benchmarks.doc_gvisor import gvisor_section
 from benchmarks.doc_method import method_sections
 from benchmarks.doc_results import results_sections
@@ -48,6 +49,7 @@ def render_doc(r: dict[str, Any]) -> str:
     ))  # fmt: skip
     blocks += method_sections()
     blocks += results_sections(r)
+    blocks += boundary_section()
     blocks += targets_section(r)
     blocks += gvisor_section(r)  # and its own results file (benchmarks/gvisor_settings.py)
     return "\n\n".join(blocks) + "\n"

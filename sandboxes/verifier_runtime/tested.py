@@ -113,6 +113,10 @@ def confine(workspace):
 class TestedEndpoint(rpc.Endpoint):
     def __init__(self, sock):
         super().__init__(sock)
+        self.bindings.watching = True  # its modules' functions and classes may be kept
+        self.random_stale = True  # the tests' random state may have moved since it was taken
+        self.serving = 0  # requests of the tests being served (nested ones too)
+        self.main_thread = threading.get_ident()
         self.landlock = None
         self.workspace = None
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
@@ -162,9 +166,20 @@ class TestedEndpoint(rpc.Endpoint):
         if isinstance(env, dict):
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in env.items()})
-        state = msg.get("rs")
-        if state is not None:
-            random.setstate((state[0], tuple(state[1]), state[2]))
+        self.random_stale = True
+
+    def serve_one(self, msg):
+        self.serving += 1
+        try:
+            super().serve_one(msg)
+        finally:
+            self.serving -= 1
+
+    def may_ask(self):
+        """Whether the tested code's thread may make a request now: the main thread, inside a
+        call of the tests (another thread, or the idle loop, would read the socket beside
+        the thread that owns it)."""
+        return self.serving > 0 and threading.get_ident() == self.main_thread
 
     def dispatch_other(self, op, args):
         if op == "hello":
@@ -333,8 +348,34 @@ class _Logs(logging.Handler):
             pass
 
 
+def _sync_random(ep):
+    """Make each function of the random module (those of its shared generator, before any
+    code of the workspace can hold one) take the tests' random state first, once per request
+    of theirs: the tested code draws from their stream as of that call (trusted.py). Only its
+    main thread during a call asks; other threads draw from the copy as it is."""
+    shared = getattr(random, "_inst", None)
+
+    def synced(original):
+        def call(*args, **kwargs):
+            if ep.random_stale and ep.may_ask():
+                ep.random_stale = False
+                state = ep.request("random")
+                if state is not None:
+                    random.setstate((state[0], tuple(state[1]), state[2]))
+            return original(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = getattr(original, "__name__", "call")
+        call.__doc__ = getattr(original, "__doc__", None)
+        return call
+
+    for name, value in list(vars(random).items()):
+        if getattr(value, "__self__", None) is shared and shared is not None:
+            setattr(random, name, synced(value))
+
+
 def serve(fd):
     ep = TestedEndpoint(rpc.socket_from_fd(fd))
+    _sync_random(ep)
     sys.stdout = _Output(ep, 1)
     sys.stderr = _Output(ep, 2)
     root = logging.getLogger()

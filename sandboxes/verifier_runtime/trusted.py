@@ -303,6 +303,8 @@ class TrustedEndpoint(rpc.Endpoint):
         return super().dispatch(op, args)
 
     def dispatch_other(self, op, args):
+        if op == "random" and not args:
+            return self.random_state()
         raise rpc.ProtocolError("the tested process asked for %r" % op)
 
     def describe(self, v):
@@ -361,7 +363,10 @@ class TrustedEndpoint(rpc.Endpoint):
     # ---- the state a test may change around a call -----------------------------------------
     # One way only: the tested code sees the tests' environment (less the runner's own
     # variables) and random state as they are at each call, and nothing it does changes ours
-    # (a random state sent back could make the tests draw the same input for ever).
+    # (a random state sent back could make the tests draw the same input for ever). The
+    # random state is asked for ("random") by the tested process when its code first draws
+    # after a request of ours: taking it here costs more than the rest of a request, and few
+    # calls draw.
 
     def before_request(self, msg):
         _push_shared(self)
@@ -375,13 +380,18 @@ class TrustedEndpoint(rpc.Endpoint):
             if current != self.env_sent:  # not when only the runner's variables changed
                 self.env_sent = current
                 msg["env"] = current
+
+    def random_state(self):
+        """Our random state for the tested process, or None when it has it already."""
         state = random.getstate()
-        if state != self.random_sent or self.reseeded:
-            msg["rs"] = _random_state(state)
-            self.random_sent = state
-            self.reseeded = False
+        if state == self.random_sent and not self.reseeded:
+            return None
+        self.random_sent = state
+        self.reseeded = False
+        return _random_state(state)
 
     def before_answer(self, reply):
+        super().before_answer(reply)
         _grant_handed(self, reply)
 
     def on_output(self, msg):
@@ -754,7 +764,8 @@ def _grant_handed(ep, msg):
     if uid is None:
         return
     roots = access.temporary_roots()
-    for path in access.paths_in([msg.get("a"), msg.get("v"), msg.get("t"), msg.get("u")], roots):
+    handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z")]  # "k", "z": a chunk
+    for path in access.paths_in(handed, roots):
         if path not in ep.granted:
             ep.granted.add(path)
             access.grant(path, uid, roots, ep.made_after)

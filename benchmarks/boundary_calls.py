@@ -1,0 +1,334 @@
+"""The tests phase through the process boundary against plain pytest, per task (issue 37, 0).
+
+For each task the same test files run twice, side by side and interleaved, on the same machine
+and interpreter: once through the verifier runtime (the workspace laid out by view.py, each
+module a stub, the module's code in a tested process over the socket: what a verification
+runs), once plain (the module itself on PYTHONPATH, one process). Reported per task: the ratio
+boundary / plain of pytest's own session time (collection and tests, what the boundary adds
+to), of the whole command's wall time (interpreter starts included) and of the CPU time of all
+its processes (the tested one included: this process is their subreaper), medians of the
+repeats, and both outcomes (a task whose tests fail through the boundary says so).
+
+Tasks: the real-package ones of tests/real_tasks.py (inflection, parse, six, more-itertools:
+their projects' own tests, from the pinned PyPI sdists in the cache that module fills), and
+`synthetic-calls`, made here: thousands of small calls, iterators and generators passed both
+ways, callbacks, a parametrized suite.
+
+    python -m benchmarks.boundary_calls [--repeats N] [--only TASK ...] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sandboxes
+
+RUNTIME = Path(sandboxes.__file__).parent / "verifier_runtime"
+REPO = Path(__file__).resolve().parents[1]
+
+SYNTHETIC_SOLUTION = """
+def add(a, b):
+    return a + b
+
+
+def scale(values, k):
+    return [v * k for v in values]
+
+
+def squares(n):
+    for i in range(n):
+        yield i * i
+
+
+def total(iterable):
+    return sum(iterable)
+
+
+def pairs(iterable):
+    it = iter(iterable)
+    for a in it:
+        yield a, next(it, None)
+
+
+def apply(fn, values):
+    return [fn(v) for v in values]
+
+
+def keep(pred, iterable):
+    return (x for x in iterable if pred(x))
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self, by=1):
+        self.n += by
+        return self.n
+"""
+
+SYNTHETIC_TESTS = """
+import pytest
+
+import solution
+
+
+def test_many_small_calls():
+    for i in range(3000):
+        assert solution.add(i, 1) == i + 1
+
+
+def test_generator_consumed_by_the_tests():
+    assert list(solution.squares(5000))[-1] == 4999 ** 2
+    assert sum(solution.squares(3000)) == sum(i * i for i in range(3000))
+
+
+def test_tests_iterators_consumed_by_the_solution():
+    assert solution.total(iter(range(3000))) == sum(range(3000))
+    assert solution.total(x for x in range(3000)) == sum(range(3000))
+
+
+def test_iterators_both_ways():
+    got = list(solution.pairs(solution.keep(lambda x: x % 3, iter(range(1500)))))
+    assert len(got) == 500
+
+
+def test_callbacks():
+    assert solution.apply(lambda v: v + 1, list(range(2000)))[-1] == 2000
+
+
+def test_object_methods():
+    c = solution.Counter()
+    for _ in range(1500):
+        c.bump()
+    assert c.n == 1500
+
+
+@pytest.mark.parametrize("k", range(200))
+def test_parametrized(k):
+    assert solution.scale([1, 2, 3], k) == [k, 2 * k, 3 * k]
+"""
+
+
+@dataclass
+class Task:
+    name: str
+    module: dict[str, bytes]  # files of the workspace (the solution)
+    tests: dict[str, bytes]  # test files
+
+
+@dataclass
+class Outcome:
+    wall: float
+    session: float | None  # pytest's own "in N s"
+    summary: str
+    cpu: float = 0.0  # user + system of every process of the run (the tested one included)
+
+
+@dataclass
+class TaskRuns:
+    boundary: list[Outcome] = field(default_factory=list)
+    plain: list[Outcome] = field(default_factory=list)
+
+
+def real_tasks() -> list[Task]:
+    """The real-package tasks from their sdists (downloaded into the cache on first use)."""
+    sys.path.insert(0, str(REPO))
+    from tests import real_tasks as rt
+
+    out = []
+    for pkg in rt.PACKAGES:
+        module, tests = rt._members(pkg, rt.sdist(pkg))
+        out.append(Task(pkg.task_id, module, tests))
+    return out
+
+
+def synthetic_task() -> Task:
+    return Task(
+        "synthetic-calls",
+        {"solution.py": SYNTHETIC_SOLUTION.encode()},
+        {"test_calls.py": SYNTHETIC_TESTS.encode()},
+    )
+
+
+def _write(folder: Path, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def lay_out(task: Task, root: Path, runtime: Path = RUNTIME) -> Path:
+    """The verifier's folders for `task` under `root` (as tests/unit's Layout makes them)."""
+    for name in ("lib", "workspace", "app", "tests", "logs"):
+        (root / name).mkdir(parents=True)
+    for f in runtime.glob("*.py"):
+        shutil.copy(f, root / "lib" / f.name)
+    _write(root / "workspace", task.module)
+    _write(root / "tests", task.tests)
+    argv = [root / "workspace", root / "app", root / "tests", root / "view.json"]
+    argv.append(root / "logs" / "report.jsonl")
+    subprocess.run([sys.executable, "-I", root / "lib" / "view.py", *argv], check=True)
+    return root
+
+
+_SESSION = re.compile(r" in ([0-9.]+)s")
+
+
+def _reap_all() -> None:
+    """Wait for every descendant left (the tested process outlives pytest by a moment): with
+    this process their subreaper, their CPU time then counts in RUSAGE_CHILDREN."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _become_subreaper() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_pytest(root: Path, boundary: bool, timeout: float) -> Outcome:
+    """pytest on the task's tests, PYTHONPATH=/app (the stubs) or the workspace itself."""
+    where = root / ("app" if boundary else "workspace")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(where),
+        "ROLLOUTS_VIEW_MANIFEST": str(root / "view.json"),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "HOME": str(root),
+    }
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")]
+    start, cpu = time.perf_counter(), _children_cpu()
+    try:
+        p = subprocess.run(
+            argv, cwd=where, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        text = p.stdout + p.stderr
+    except subprocess.TimeoutExpired:
+        return Outcome(time.perf_counter() - start, None, f"timeout at {timeout:.0f} s")
+    wall = time.perf_counter() - start
+    _reap_all()
+    cpu = _children_cpu() - cpu
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    found = _SESSION.search(last)
+    return Outcome(wall, float(found.group(1)) if found else None, last.strip("= "), cpu)
+
+
+def measure(
+    tasks: list[Task], repeats: int, timeout: float, log, runtime: Path = RUNTIME
+) -> dict[str, TaskRuns]:
+    runs = {t.name: TaskRuns() for t in tasks}
+    _become_subreaper()
+    with tempfile.TemporaryDirectory(prefix="rollouts-boundary-") as tmp:
+        roots = {t.name: lay_out(t, Path(tmp) / t.name, runtime) for t in tasks}
+        for r in range(repeats):
+            for t in tasks:
+                # Alternate which goes first: the machine's load drifts.
+                for boundary in (r % 2 == 0, r % 2 == 1):
+                    o = run_pytest(roots[t.name], boundary, timeout)
+                    (runs[t.name].boundary if boundary else runs[t.name].plain).append(o)
+                    kind = "boundary" if boundary else "plain"
+                    log(
+                        f"{t.name} {kind}: {o.wall:.2f} s wall, {o.cpu:.2f} s CPU, "
+                        f"session {o.session} s: {o.summary}"
+                    )
+    return runs
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def summarize(runs: dict[str, TaskRuns]) -> dict[str, dict]:
+    out = {}
+    for name, r in runs.items():
+        b_session = _median([o.session for o in r.boundary])
+        p_session = _median([o.session for o in r.plain])
+        b_wall, p_wall = _median([o.wall for o in r.boundary]), _median([o.wall for o in r.plain])
+        b_cpu, p_cpu = _median([o.cpu for o in r.boundary]), _median([o.cpu for o in r.plain])
+        out[name] = {
+            "boundary_session_s": b_session,
+            "plain_session_s": p_session,
+            "session_ratio": b_session / p_session if b_session and p_session else None,
+            "boundary_wall_s": b_wall,
+            "plain_wall_s": p_wall,
+            "wall_ratio": b_wall / p_wall if b_wall and p_wall else None,
+            "boundary_cpu_s": b_cpu,
+            "plain_cpu_s": p_cpu,
+            "cpu_ratio": b_cpu / p_cpu if b_cpu and p_cpu else None,
+            "boundary_outcome": r.boundary[-1].summary if r.boundary else "",
+            "plain_outcome": r.plain[-1].summary if r.plain else "",
+            "repeats": len(r.boundary),
+        }
+    return out
+
+
+def render(summary: dict[str, dict]) -> str:
+    def num(v, unit=""):
+        return "-" if v is None else f"{v:.2f}{unit}"
+
+    lines = [
+        "| task | plain session | boundary session | ratio | ratio (wall) | ratio (CPU) "
+        "| boundary outcome |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in summary.items():
+        lines.append(
+            f"| {name} | {num(s['plain_session_s'], ' s')} | {num(s['boundary_session_s'], ' s')} "
+            f"| {num(s['session_ratio'])}x | {num(s['wall_ratio'])}x | {num(s['cpu_ratio'])}x "
+            f"| {s['boundary_outcome']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.boundary_calls")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", nargs="*", help="task names (real-six, synthetic-calls, ...)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per pytest run, seconds")
+    parser.add_argument("--json", type=Path, help="write the per-task figures here")
+    parser.add_argument(
+        "--runtime", type=Path, default=RUNTIME, help="the verifier runtime folder to measure"
+    )
+    args = parser.parse_args(argv)
+    tasks = real_tasks() + [synthetic_task()]
+    if args.only:
+        tasks = [t for t in tasks if t.name in args.only]
+        if not tasks:
+            print("error: --only names no task", file=sys.stderr)
+            return 2
+    runs = measure(
+        tasks, args.repeats, args.timeout, lambda m: print(m, file=sys.stderr), args.runtime
+    )
+    summary = summarize(runs)
+    print(render(summary))
+    if args.json:
+        meta = {"load": os.getloadavg(), "cpus": os.cpu_count(), "python": sys.version}
+        args.json.write_text(json.dumps({"meta": meta, "tasks": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""docs/performance.md's section on the verifier's process boundary, from the committed
+`benchmarks/results/boundary_calls.json` (`python -m benchmarks.boundary_calls`, run once
+with the runtime before a change and once after; see that module)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.doc_text import para
+
+RESULTS = Path(__file__).parent / "results" / "boundary_calls.json"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f} s"
+
+
+def _cell(task: dict[str, Any] | None) -> str:
+    """session ratio (wall, CPU), or what stopped the run."""
+    if task is None:
+        return "not run"
+    if task.get("session_ratio") is None:
+        return f"{task.get('boundary_outcome') or 'no result'}"
+    return (
+        f"{_x(task['session_ratio'])} ({_x(task.get('wall_ratio'))}, {_x(task.get('cpu_ratio'))})"
+    )
+
+
+def boundary_section(path: Path = RESULTS) -> list[str]:
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    runs = r["runs"]
+    names = list(dict.fromkeys(n for run in runs.values() for n in run["tasks"]))
+    rows = [
+        "| task | plain pytest, session | before: boundary / plain | after: boundary / plain "
+        "| after: boundary outcome |",
+        "|---|---|---|---|---|",
+    ]
+    for name in names:
+        before = runs["before"]["tasks"].get(name)
+        after = runs["after"]["tasks"].get(name)
+        plain = (after or before or {}).get("plain_session_s")
+        outcome = (after or {}).get("boundary_outcome", "")
+        rows.append(f"| {name} | {_s(plain)} | {_cell(before)} | {_cell(after)} | {outcome} |")
+    return [
+        "## The verifier's process boundary: tests phase against plain pytest",
+        para(
+            "`python -m benchmarks.boundary_calls` runs each task's test files twice, side by",
+            "side and interleaved on one machine and interpreter: through the verifier runtime",
+            "(stubs in `/app`, the module in the tested process, every use a round trip over the",
+            "socket) and plain (the module on `PYTHONPATH`). Each cell is the ratio boundary /",
+            "plain of pytest's own session time, then (in brackets) of the command's wall time",
+            "and of the CPU time of all its processes, medians of the repeats; a ratio is taken",
+            "within one run. The real-package tasks run their projects' own tests",
+            "(`tests/real_tasks.py`); `synthetic-calls` makes thousands of small calls, passes",
+            "iterators both ways, calls back and runs a parametrized suite. Before: "
+            f"{r['before']}; after: {r['after']}.",
+        ),
+        para(r["conditions"]),
+        "\n".join(rows),
+        para(*r["notes"]),
+    ]

@@ -1,0 +1,203 @@
+"""Iterators of the other process consumed in chunks where nobody can tell (see rpc.py).
+
+Each `next()` of a proxy is a round trip, and a test that walks twenty thousand items of a
+generator through the boundary pays twenty thousand. Reading ahead is not free to do: a
+generator runs code, and a test can observe when (a counter of the solution read between
+two `next()`s, a callback, a log line, a file). So items are read ahead only while no code
+of the consuming side can run between two `next()`s, which is so exactly while one builtin
+call consumes the iterator whole: `list(it)`, `tuple(it)`, `sorted(it)`, `str.join`, `f(*it)`,
+`list.extend`. Those, and no Python-level loop, first ask the iterator for its length hint
+(`__length_hint__`, by type, from C); a mirror of an iterator has one that answers "unknown"
+and notes which frame asked, at which instruction. A `next()` from that same frame and
+instruction comes from that same builtin call (any other code of that frame would have moved
+its instruction), so it asks for a chunk: up to n items, taken one after another on the
+other side, each encoded as it came, and the exception that ended them. On the serving side
+that is n `next()` requests in a row, so a chunk gives the asking side nothing a request
+could not; and everything the iterator's code does meanwhile (callbacks into the asking
+process, output, state a callback reads) happens in the same order, within the same builtin
+call, as without chunks.
+
+A second group of builtins consumes an iterator whole without a length hint: `set`,
+`frozenset`, `sum`, `min`, `max`, `dict` (and `sorted`, `list`, `tuple` again) called on it
+alone. Their `next()` comes from the frame and instruction that called `iter()` on the proxy,
+and that instruction is a call with one positional argument whose callable is a name the
+frame resolves, now, to that very builtin (`_callee`: a backward walk over the argument's
+instructions by their stack effects, so `set(map(f, it))` or `min(it, key=f)` never match).
+They do process each item as it comes (hash, add, compare), which runs no code for plain
+values; so their chunks end after the first item that holds a reference, and the consumer
+finds the iterator where it was when it asks that item something. `any`, `all`, `in` and
+unpacking stop early: never in chunks.
+
+Items not consumed stay in the proxy's buffer and are the next ones any `next()` gets.
+Stated limits: a `list.extend(it)` whose iterator calls back into code that reads that very
+list mid-way sees it shorter than it would; `bytes(it)` and `bytearray(it)` (which also ask
+for a length hint) convert each item as it comes and stop at the first that is not an int,
+with the rest of its chunk already taken (so do `set(it)` or `max(it)` at an item they
+reject: unhashable, incomparable); a Python caller of `operator.length_hint` whose
+same instruction then calls `next()` from C.
+
+An iterator whose class is one of the interpreter's own (`__iter__` from C in builtins or
+itertools: generators, map, zip, chain...) returns itself from `iter()`, so its mirror does
+too without asking.
+
+Standard library only, Python >= 3.8.
+"""
+
+import builtins
+import collections
+import dis
+import sys
+
+_SELF_ITER_MODULES = ("builtins", "itertools", "_collections", "collections")
+CHUNK_FIRST = 16  # items of the first chunk; each next one is four times as large
+CHUNK_LARGEST = 1024
+
+
+def iterates_itself(cls):
+    """Whether `iter()` of an instance of `cls` is the instance itself by the interpreter's
+    own code (an iterator class of builtins or itertools whose `__iter__` is C's)."""
+    module = getattr(cls, "__module__", None)
+    if module not in _SELF_ITER_MODULES:
+        return False
+    attrs = [k.__dict__ for k in cls.__mro__ if "__iter__" in k.__dict__]
+    has_next = any("__next__" in k.__dict__ for k in cls.__mro__)
+    return has_next and bool(attrs) and type(attrs[0]["__iter__"]).__name__ == "wrapper_descriptor"
+
+
+def adapt(namespace, meta):
+    """A mirror class's namespace (proxies.mirror_namespace) with the iterator methods of
+    this module where its real class is an iterator."""
+    if namespace.get("__next__") is None:
+        return
+    namespace["__next__"] = _next
+    namespace["__length_hint__"] = _length_hint
+    if meta.get("I") and namespace.get("__iter__") is not None:
+        namespace["__iter__"] = _self
+
+
+def _where(frame):
+    # (the code object is kept, not the frame: a frame would keep the test's locals alive)
+    return (id(frame), frame.f_code, frame.f_lasti)
+
+
+def _self(self):
+    object.__setattr__(self, "_rollouts_iter_at", _where(sys._getframe(1)))
+    return self
+
+
+def _length_hint(self):
+    object.__setattr__(self, "_rollouts_bulk", _where(sys._getframe(1)))
+    return NotImplemented
+
+
+def _next(self):
+    ahead = self.__dict__.get("_rollouts_ahead")
+    if ahead:
+        return _next_of_buffer(self, ahead)
+    frame = sys._getframe(1)
+    bulk = self.__dict__.get("_rollouts_bulk")
+    if bulk is not None:
+        if bulk == _where(frame):
+            return _from_chunk(self, False)
+        del self.__dict__["_rollouts_bulk"]
+    at = self.__dict__.get("_rollouts_iter_at")
+    if at is not None:
+        if at == _where(frame) and _whole_builtin_call(frame):
+            object.__setattr__(self, "_rollouts_bulk", at)
+            return _from_chunk(self, True)
+        del self.__dict__["_rollouts_iter_at"]
+    return self._rollouts_ep.request("op", "next", self)
+
+
+# Builtins that, called with the iterator as their one argument, consume it whole and run no
+# code between two items when those items are plain values (hashing, adding, comparing them).
+# Not any() or all() (they stop early), nor anything called with a key or a function.
+_WHOLE = ("set", "frozenset", "sum", "min", "max", "sorted", "list", "tuple", "dict")
+_CALLS = ("CALL", "CALL_FUNCTION")  # 3.11+, and before
+_LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
+_SKIP = ("CACHE", "NOP", "EXTENDED_ARG")
+_callees = {}  # (code, offset) -> (opname, name) of the callable, or None
+
+
+def _whole_builtin_call(frame):
+    """Whether the instruction `frame` is at calls one of `_WHOLE` (the builtin itself, as
+    the frame resolves the name now) with exactly one positional argument: the call that
+    asked for the iterator and now takes its items, from C, with no code of the frame in
+    between (any other would have moved the frame's instruction)."""
+    key = (frame.f_code, frame.f_lasti)
+    if key not in _callees:
+        try:
+            _callees[key] = _callee(frame.f_code, frame.f_lasti)
+        except (ValueError, TypeError, IndexError):
+            _callees[key] = None
+    found = _callees[key]
+    if found is None:
+        return False
+    op, name = found
+    if op == "LOAD_FAST":
+        value = frame.f_locals.get(name)
+    elif op == "LOAD_DEREF":
+        return False
+    else:
+        where = (frame.f_locals,) if op == "LOAD_NAME" else ()
+        where += (frame.f_globals, vars(builtins))
+        value = next((w[name] for w in where if name in w), None)
+    return value is not None and value is getattr(builtins, name, None)
+
+
+def _callee(code, offset):
+    """(load instruction, name) of the callable of the call at `offset` when that call has
+    one positional argument and the callable is a plain name (a backward walk over the
+    argument's instructions by their stack effects; None at anything else: a jump, a
+    keyword, an attribute)."""
+    instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
+    at = next(n for n, i in enumerate(instrs) if i.offset == offset)
+    call = instrs[at]
+    if call.opname not in _CALLS or call.arg != 1:
+        return None
+    need, n = 1, at - 1
+    if n >= 0 and instrs[n].opname == "PRECALL":  # 3.11: the call's own first half
+        n -= 1
+    while need > 0 and n >= 0:
+        ins = instrs[n]
+        if ins.is_jump_target or "JUMP" in ins.opname or ins.opname == "KW_NAMES":
+            return None
+        arg = ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None
+        need -= dis.stack_effect(ins.opcode, arg, jump=False)
+        n -= 1
+    if n >= 0 and instrs[n].opname == "PUSH_NULL":  # 3.13: pushed after the callable
+        n -= 1
+    if need != 0 or n < 0:
+        return None
+    load = instrs[n]
+    if load.opname not in _LOADS or load.argval not in _WHOLE:
+        return None
+    return load.opname, load.argval
+
+
+def _from_chunk(self, plain):
+    """The next item, from a chunk asked now. `plain`: the consumer handles plain values
+    without running code, so the chunk ends after an item that holds a reference (the
+    consumer may ask it something, and must find the iterator where it was then)."""
+    size = self.__dict__.get("_rollouts_chunk", CHUNK_FIRST)
+    object.__setattr__(self, "_rollouts_chunk", min(size * 4, CHUNK_LARGEST))
+    items, end = self._rollouts_ep.request("chunk", self, size, plain)
+    ahead = self.__dict__.get("_rollouts_ahead")
+    if ahead is None:
+        ahead = collections.deque()
+        object.__setattr__(self, "_rollouts_ahead", ahead)
+    ahead.extend((item, None) for item in items)
+    if end is not None:
+        ahead.append((None, end))
+    elif not items:
+        raise RuntimeError("an empty chunk without an end")
+    return _next_of_buffer(self, ahead)
+
+
+def _next_of_buffer(self, ahead):
+    value, end = ahead.popleft()
+    if end is not None:
+        self.__dict__.pop("_rollouts_bulk", None)
+        self.__dict__.pop("_rollouts_iter_at", None)
+        raise end
+    return value

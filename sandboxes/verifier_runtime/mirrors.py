@@ -1,0 +1,436 @@
+"""Classes across the boundary: what a class node says of a class, the mirror class made of
+one, the other side's classes that are ours by name, and exceptions both ways (see rpc.py,
+whose Endpoint this is a part of).
+
+Exceptions of the standard library or of installed packages become instances of our own
+class of that name where it is imported here (made from decoded values, never by running
+what the other side sent); other exceptions become mirror classes derived from their nearest
+such exception or builtin one, so no exception from the tested code can be one that a test
+runner treats as a skip, an exit or an interrupt (`_RUNNER_PACKAGES`; `PeerExit` for
+SystemExit). What stays a mirror although it is the standard library's or a package's goes
+to `fidelity_gap`.
+
+Standard library only, Python >= 3.8.
+"""
+
+import builtins
+import importlib.util
+import os
+import sys
+import traceback
+
+
+def _load(name):
+    key = "_rollouts_" + name
+    if key not in sys.modules:
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(key, os.path.join(here, name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+codec = _load("codec")
+proxies = _load("proxies")
+iterators = _load("iterators")
+ProtocolError = codec.ProtocolError
+PeerExit = proxies.PeerExit
+RemoteObject = proxies.RemoteObject
+RemoteClassMeta = proxies.RemoteClassMeta
+_qualified = proxies.qualified
+
+TEXT_CAP = 8 << 10  # an exception's text and traceback, each
+
+# Exceptions that may be raised here as themselves when the other side raised them.
+SAFE_EXCEPTIONS = {
+    name: cls
+    for name, cls in vars(builtins).items()
+    if isinstance(cls, type) and issubclass(cls, Exception)
+}
+
+
+class Mirrors:
+    """The classes and exceptions part of an endpoint (rpc.Endpoint)."""
+
+    def class_node(self, cls, named=False):
+        """["C", oid, meta] for a class: its names and documentation (where the other side may
+        read `__doc__`: the tests' is not the tested code's to read), its non-builtin bases,
+        for exception classes the nearest builtin exception it derives from, the special
+        methods it has ("s"), whether it is hashable ("h"), the abstract base classes it is a
+        subclass of ("a"), and where it can be imported from ("g": a module and a qualified
+        name, when it is no class of the workspace; "i" when that module is of the standard
+        library or an installed package), so the receiver may use its own class of that name.
+        `named`: the class is sent as a value (not only described as some object's class)."""
+        bases = [self.class_node(b) for b in cls.__bases__ if b.__module__ != "builtins"]
+        meta = dict(self._class_facts(cls), b=bases)
+        return ["C", self.export(cls, value=named), meta]
+
+    def _class_facts(self, cls):
+        known = self.facts.get(id(cls))
+        if known is not None and known[0] is cls:
+            return known[1]
+        builtin_exc = None
+        if issubclass(cls, BaseException):
+            for base in cls.__mro__:
+                if base.__module__ == "builtins":
+                    builtin_exc = base.__name__
+                    break
+        doc = cls.__dict__.get("__doc__") if self.allowed_name("__doc__") else None
+        facts = {
+            "n": cls.__name__,
+            "q": getattr(cls, "__qualname__", cls.__name__),
+            "m": getattr(cls, "__module__", "?"),
+            "d": _cap(doc) if isinstance(doc, str) else None,
+            "x": builtin_exc,
+            "s": proxies.special_methods(cls),
+            "h": proxies.hashable(cls),
+            "a": proxies.abcs_of(cls),
+            "f": _dataclass_fields(cls),
+        }
+        if iterators.iterates_itself(cls):
+            facts["I"] = 1
+        named = None if self._defined_here(cls) else _qualified(cls)
+        if named:
+            facts["g"] = named
+            if _installed(named[0]):
+                facts["i"] = 1
+        self.facts[id(cls)] = (cls, facts)
+        return facts
+
+    def _mirrored(self, meta, why):
+        """Tell `fidelity_gap` (once) of a mirror standing for a class of the standard library
+        or an installed package (builtin types aside: their mirrors are all there is)."""
+        named = meta.get("g") if isinstance(meta, dict) and meta.get("i") else None
+        if not (isinstance(named, list) and len(named) == 2) or named[0] == "builtins":
+            return
+        key = (str(named[0]), str(named[1]))
+        if key not in self.gaps:
+            self.gaps.add(key)
+            self.fidelity_gap(key[0], key[1], why)
+
+    def fidelity_gap(self, module, qualname, why):
+        """A value of the other side's class `module.qualname` (of the standard library or an
+        installed package, not the workspace's) arrived as a mirror, which is not what it is
+        (`isinstance` with the real class fails): the trusted side records it for the grade's
+        calibration. Called once per class."""
+
+    def class_value(self, node):
+        """A class sent as a value: our own class of that name where it is imported here
+        (so `except ValueError` and `isinstance(x, OrderedDict)` work), else its mirror."""
+        meta = node[2] if isinstance(node, list) and len(node) == 3 else None
+        named = meta.get("g") if isinstance(meta, dict) else None
+        if isinstance(named, list) and len(named) == 2:
+            found = _lookup(str(named[0]), str(named[1]))
+            if isinstance(found, type) and not isinstance(found, RemoteClassMeta):
+                self.releases.append([node[1], 1])
+                return found
+        return self.mirror(node)
+
+    def mirror(self, node):
+        """The local mirror class of a class of the other side (made once per class)."""
+        if not (isinstance(node, list) and len(node) == 3 and node[0] == "C"):
+            raise ProtocolError("class node")
+        oid, meta = node[1], node[2]
+        cls = self.mirrors.get(oid)
+        if cls is not None:
+            return cls
+        if type(oid) is not int or not isinstance(meta, dict):
+            raise ProtocolError("class node")
+        bases = [self._base(b) for b in meta.get("b") or []]
+        builtin = self.exception_base(meta.get("x"))
+        if builtin is not None and not any(issubclass(b, builtin) for b in bases):
+            bases.append(builtin)
+        if not any(issubclass(b, RemoteObject) for b in bases):
+            # After a base of _DERIVED (whose own __new__ must make the proxy), else first.
+            derived = any(_qualified(b) in _DERIVED for b in bases)
+            bases.insert(len(bases) if derived else 0, RemoteObject)
+        name, qualname, module = str(meta.get("n")), str(meta.get("q")), str(meta.get("m"))
+        doc = meta.get("d")
+        specials = meta.get("s")
+        specials = set(specials) if isinstance(specials, list) else set()
+        namespace = {
+            "__module__": module,
+            "__qualname__": qualname,
+            "__doc__": doc if isinstance(doc, str) else None,
+        }
+        namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
+        iterators.adapt(namespace, meta)
+        fields = meta.get("f")
+        if isinstance(fields, list):
+            namespace["__dataclass_fields__"] = proxies.dataclass_fields(fields)
+        for base in bases:
+            if _qualified(base) in _DERIVED:  # its methods are the real object's, not the base's
+                namespace.update(_forwarded(base))
+        try:
+            cls = RemoteClassMeta(name, tuple(bases), namespace)
+        except TypeError:  # an MRO the local bases cannot form: keep what matters
+            fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
+            namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback))
+            iterators.adapt(namespace, meta)
+            cls = RemoteClassMeta(name, fallback, namespace)
+        type.__setattr__(cls, "_rollouts_ep", self)
+        type.__setattr__(cls, "_rollouts_oid", oid)
+        abcs = meta.get("a")
+        if isinstance(abcs, list):
+            proxies.register_abcs(cls, abcs)
+        self.mirrors[oid] = cls
+        return cls
+
+    def _base(self, node):
+        """A mirror's base for the other side's class `node`: our own exception class of that
+        name where we would rebuild its instances (so `except json.JSONDecodeError` catches
+        the workspace's subclass of it too), else its mirror."""
+        meta = node[2] if isinstance(node, list) and len(node) == 3 else None
+        if isinstance(meta, dict) and meta.get("x") is not None:
+            cls = self.importable_class(meta)
+            if cls is not None and issubclass(cls, Exception) and not _refused(cls):
+                return cls
+        if isinstance(meta, dict) and tuple(meta.get("g") or ()) in _DERIVED:
+            cls = self.importable_class(meta)  # fidelity's (codec.py's value types)
+            if cls is not None:
+                return cls
+        return self.mirror(node)
+
+    def importable_class(self, meta):
+        """Our own class named by a class node's "g" when it is one of the standard library or
+        an installed package, already imported here (nothing is imported because the other
+        side names it) and not the workspace's; else None."""
+        named = meta.get("g") if isinstance(meta, dict) else None
+        if not (isinstance(named, list) and len(named) == 2):
+            return None
+        module_name, qualname = named
+        if not isinstance(module_name, str) or not isinstance(qualname, str):
+            return None
+        module = sys.modules.get(module_name)
+        if module is None or not _installed(module_name) or self.is_own_module(module):
+            return None
+        found = _lookup(module_name, qualname)
+        if not isinstance(found, type) or isinstance(found, RemoteClassMeta):
+            return None
+        return found if _qualified(found) == (module_name, qualname) else None
+
+    def encode_exception(self, e, memo):
+        encoder = self._reference_encoder(memo)
+        try:
+            args = [codec.leaf(a, memo, encoder) for a in e.args]
+        except Exception:
+            args = [_cap(repr(a)) for a in e.args]
+        try:
+            text = _cap(str(e))
+        except Exception:
+            text = "<unprintable %s>" % type(e).__name__
+        tb = _cap("".join(traceback.format_exception(type(e), e, e.__traceback__)))
+        node = self.class_node(type(e))
+        attrs = []
+        if node[2].get("i") and not _refused(type(e)):
+            # The receiver may rebuild it: its attributes go too (those the other side may
+            # read), as values or references, never its code.
+            try:
+                attrs = [
+                    [name, codec.leaf(value, memo, encoder)]
+                    for name, value in vars(e).items()
+                    if self.allowed_name(name) and not name.startswith("__")
+                ]
+            except Exception:
+                attrs = []
+        return ["E", node, args, text, tb, self.export(e), attrs]
+
+    def exception_base(self, name):
+        """The local base of a mirrored exception class whose nearest builtin is `name`."""
+        if name is None:
+            return None
+        if name == "SystemExit":
+            return PeerExit
+        return SAFE_EXCEPTIONS.get(name, Exception)
+
+    def decode_exception(self, node, memo):
+        if not (isinstance(node, list) and len(node) == 7 and node[0] == "E"):
+            raise ProtocolError("exception node")
+        _, class_node, raw_args, text, tb, oid, raw_attrs = node
+        if not (isinstance(raw_args, list) and isinstance(raw_attrs, list) and type(oid) is int):
+            raise ProtocolError("exception node")
+        known = self.proxies.get(oid)
+        if known is not None:
+            self._count(oid)
+            return known
+        args = tuple(self.decode(a, memo) for a in raw_args)
+        meta = class_node[2] if isinstance(class_node, list) and len(class_node) == 3 else {}
+        if not isinstance(meta, dict):
+            raise ProtocolError("exception class")
+        builtin_name = meta.get("x")
+        rebuilt = None
+        if meta.get("m") == "builtins" and builtin_name in SAFE_EXCEPTIONS:
+            cls = SAFE_EXCEPTIONS[builtin_name]
+            try:
+                rebuilt = cls(*args)
+            except Exception:
+                rebuilt = cls.__new__(cls)
+                rebuilt.args = args
+        elif meta.get("g") is not None:
+            rebuilt = self._rebuilt_exception(meta, args, raw_attrs, memo)
+        if rebuilt is not None:
+            exc = rebuilt
+            self.releases.append([oid, 1])
+        else:
+            if meta.get("m") == "builtins" and builtin_name == "SystemExit":
+                cls = PeerExit
+            else:
+                cls = self.mirror(class_node)
+                self._mirrored(meta, "an exception of it arrived as a mirror")
+            exc = cls.__new__(cls)
+            BaseException.__init__(exc, *args)
+            object.__setattr__(exc, "_rollouts_text", str(text))
+            if issubclass(cls, RemoteObject):
+                object.__setattr__(exc, "_rollouts_ep", self)
+                object.__setattr__(exc, "_rollouts_oid", oid)
+                self._count(oid)
+                self.proxies[oid] = exc
+            else:
+                self.releases.append([oid, 1])
+        if isinstance(tb, str) and tb and hasattr(exc, "add_note"):
+            exc.add_note("[in the other process]\n" + tb.rstrip())
+        return exc
+
+    def _rebuilt_exception(self, meta, args, raw_attrs, memo):
+        """The other side's exception as an instance of our own class of that name, or None.
+        Only for a class of the standard library or an installed package that is imported
+        here and is no runner's outcome (`_refused`); made by its `__new__` from the decoded
+        args, with the decoded attributes set after (its `__init__` never runs)."""
+        cls = self.importable_class(meta)
+        if cls is None or not issubclass(cls, Exception) or _refused(cls):
+            return None
+        try:
+            exc = cls.__new__(cls, *args)
+            exc.args = args
+            for item in raw_attrs:
+                name, value = item
+                if _field_name(name) and not _shadows(cls, name):
+                    exc.__dict__[name] = self.decode(value, memo)
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return exc if type(exc) is cls else None
+
+
+# Classes of the standard library whose instances its C code type-checks, with no state of
+# their own: a mirror of a class derived from one derives from the real one (so a datetime
+# takes the solution's tzinfo), each of its public methods asked of the real object.
+_DERIVED = frozenset({("datetime", "tzinfo")})
+
+
+def _forwarded(base):
+    def forward(name):
+        def method(self, *args, **kwargs):
+            return self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
+
+        method.__name__ = method.__qualname__ = name
+        return method
+
+    return {name: forward(name) for name in vars(base) if not name.startswith("_")}
+
+
+def _install_roots():
+    """Folders of the standard library and of installed packages (not the tests', not the
+    workspace's), resolved."""
+    if "roots" not in _memo:
+        import site
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        roots = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+        if hasattr(site, "getsitepackages"):
+            roots += site.getsitepackages()
+        _memo["roots"] = tuple(
+            os.path.realpath(r) + os.sep for r in roots if isinstance(r, str) and r
+        )
+    return _memo["roots"]
+
+
+_memo = {}
+
+
+def _installed(module_name):
+    """Whether imported module `module_name` is of the standard library or an installed
+    package: built into the interpreter, or loaded from beneath `_install_roots`."""
+    if module_name in sys.builtin_module_names:
+        return True
+    module = sys.modules.get(module_name)
+    known = _installed_modules.get(module_name)
+    if known is not None and known[0] is module:
+        return known[1]
+    path = getattr(module, "__file__", None)
+    found = isinstance(path, str) and os.path.realpath(path).startswith(_install_roots())
+    _installed_modules[module_name] = (module, found)
+    return found
+
+
+_installed_modules = {}  # module name -> (module, whether installed)
+
+
+# Packages whose exceptions a runner or test framework treats as an outcome (skip, xfail, fail,
+# exit, a debugger's quit, hypothesis's rejected example, a hook's error): the other side's
+# never become ours, and stay mirrors derived from their nearest builtin exception.
+_RUNNER_PACKAGES = frozenset(
+    {
+        "_pytest",
+        "pytest",
+        "pluggy",
+        "unittest",
+        "doctest",
+        "bdb",
+        "pdb",
+        "nose",
+        "nose2",
+        "hypothesis",
+        "twisted",
+        "py",
+    }
+)
+
+
+def _refused(cls):
+    return any(
+        str(getattr(k, "__module__", "")).partition(".")[0] in _RUNNER_PACKAGES for k in cls.__mro__
+    )
+
+
+def _dataclass_fields(cls):
+    """[[name, init], ...] of a dataclass's fields (its mirror answers `dataclasses.fields`,
+    `asdict` and `replace` with them), else None."""
+    if not any("__dataclass_fields__" in getattr(k, "__dict__", ()) for k in cls.__mro__):
+        return None
+    import dataclasses
+
+    try:
+        return [[f.name, bool(f.init)] for f in dataclasses.fields(cls)]
+    except TypeError:
+        return None
+
+
+def _field_name(name):
+    """An attribute name that may be set on a rebuilt exception or namespace: no special one."""
+    return isinstance(name, str) and name.isidentifier() and not name.startswith("__")
+
+
+def _shadows(cls, name):
+    """Whether an instance attribute `name` would hide a method of `cls` (which the runner or
+    the tests would then call: the other side's object, run on its side)."""
+    return callable(getattr(cls, name, None))
+
+
+def _lookup(module_name, qualname):
+    """The object `qualname` of the already imported module `module_name`, or None."""
+    found = sys.modules.get(module_name)
+    for part in qualname.split(".") if qualname else ():
+        if found is None or part.startswith("__"):
+            return None
+        found = getattr(found, part, None)
+    return found
+
+
+def _cap(text):
+    return (
+        text
+        if len(text) <= TEXT_CAP
+        else text[: TEXT_CAP // 2] + "\n[...]\n" + text[-TEXT_CAP // 2 :]
+    )

@@ -1,0 +1,220 @@
+"""Round trips through the verifier's process boundary (issue 37): fewer of them, and nothing a
+test can observe changes (laziness, bindings, the random stream).
+
+One pytest run through the runtime (tests/unit/test_verifier_runtime.py's layout, no Docker)
+holds every case: the tests count the requests their process sent (the trusted endpoint's
+request and answer counters) around what they do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.unit.test_verifier_runtime import Layout
+
+SOLUTION = """
+import random
+
+made = []
+
+
+def gen(n):
+    for i in range(n):
+        made.append(i)
+        yield i
+
+
+def count():
+    return len(made)
+
+
+def reset():
+    del made[:]
+
+
+def same_list(n):
+    out = []
+    for i in range(n):
+        out.append(i)
+        yield out
+
+
+def failing(n):
+    for i in range(n):
+        yield i
+    raise ValueError("at %d" % n)
+
+
+def calling_back(fn, n):
+    for i in range(n):
+        made.append(i)
+        fn(i)
+        yield i
+
+
+def take_all(iterable):
+    return list(iterable)
+
+
+def first(iterable):
+    for x in iterable:
+        return x
+
+
+def helper():
+    return "old"
+
+
+def rebind_and_call(fn):
+    global helper
+
+    def helper():
+        return "new"
+
+    return fn()
+
+
+def draw():
+    return random.random()
+
+
+def start_drawing():
+    import threading
+    import time
+
+    def loop():
+        while True:
+            random.random()
+            time.sleep(0.0001)
+
+    threading.Thread(target=loop, daemon=True).start()
+"""
+
+TESTS = '''
+import random
+import sys
+
+import pytest
+
+import solution
+
+
+def requests():
+    """Exchanges so far: requests sent, and the tested process's requests served."""
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    return ep.next_q + ep.served
+
+
+def test_a_whole_consumer_takes_a_generator_in_chunks():
+    before = requests()
+    assert list(solution.gen(3000)) == list(range(3000))
+    assert requests() - before < 20  # one request per item before
+    assert tuple(solution.gen(5)) == (0, 1, 2, 3, 4)
+    assert sorted(solution.gen(40), reverse=True)[0] == 39
+    assert "".join(map(str, solution.gen(3))) == "012"
+
+
+def test_builtins_that_take_plain_items_whole_take_them_in_chunks():
+    before = requests()
+    assert set(solution.gen(2000)) == set(range(2000))
+    assert sum(solution.gen(2000)) == sum(range(2000))
+    assert max(solution.gen(2000)) == 1999
+    assert requests() - before < 40  # one request per item before
+
+
+def test_builtins_that_stop_early_or_call_back_take_items_one_by_one():
+    solution.reset()
+    assert any(solution.gen(100)) and solution.count() == 2  # 0, then 1: true
+    solution.reset()
+    seen = set(map(lambda i: (i, solution.count()), solution.gen(30)))
+    assert seen == {(i, i + 1) for i in range(30)}
+    solution.reset()
+    assert min(solution.gen(30), key=lambda i: -solution.count()) == 29
+
+
+def test_items_are_taken_as_they_were_yielded():
+    assert list(solution.same_list(3)) == [[0], [0, 1], [0, 1, 2]]
+
+
+def test_the_end_of_a_chunk_raises_where_it_did():
+    got = []
+    with pytest.raises(ValueError, match="at 5"):
+        got.extend(solution.failing(5))
+    assert got == [0, 1, 2, 3, 4]
+
+
+def test_laziness_is_kept_where_a_test_can_see_it():
+    solution.reset()
+    g = solution.gen(100)
+    assert next(g) == 0 and solution.count() == 1
+    for x in g:
+        assert solution.count() == x + 1
+        if x == 10:
+            break
+    assert solution.count() == 11
+    assert next(g) == 11 and solution.count() == 12
+
+
+def test_callbacks_during_a_chunk_see_the_state_of_their_item():
+    solution.reset()
+    seen = []
+    assert list(solution.calling_back(lambda i: seen.append((i, solution.count())), 50))
+    assert seen == [(i, i + 1) for i in range(50)]
+
+
+def test_the_tests_iterators_are_read_only_as_far_as_the_solution_reads():
+    pulled = []
+
+    def numbers():
+        for i in range(1000):
+            pulled.append(i)
+            yield i
+
+    it = numbers()
+    assert solution.first(it) == 0
+    assert pulled == [0] and next(it) == 1
+    before = requests()
+    assert solution.take_all(numbers()) == list(range(1000))
+    assert requests() - before < 30  # its list() took them in chunks
+
+
+def test_a_module_function_is_one_exchange_per_call():
+    solution.helper()
+    before = requests()
+    for _ in range(50):
+        assert solution.helper() == "old"
+    assert requests() - before == 50  # 100 before: a getattr, then the call
+
+
+def test_a_rebound_function_is_seen_at_once(monkeypatch):
+    assert solution.helper() == "old"
+    assert solution.rebind_and_call(lambda: solution.helper()) == "new"  # in the callback
+    assert solution.helper() == "new"
+    monkeypatch.setattr(solution, "helper", lambda: "patched")
+    assert solution.helper() == "patched"
+
+
+def test_the_solution_draws_from_the_tests_stream():
+    random.seed(7)
+    expected = random.Random(7).random()
+    assert solution.draw() == expected
+    random.seed(7)
+    assert solution.draw() == expected
+
+
+def test_a_thread_of_the_solution_that_draws_never_asks():
+    solution.start_drawing()  # (last: it draws until the tested process ends)
+    for i in range(300):
+        random.seed(i)
+        assert solution.count() >= 0
+'''
+
+
+def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": SOLUTION})
+    layout.files("tests", {"test_round_trips.py": TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    assert "12 passed" in run.output, run.output
