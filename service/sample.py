@@ -23,6 +23,8 @@ RETRY_MASKED = 2
 # (`cancelled`, masked).
 UNCALIBRATED_FALLBACK = "fallback"
 UNCALIBRATED_DROP = "drop"
+# What a summarized episode delivers for training, unless its request says (docs/trajectory.md).
+TRAIN_ALL_SEGMENTS = "all"
 # Sample seeds stay below 2**31 (every engine takes them), with room for a group's
 # `seed + index` (vLLM seeds the choices of an n-sample request so).
 _SEED_SPACE = 2**31 - 2**10

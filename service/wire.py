@@ -15,6 +15,7 @@ from service.policy.client import normalize_base_url
 from service.sample import (
     N_SAMPLES,
     RETRY_MASKED,
+    TRAIN_ALL_SEGMENTS,
     UNCALIBRATED_FALLBACK,
     AgentLimits,
     PolicyTarget,
@@ -195,7 +196,7 @@ class RolloutRequest(_Strict):
     )
 
     train_segments: Literal["all", "last"] = Field(
-        default="all",
+        default=TRAIN_ALL_SEGMENTS,
         description="what a summarized episode delivers for training (docs/trajectory.md): "
         "`all`, every segment (summary sub-calls included, each trained with the task reward); "
         "`last`, only the main conversation whose workspace was graded (the trajectory's own "

@@ -25,7 +25,13 @@ from service.advantages import AdvantageConfig
 from service.collect import CONCURRENCY, CollectSummary, collect
 from service.components import build_components
 from service.policy.client import PolicyError
-from service.sample import N_SAMPLES, UNCALIBRATED_FALLBACK, AgentLimits, SamplingParams
+from service.sample import (
+    N_SAMPLES,
+    TRAIN_ALL_SEGMENTS,
+    UNCALIBRATED_FALLBACK,
+    AgentLimits,
+    SamplingParams,
+)
 from service.settings import ServiceSettings, Settings
 from service.wire import (
     AdvantageSpec,
@@ -122,7 +128,7 @@ def register(app: typer.Typer) -> None:
             "unguarded) or 'drop' (not run, masked).",
         ),
         train_segments: str = typer.Option(
-            "all",
+            TRAIN_ALL_SEGMENTS,
             "--train-segments",
             help="A summarized episode's segments to keep: 'all' (summary calls included) or "
             "'last' (the graded conversation only); docs/trajectory.md#segments.",
