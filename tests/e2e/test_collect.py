@@ -79,11 +79,11 @@ def test_collect_under_gvisor(tmp_path: Path) -> None:
     """`collect --runtime runsc`: every agent and verifier container under gVisor, the same
     rewards as under runc (the stand-in half right: some 1s, some 0s), nothing masked."""
     usable_runtime("runsc")
-    trajs = run_collect(  # seeded: one right, one wrong
-        tmp_path, "--limit", "1", "--n-samples", "2", "--p-correct", "0.5", "--seed", "1",
+    trajs = run_collect(
+        tmp_path, "--limit", "1", "--n-samples", "4", "--p-correct", "0.5", "--seed", "11",
         "--runtime", "runsc",
     )  # fmt: skip
-    assert len(trajs) == 2 and all(t.status is Status.ok for t in trajs), [t.status for t in trajs]
+    assert len(trajs) == 4 and all(t.status is Status.ok for t in trajs), [t.status for t in trajs]
     assert {t.reward for t in trajs} == {0.0, 1.0}
     assert all(t.reward_flags == [] for t in trajs), [t.reward_flags for t in trajs]
 
