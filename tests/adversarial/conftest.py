@@ -4,7 +4,7 @@
   the test's outcome and wall time (the input of scripts/reliability_table.py).
 - `small_task(name, agent=..., verifier=...)`: a copy of an example task in tmp_path with short
   timeouts, so the corpus stays fast.
-- `stand_in(attack=...)`: a `rollouts policy-stub` process on loopback (one per attack).
+- `stand_in(attack=...)`: a stand-in process (`python -m standin`) on loopback, one per attack.
 - `backend`: a Docker backend without a warm pool whose containers are checked for leaks.
 - `docker_snapshot`: volume and network names before the test, compared after it.
 """

@@ -2,8 +2,14 @@
 copies x n=8, stand-in policy, real Docker), restarting it on the same data dir each time,
 while a trainer pulls and acks over raw HTTP (no client-side dedupe, so duplicates are seen).
 
-At the end: every expected trajectory id was delivered, none was delivered again after a
-confirmed ack, and no container of any of the service processes survives.
+The points are drawn (seeded) from three kinds, each reached by an event, never by waiting a
+while: mid-turn (the stand-in holds its requests once they have a drawn number of tokens, and
+the kill comes once a drawn number of them is held: sandboxes, turns and verifications of the
+other samples are wherever they are), while the new process resumes the groups the last one
+left (as soon as it answers), and after a commit (once the trainer has been handed another
+group, which it may be acking). At the end: every expected trajectory id was delivered, none
+was delivered again after a confirmed ack, and no container of any of the service processes
+survives.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ KILLS = 10
 COPIES = 6
 N = 8
 SEED = 20261130
+KINDS = ("mid-turn", "resuming", "after a commit")
 
 
 class Trainer(threading.Thread):
@@ -51,6 +58,7 @@ class Trainer(threading.Thread):
         self.acks: dict[int, int] = {}  # ack status -> count
         self.done = threading.Event()
         self.stop = threading.Event()
+        self.more = threading.Condition()  # notified when `delivered` grows
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -64,7 +72,9 @@ class Trainer(threading.Thread):
                 assert r.status_code == 200, r.text[:300]
                 ids = trajectory_ids(r)
                 self.after_ack += [i for i in ids if i in self.acked]
-                self.delivered += ids
+                with self.more:
+                    self.delivered += ids
+                    self.more.notify_all()
                 a = ack(self.url, r.json()["batch_id"])
                 self.acks[a.status_code] = self.acks.get(a.status_code, 0) + 1
                 if a.status_code == 200:
@@ -73,11 +83,28 @@ class Trainer(threading.Thread):
                 time.sleep(0.2)  # the service is down (or died mid-response): try again
 
 
+def reach_kill_point(
+    kind: str, rng: random.Random, policy_url: str, trainer: Trainer, delivered: int
+) -> None:
+    """Returns once the collection is at a point of `kind` (see the module's doc)."""
+    if kind == "mid-turn":
+        after_tokens, count = rng.randint(0, 24), rng.randint(1, 3)
+        httpx.post(f"{policy_url}/standin/hold", params={"after_tokens": after_tokens}, timeout=30)
+        held = httpx.get(f"{policy_url}/standin/held", params={"count": count}, timeout=300)
+        assert held.status_code == 200, held.text
+    elif kind == "after a commit":
+        with trainer.more:
+            handed = trainer.more.wait_for(lambda: len(trainer.delivered) > delivered, 300)
+        assert handed, "no group was handed to the trainer after the restart"
+    # "resuming": now (the process has just answered its health check).
+
+
 def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLog) -> None:
     result = case.add(
         f"service_sigkill_x{KILLS}", "SIGKILL of rollouts serve",
-        f"{KILLS} kills at random points (seed {SEED}) of {COPIES} tasks x n={N}, restart each "
-        "time; trainer leases/acks over raw HTTP throughout",
+        f"{KILLS} kills at random points (seed {SEED}: mid-turn, resuming, after a commit) of "
+        f"{COPIES} tasks x n={N}, restart each time; trainer leases/acks over raw HTTP "
+        "throughout",
     )  # fmt: skip
     rng = random.Random(SEED)
     names = sorted(p.name for p in EXAMPLES.iterdir() if (p / "task.toml").exists())
@@ -96,11 +123,20 @@ def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
         expected = {f"{rollout_id}.g{g}.s{s}" for g in range(COPIES) for s in range(N)}
         trainer = Trainer(url, rollout_id)
         trainer.start()
+        kinds: list[str] = []
         try:
             for _ in range(KILLS):
-                time.sleep(rng.uniform(0.5, 5.0))
+                with trainer.more:
+                    delivered = len(trainer.delivered)
+                # Mid-turn and after a commit need samples still to come (a group of them).
+                left = len(expected) - len(set(trainer.delivered))
+                kind = rng.choice(KINDS if left > N else ("resuming",))
+                reach_kill_point(kind, rng, policy.url, trainer, delivered)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+                kinds.append(kind)
+                if kind == "mid-turn":  # the dead process's requests go nowhere now
+                    httpx.post(f"{policy.url}/standin/release", timeout=30)
                 proc = start_service(data, policy.url, port, *extra, log=tmp_path / "serve.log")
                 pids.append(proc.pid)
             finished = trainer.done.wait(timeout=420)
@@ -122,9 +158,11 @@ def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
         "samples_completed": status.json().get("samples_completed"),
         "leaked_containers": len(leaked),
         "service_pids": len(pids),
+        "kill_points": {k: kinds.count(k) for k in KINDS},
     }
     result.seconds = round(time.monotonic() - started, 2)
     assert finished, f"collection did not finish after the kills: {result.observed}"
     assert delivered == expected, result.observed
     assert trainer.after_ack == [], result.observed
     assert leaked == [], result.observed
+    assert all(result.observed["kill_points"].values()), result.observed  # every kind, seeded

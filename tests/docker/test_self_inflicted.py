@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clients.commands.policy_stub import STANDIN
 from sandboxes.backend import SandboxExited, Verdict
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import BASE_TAG, ensure_base_image
@@ -45,12 +45,13 @@ WORKSPACE_CAP = 8 << 20  # small, so filling /app past it is quick
 
 @contextlib.contextmanager
 def stand_in(attack: str) -> Iterator[str]:
-    """`rollouts policy-stub --attack NAME` on loopback: types the attack, then a wrong
-    solution, then completes."""
+    """The stand-in with `--attack NAME` on loopback: types the attack, then a wrong solution,
+    then completes. (`python -m standin`, which `rollouts policy-stub` execs: without the
+    CLI's import first.)"""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "clients.cli", "policy-stub", "--tasks", str(EXAMPLES)]
+    cmd = [*STANDIN, "--tasks", str(EXAMPLES)]
     cmd += ["--port", str(port), "--p-correct", "0", "--p-malformed", "0", "--attack", attack]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

@@ -175,7 +175,8 @@ class VllmServer:
             **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log:
+        # A restart appends: the log keeps the first run.
+        with self.log_path.open("ab" if self.proc else "wb") as log:
             log.write(f"$ {' '.join(cmd)}\n".encode())
             log.flush()
             # Its own process group: the API server's engine-core child goes down with it.
@@ -236,6 +237,31 @@ class VllmServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+
+
+class EnginePool:
+    """Servers that several test modules share (the `vllm_engines` fixture of tests/conftest.py):
+    each starts on its first use (about 20 s) and serves every later module that asks for it by
+    name, instead of each module starting its own. A server found stopped (a test restarted or
+    killed it) is started again. tests/conftest.py stops them all once the next test does not
+    use the pool, so an idle engine holds no core or memory while the rest of the suite runs."""
+
+    def __init__(self) -> None:
+        self.servers: dict[str, VllmServer] = {}
+
+    def get(self, name: str, make: Callable[[], VllmServer]) -> VllmServer:
+        """The server `name`, started (not waited for: `wait_healthy` does that); `make` builds
+        it the first time, so every module asking for a name must ask for the same server."""
+        server = self.servers.get(name)
+        if server is None:
+            server = self.servers[name] = make()
+        if server.proc is None or server.proc.poll() is not None:
+            server.start()
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.servers.values():
+            server.stop()
 
 
 @dataclass

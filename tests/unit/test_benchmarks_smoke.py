@@ -59,10 +59,19 @@ def _check(out: Path, keys: tuple[str, ...]) -> dict:
     return result
 
 
-def test_datapath_section_runs_without_docker(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "--only", "datapath")
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `--quick` run of every section, which the tests below read (each section once: the
+    datapath one used to run a second time on its own, `--only datapath`, for its details)."""
+    out = tmp_path_factory.mktemp("quick")
+    proc = _run(out)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result = _check(tmp_path, ("datapath_traj_per_s", "arrow_vs_json_size", "rss_mib_10k"))
+    return out
+
+
+@pytest.mark.docker
+def test_datapath_section_figures(quick_run: Path) -> None:
+    result = _check(quick_run, ("datapath_traj_per_s", "arrow_vs_json_size", "rss_mib_10k"))
     details = result["details"]["datapath"]
     lease = details["bytes_per_trajectory"]
     assert lease["json"]["median"] > lease["arrow"]["median"]  # sizes, not timings
@@ -75,10 +84,8 @@ def test_datapath_section_runs_without_docker(tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_quick_run_writes_every_headline_figure(tmp_path: Path) -> None:
-    proc = _run(tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = _check(tmp_path, HEADLINE)
+def test_quick_run_writes_every_headline_figure(quick_run: Path) -> None:
+    result = _check(quick_run, HEADLINE)
     sandbox, overlap = result["details"]["sandbox"], result["details"]["overlap"]
     assert set(sandbox["engine_ops_s"]) == {"create_start", "exec_true", "control_request_true",
                                              "remove", "docker_run_true"}  # fmt: skip
