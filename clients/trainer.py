@@ -446,6 +446,10 @@ class AsyncTrainerClient:
         body = _rollout_body(
             tasks_path, n_samples, ids, limit, sampling, agent, advantage, priority, uncalibrated
         )
+        return await self.submit_body(body)
+
+    async def submit_body(self, body: dict[str, Any]) -> str:
+        """Submit a rollout request given whole (service.wire.RolloutRequest as JSON)."""
         return RolloutCreated.model_validate_json(
             await self._json(
                 "POST", "/v1/rollouts", json=body, headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex}
