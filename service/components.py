@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sandboxes.backend import SandboxBackend
@@ -21,9 +22,12 @@ from sandboxes.calibration import Calibrator
 from sandboxes.task import Task
 from sandboxes.tasks import TaskLoadError, TaskRoots, UnknownTaskIds, select_tasks
 from service.errors import ClientError, InvalidRequest
+from service.policy.allowlist import PolicyAllowList
 from service.policy.fleet import PolicyFleet
+from service.policy.named import NamedPolicies, NamedPolicyRunner
+from service.sample import PolicyTarget
 from service.scheduler import GroupRunner, TaskLoader
-from service.settings import Settings
+from service.settings import PolicySettings, Settings
 from service.wire import TasksSpec
 
 if TYPE_CHECKING:
@@ -59,6 +63,9 @@ class Components:
     policy: PolicyClient | None = None
     # Grades each task's oracle at its first use (sandboxes/calibration.py), for /metrics.
     calibrator: Calibrator | None = None
+    # The policy servers requests may name, and the sets they named (service/policy/named.py);
+    # None: requests may name none.
+    named_policies: NamedPolicies | None = None
     _checks_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _checked: tuple[float, dict[str, bool]] | None = field(default=None, repr=False)
 
@@ -173,7 +180,7 @@ async def build_components(
     from service.policy.client import PolicyClient, PolicyError
 
     p = settings.policy
-    if not p.urls:
+    if not p.urls and not p.allow_urls:
         raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
     harnesses = settings.agent.harnesses()  # a bad profile fails before anything starts
     policy = PolicyClient(
@@ -189,7 +196,8 @@ async def build_components(
         version=current_version(),
     )
     try:
-        await policy.start()
+        if p.urls:  # else every request names its own (--allow-policy-url)
+            await policy.start()
     except PolicyError as e:
         if policy_must_answer:
             await policy.aclose()
@@ -227,6 +235,12 @@ async def build_components(
         calibrator=calibrator,
         max_hold_s=p.max_hold_s,
     )
+    named = None
+    if p.allow_urls:
+        named = NamedPolicies(
+            PolicyAllowList(p.allow_urls), partial(_follower_client, p), idle_s=p.named_idle_s
+        )
+        runner = NamedPolicyRunner(runner, named)
     adapter = default_adapter()
 
     async def docker_ready() -> bool:
@@ -245,11 +259,13 @@ async def build_components(
         await calibrator.aclose()
         await backend.aclose()
         await policy.aclose()
+        if named is not None:
+            await named.aclose()
 
     # Idle warm containers, whatever the pool calls its per-key lists.
     idle = getattr(getattr(backend, "pool", None), "_idle", None)
     warm = (lambda: sum(len(v) for v in idle.values())) if isinstance(idle, dict) else None
-    readiness: dict[str, ReadinessCheck] = {"policy": policy_ready}
+    readiness: dict[str, ReadinessCheck] = {"policy": policy_ready} if p.urls else {}
     if settings.sandboxes.ray_address:
         readiness["sandboxes"] = backend.ready  # some Ray node can take a sandbox
     else:
@@ -262,10 +278,29 @@ async def build_components(
         aclose=aclose,
         sandbox_stats=getattr(backend, "stats", None),
         placement=getattr(backend, "placement", None),
-        fleet=policy.fleet,
+        fleet=policy.fleet if p.urls else None,
         sandboxes=backend,
-        policy=policy,
+        policy=policy if p.urls else None,
         calibrator=calibrator,
+        named_policies=named,
+    )
+
+
+def _follower_client(p: PolicySettings, target: PolicyTarget) -> PolicyClient:
+    """The client of a request-named set: the service's timeouts and retries, a fleet that
+    never controls the servers (service/policy/follower.py)."""
+    from service.policy.client import PolicyClient
+    from service.policy.follower import FollowerFleet
+
+    return PolicyClient(
+        list(target.urls),
+        target.model,
+        timeout_s=p.timeout_s,
+        max_retries=p.max_retries,
+        backoff_s=p.backoff_s,
+        cooldown_s=p.cooldown_s,
+        pause_poll_s=p.pause_poll_s,
+        fleet=FollowerFleet,
     )
 
 

@@ -4,6 +4,7 @@ verifier. Every sample ends as a Trajectory; faults become masked statuses, neve
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import logging
 import time
@@ -162,6 +163,17 @@ class EpisodeRunner:
         self.harness_for(None)  # the default must exist
         self.calibrator = calibrator
         self.known_blobs: KnownBlobs | None = None  # set: final workspaces are kept
+
+    def with_policy(
+        self, policy: PolicyClient, current_version: Callable[[], int]
+    ) -> EpisodeRunner:
+        """This runner on other policy servers (a request's own: service/policy/named.py),
+        sharing everything else with it."""
+        other = copy.copy(self)
+        other.policy = policy
+        other.current_version = current_version
+        other._probe = PauseProbe(policy.fleet, policy.pause_poll_s)
+        return other
 
     def keep_workspaces(self, known_blobs: KnownBlobs | None) -> None:
         """Keep each verified sample's final workspace with its trajectory (the store's

@@ -42,6 +42,16 @@ class InvalidRequest(ClientError):
         self.kind = kind
 
 
+class Forbidden(InvalidRequest):
+    """The request names something the operator did not allow (a policy server outside
+    `--allow-policy-url`). Answered like InvalidRequest, with status 403."""
+
+    status_code = 403
+
+    def __init__(self, message: str, *, field: tuple[str | int, ...] | None = None) -> None:
+        super().__init__(message, field=field, kind="not_allowed")
+
+
 class Busy(ClientError):
     """Come back later: the queue or the disk is full. Sent with Retry-After."""
 

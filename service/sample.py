@@ -69,6 +69,16 @@ class AgentLimits:
 
 
 @dataclass(frozen=True)
+class PolicyTarget:
+    """Policy servers a rollout request names instead of the service's (a trainer's own; see
+    service/policy/named.py): their base URLs, normalised and sorted, and the model (None: the
+    servers' only one)."""
+
+    urls: tuple[str, ...]
+    model: str | None = None
+
+
+@dataclass(frozen=True)
 class SampleSpec:
     """One sample of one task in one rollout. `trajectory_id` is stable across re-runs;
     `attempt` counts them (1: the first run)."""
@@ -88,6 +98,7 @@ class SampleSpec:
     seed: int | None = None
     attempt: int = 1
     uncalibrated: str = UNCALIBRATED_FALLBACK  # UNCALIBRATED_FALLBACK or UNCALIBRATED_DROP
+    policy: PolicyTarget | None = None  # the request's own policy servers; None: the service's
 
 
 def sample_specs(

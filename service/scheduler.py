@@ -366,6 +366,7 @@ class Scheduler:
             chat_template_kwargs=ctx.request.chat_template_kwargs,
             seed=sample_seed(ctx.request.sampling.seed, task_id, index),
             uncalibrated=ctx.request.uncalibrated,
+            policy=ctx.request.policy.to_target() if ctx.request.policy is not None else None,
         )
 
     def _enqueue(self, work: _Work) -> None:

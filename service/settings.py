@@ -26,7 +26,9 @@ from sandboxes.images import BuildSettings
 from sandboxes.pool import PoolSettings
 from service.agent.harnesses import Harness, ProfileError, build_harnesses
 from service.agent_clock import MAX_HOLD_S
+from service.policy.allowlist import PolicyAllowList
 from service.policy.client import PolicyClient
+from service.policy.named import IDLE_S
 from service.sample import RETRY_MASKED
 from service.store.leases import MAX_STALE_REQUEUES
 from service.wire import MAX_RETRY_MASKED, check_chat_template_kwargs
@@ -133,6 +135,14 @@ class PolicySettings(_Group):
     plane's (service/policy/fleet.py)."""
 
     urls: list[str] = Field(default_factory=list, description="vLLM base URLs")
+    allow_urls: list[str] = Field(
+        default_factory=list,
+        description="prefixes of the policy servers rollout requests may name (`policy.urls`; "
+        "scheme, host, port and path compared as parsed); empty: none",
+    )
+    named_idle_s: float = Field(
+        default=IDLE_S, gt=0, description="seconds a request-named set of servers stays open unused"
+    )
     model: str | None = Field(default=None, description="None: the server's only model")
     timeout_s: float = Field(
         default=_CLIENT["timeout_s"].default,
@@ -190,6 +200,12 @@ class PolicySettings(_Group):
             return None
         name, _, path = self.lora.partition("=")
         return name.strip(), path.strip()
+
+    @field_validator("allow_urls")
+    @classmethod
+    def _allow_form(cls, v: list[str]) -> list[str]:
+        PolicyAllowList(v)  # each must be a plain http(s) URL (ValueError names it)
+        return v
 
     @field_validator("urls")
     @classmethod

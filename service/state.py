@@ -21,7 +21,7 @@ from service.components import (
     Components,
     load_request_tasks,
 )
-from service.errors import Busy, Conflict, InvalidRequest, Unavailable
+from service.errors import Busy, Conflict, Forbidden, InvalidRequest, Unavailable
 from service.events import EventHub
 from service.leasing import Leasing, PolicyVersion
 from service.metrics import Metrics
@@ -69,6 +69,21 @@ class ServiceState:
         429) when the queue has no room now; DiskFull (503) when the data disk has none.
         With an Idempotency-Key seen before: that rollout's id, nothing queued (Conflict if
         the key came with another request)."""
+        if request.policy is not None:  # refused before anything is read, queued or sent
+            named = self.components.named_policies
+            field = ("body", "policy", "urls")
+            if named is None:
+                raise Forbidden(
+                    "this service takes no policy servers from requests (serve --allow-policy-url)",
+                    field=field,
+                )
+            named.check(request.policy.urls, field)
+        elif self.components.named_policies is not None and self.components.policy is None:
+            raise InvalidRequest(
+                "this service has no --policy-url: name the policy servers (policy.urls)",
+                field=("body", "policy"),
+                kind="missing",
+            )
         harnesses = getattr(self.components.runner, "harnesses", None)
         if request.agent.harness is not None and harnesses is not None:
             if request.agent.harness not in harnesses:

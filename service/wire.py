@@ -11,11 +11,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.advantages import AdvantageConfig
+from service.policy.client import normalize_base_url
 from service.sample import (
     N_SAMPLES,
     RETRY_MASKED,
     UNCALIBRATED_FALLBACK,
     AgentLimits,
+    PolicyTarget,
     SamplingParams,
 )
 from service.trajectory import Trajectory
@@ -134,6 +136,30 @@ class AdvantageSpec(_Strict):
         )
 
 
+class PolicySpec(_Strict):
+    """Policy servers of the request's own (a trainer's replicas) instead of the service's:
+    each URL must lie under one of the service's `--allow-policy-url` prefixes (else 403
+    naming it). The service generates there token in, token out, never pauses, loads or tags
+    them, and records each token's version where the engine reports one."""
+
+    urls: list[str] = Field(min_length=1, max_length=256, description="base URLs of the servers")
+    model: str | None = Field(
+        default=None, min_length=1, max_length=512, description="null: the servers' only model"
+    )
+
+    @field_validator("urls")
+    @classmethod
+    def _url_lengths(cls, v: list[str]) -> list[str]:
+        if any(not 0 < len(u) <= 2048 for u in v):
+            raise ValueError("each URL: 1 to 2048 characters")
+        return v
+
+    def to_target(self) -> PolicyTarget:
+        """The set, as the service keys it: URLs normalised (no trailing '/' or '/v1'), once
+        each, sorted (service/policy/named.py checks them against the allow-list first)."""
+        return PolicyTarget(tuple(sorted({normalize_base_url(u) for u in self.urls})), self.model)
+
+
 class RolloutRequest(_Strict):
     tasks: TasksSpec
     n_samples: int = Field(default=N_SAMPLES, ge=1, le=1024)
@@ -154,6 +180,11 @@ class RolloutRequest(_Strict):
         le=MAX_RETRY_MASKED,
         description="re-runs of a sample masked by an infrastructure fault (a fresh sandbox "
         f"each; 0: none); null: the service's --retry-masked (default {RETRY_MASKED})",
+    )
+    policy: PolicySpec | None = Field(
+        default=None,
+        description="the request's own policy servers (e.g. a trainer's replicas), each under "
+        "an --allow-policy-url prefix of the service; null: the service's --policy-url",
     )
     uncalibrated: Literal["fallback", "drop"] = Field(
         default=UNCALIBRATED_FALLBACK,

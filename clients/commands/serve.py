@@ -41,6 +41,14 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option(_service("host"), "--host"),
         port: int = typer.Option(_service("port"), "--port", min=0, max=65535),
         policy_url: list[str] = options.POLICY_URL,
+        allow_policy_url: list[str] = typer.Option(
+            None,
+            "--allow-policy-url",
+            help="A prefix of policy servers rollout requests may name as their own "
+            "(`policy.urls`, e.g. a trainer's vLLM replicas), such as http://10.0.0.5:8000 or "
+            "http://trainer-host (any port: name each); repeatable. Scheme, host, port and "
+            "path are compared as parsed; other URLs get 403.",
+        ),
         model: str = options.MODEL,
         data_dir: Path = typer.Option(_service("data_dir"), "--data-dir"),
         api_key: str = typer.Option(_service("api_key"), "--api-key", envvar="ROLLOUTS_API_KEY"),
@@ -159,6 +167,7 @@ def register(app: typer.Typer) -> None:
                     policy_update_retries=policy_update_retries, lora=lora,
                     policy_max_hold_s=policy_max_hold_s,
                     chat_template_kwargs=_template_kwargs(chat_template_kwargs),
+                    allow_policy_url=allow_policy_url,
                 ),
                 sandboxes=sandbox_settings(
                     image=image, runtime=runtime, warm_containers=warm_containers,
@@ -171,8 +180,11 @@ def register(app: typer.Typer) -> None:
                 agent=agent_settings(agent, agent_profile or []),
             )  # fmt: skip
             settings.service.check_exposure()
-            if not settings.policy.urls:
-                raise ValueError("no policy server: pass --policy-url or set ROLLOUTS_POLICY_URL")
+            if not settings.policy.urls and not settings.policy.allow_urls:
+                raise ValueError(
+                    "no policy server: pass --policy-url (or set ROLLOUTS_POLICY_URL), or "
+                    "--allow-policy-url for requests that name their own"
+                )
         except ValidationError as e:
             invalid(e)
         except ValueError as e:

@@ -32,6 +32,7 @@ def policy_settings(
     policy_max_hold_s: float,
     lora: str | None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    allow_policy_url: list[str] | None = None,
 ) -> PolicySettings:
     """Raises ValidationError."""
     return PolicySettings(
@@ -40,6 +41,7 @@ def policy_settings(
         pause_poll_s=policy_pause_poll_s, update_retries=policy_update_retries,
         max_hold_s=policy_max_hold_s,
         lora=lora or None, chat_template_kwargs=chat_template_kwargs or {},
+        allow_urls=allow_policy_url or [],
     )  # fmt: skip
 
 

@@ -140,14 +140,16 @@ class PolicyClient:
         lora: tuple[str, str] | None = None,
         version: int = 0,
         transport: httpx.AsyncBaseTransport | None = None,
+        fleet: type[PolicyFleet] = PolicyFleet,
     ) -> None:
         """`lora`: (name, path) of a LoRA adapter every server serves; requests name it as their
         model. `version`: the policy version the servers serve now. `pause_poll_s`: how often a
         request held by a paused server asks whether it still is. `transport` replaces the
-        network (tests pass an `httpx.MockTransport`)."""
+        network (tests pass an `httpx.MockTransport`). `fleet`: FollowerFleet for servers a
+        trainer owns (service/policy/follower.py)."""
         urls = [normalize_base_url(u) for u in base_urls]
         self._router = PolicyRouter(urls, cooldown_s=cooldown_s)
-        self.fleet = PolicyFleet(
+        self.fleet = fleet(
             urls,
             self._router,
             self._client,
@@ -432,12 +434,13 @@ class PolicyClient:
             # The versions the server serves while the request runs: every token's must be one.
             with self.fleet.watch(state) as window:
                 known = window if state.managed else None  # untagged: the number it was sent
+                follow = self.fleet.follows  # a trainer's server: its own tags (follower.py)
                 if state.spans is not False:
                     body = generate_body(self.model, prompt, sampling, salt)
                     try:
                         resp = await self._generation(http, state, GENERATE, body, GenerateResponse)
                         state.spans = True
-                        gens = from_generate(resp, n, version, known)
+                        gens = from_generate(resp, n, version, known, follow=follow)
                     except _NoRoute:
                         state.spans = False
                 if state.spans is False:
@@ -445,7 +448,7 @@ class PolicyClient:
                     resp = await self._generation(
                         http, state, COMPLETIONS, body, CompletionResponse
                     )
-                    gens = from_completions(resp, n, version, known)
+                    gens = from_completions(resp, n, version, known, follow=follow)
         except Rejected as e:
             self.fleet.stats.discarded_tokens += e.tokens
             if isinstance(e, ForeignWeights):

@@ -171,6 +171,10 @@ def parse_version(tag: str | None) -> int | None:
 
 
 class PolicyFleet:
+    # Whether the servers' own weight tags are the versions of their tokens (a trainer's
+    # servers: service/policy/follower.py); here the service tags them.
+    follows = False
+
     def __init__(
         self,
         urls: Iterable[str],

@@ -144,13 +144,20 @@ def token_versions(
     n_tokens: int,
     sent_version: int,
     window: Window | None,
+    *,
+    follow: bool = False,
 ) -> list[int]:
     """One policy version per output token. `window`: what the service saw the server serve
     while the request ran (fleet.watch); every span must name one of its versions. Without
     spans every token gets `sent_version`, which is exact only if the server served no other
     version before the request ended. `window` None: a server the service does not tag (no
-    control routes), whose tokens carry the service's number when the request was sent."""
+    control routes), whose tokens carry the service's number when the request was sent.
+    `follow`: a trainer's own server (service/policy/follower.py), whose weights the trainer
+    tags: each span's decimal tag is its tokens' version, and tokens without one keep
+    `sent_version`."""
     out = [sent_version] * n_tokens
+    if follow:
+        return _followed(spans, out)
     if window is None:
         return out
     if not spans:
@@ -178,16 +185,31 @@ def token_versions(
     return out
 
 
+def _followed(spans: list[WeightVersionSpan] | None, out: list[int]) -> list[int]:
+    pos = 0
+    for span in sorted(spans or (), key=lambda sp: sp.start):
+        if span.start != pos or not span.start <= span.end <= len(out):
+            raise _Untiled(f"weight_versions spans do not tile the {len(out)} tokens: {spans}")
+        version = parse_version(span.version)
+        if version is not None:
+            out[span.start : span.end] = [version] * (span.end - span.start)
+        pos = span.end
+    if spans and pos != len(out):
+        raise _Untiled(f"weight_versions spans do not tile the {len(out)} tokens: {spans}")
+    return out
+
+
 def _versions(
     spans: list[WeightVersionSpan] | None,
     n_tokens: int,
     sent_version: int,
     window: Window | None,
     tokens: int,
+    follow: bool,
 ) -> list[int]:
     """token_versions, its faults as Rejected (`tokens`: the answer's, all lost)."""
     try:
-        return token_versions(spans, n_tokens, sent_version, window)
+        return token_versions(spans, n_tokens, sent_version, window, follow=follow)
     except _Foreign as e:
         raise ForeignWeights(str(e), tokens) from e
     except (_Untiled, _Unattributed) as e:
@@ -209,7 +231,12 @@ def _choices_checked(choices: list[Any], n: int) -> list[Any]:
 
 
 def from_generate(
-    resp: GenerateResponse, n: int, sent_version: int, window: Window | None
+    resp: GenerateResponse,
+    n: int,
+    sent_version: int,
+    window: Window | None,
+    *,
+    follow: bool = False,
 ) -> list[Generation]:
     out: list[Generation] = []
     choices = _choices_checked(resp.choices, n)
@@ -223,7 +250,7 @@ def from_generate(
                 tokens,
             )
         versions = _versions(
-            choice.weight_versions, len(choice.token_ids), sent_version, window, tokens
+            choice.weight_versions, len(choice.token_ids), sent_version, window, tokens, follow
         )
         out.append(
             Generation(
@@ -239,7 +266,12 @@ def from_generate(
 
 
 def from_completions(
-    resp: CompletionResponse, n: int, sent_version: int, window: Window | None
+    resp: CompletionResponse,
+    n: int,
+    sent_version: int,
+    window: Window | None,
+    *,
+    follow: bool = False,
 ) -> list[Generation]:
     out: list[Generation] = []
     choices = _choices_checked(resp.choices, n)
@@ -258,7 +290,9 @@ def from_completions(
                 finish_reason=choice.finish_reason,
                 stop_reason=choice.stop_reason,
                 text=choice.text,
-                versions=_versions(None, len(choice.token_ids), sent_version, window, tokens),
+                versions=_versions(
+                    None, len(choice.token_ids), sent_version, window, tokens, follow
+                ),
             )
         )
     return out

@@ -32,8 +32,7 @@ class PolicyRouter:
         cooldown_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not urls:
-            raise ValueError("policy servers: at least one URL is required")
+        # No URL: a service whose requests name their own servers (service/policy/named.py).
         if len(set(urls)) != len(urls):
             raise ValueError(f"policy servers: duplicate URLs in {urls}")
         self.urls = list(urls)
@@ -74,6 +73,8 @@ class PolicyRouter:
             # ties go to the first listed server: deterministic, easy to reason about
             return min(healthy, key=lambda u: self._in_flight[u])
         usable = [u for u in self.urls if u not in self._out]
+        if not self.urls:
+            raise NoServerInRotation("no policy server (--policy-url)")
         if not usable:
             raise NoServerInRotation("every policy server is out of rotation")
         return min(usable, key=lambda u: self._failed_at[u])

@@ -121,17 +121,20 @@ def serve_in_thread(app: Any, port: int) -> Iterator[uvicorn.Server]:
 
 class Server:
     """The service on 127.0.0.1 in a thread, driving `runner`. `wrap_loader` may wrap the real
-    task loader; `readiness` are the components' readiness checks."""
+    task loader; `readiness` are the components' readiness checks; `extra`, more of the
+    components' fields."""
 
     def __init__(
         self,
         settings: Settings,
-        runner: Runner,
+        runner: Any,
         wrap_loader: Callable[[TaskLoader], TaskLoader] = lambda load: load,
         readiness: dict[str, Callable[[], Any]] | None = None,
+        **extra: Any,
     ) -> None:
         async def components(s: Settings, _version: Callable[[], int]) -> Components:
-            return Components(runner, wrap_loader(settings_task_loader(s)), dict(readiness or {}))
+            loader = wrap_loader(settings_task_loader(s))
+            return Components(runner, loader, dict(readiness or {}), **extra)
 
         self.settings = settings
         self.runner = runner

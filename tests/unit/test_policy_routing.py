@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.policy.routing import PolicyRouter
+from service.policy.routing import NoServerInRotation, PolicyRouter
 
 
 class Clock:
@@ -82,8 +82,9 @@ def test_mark_ok_clears_failure() -> None:
 
 
 def test_bad_configuration_is_named() -> None:
-    with pytest.raises(ValueError, match="at least one"):
-        PolicyRouter([])
+    # No URL: every request names its own servers (service/policy/named.py); none to pick.
+    with pytest.raises(NoServerInRotation, match="no policy server"):
+        PolicyRouter([]).pick()
     with pytest.raises(ValueError, match="duplicate"):
         PolicyRouter([A, A])
     with pytest.raises(ValueError, match="unknown URL"):
