@@ -86,6 +86,23 @@ def policy_of(client: Any, model: str) -> dict[str, Any]:
     return {"urls": [base], "model": model}
 
 
+def rollout_body(s: EnvSettings, req: Any) -> dict[str, Any]:
+    """The rollout request for one run (verifiers' `RunRequest`): one sample of the task it
+    names, with its sampling, on the inference server it names (`--policy request`)."""
+    body: dict[str, Any] = {
+        "tasks": {"path": s.tasks, "ids": [task_id_of(req.task_data)]},
+        "n_samples": 1,
+        "sampling": sampling_of(req.sampling.model_dump(exclude_none=True)),
+        "agent": dict(s.agent),
+        "advantage": dict(ONE_SAMPLE_ADVANTAGE),
+    }
+    if s.retry_masked is not None:
+        body["retry_masked"] = s.retry_masked
+    if s.policy == "request":
+        body["policy"] = policy_of(req.client, req.model)
+    return body
+
+
 class EnvServer:
     """The ZMQ side: one asyncio task per request, runs cancellable by their request id."""
 
@@ -182,26 +199,10 @@ class EnvServer:
             ],
         )
 
-    def rollout_body(self, req: Any) -> dict[str, Any]:
-        """The rollout request for one run, and the task it names."""
-        s = self.settings
-        body: dict[str, Any] = {
-            "tasks": {"path": s.tasks, "ids": [task_id_of(req.task_data)]},
-            "n_samples": 1,
-            "sampling": sampling_of(req.sampling.model_dump(exclude_none=True)),
-            "agent": dict(s.agent),
-            "advantage": dict(ONE_SAMPLE_ADVANTAGE),
-        }
-        if s.retry_masked is not None:
-            body["retry_masked"] = s.retry_masked
-        if s.policy == "request":
-            body["policy"] = policy_of(req.client, req.model)
-        return body
-
     async def collect(self, req: Any) -> Trajectory:
         """One sample of the task, collected and graded by the service; cancelling this
         cancels the rollout (the service removes its sandbox)."""
-        rollout_id = await self.service.submit_body(self.rollout_body(req))
+        rollout_id = await self.service.submit_body(rollout_body(self.settings, req))
         try:
             while True:
                 batch, remaining = await self.service.lease(

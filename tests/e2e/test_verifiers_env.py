@@ -13,14 +13,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
+from sandboxes.docker_adapter import default_adapter
 from service.trajectory import Message, Segment, SegmentKind, Status, Trajectory
 from tests.e2e.live import API_KEY, TASKS, containers_of, serve, stand_in, wait_until
 from tests.vf.env_server import judge, judge_fails, judging, serve_env, venv_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 MODEL = "policy"
+
+
+def served_model(url: str) -> str:
+    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +46,14 @@ def test_run_is_graded_and_branch_is_the_trajectory_and_cancel_leaves_no_contain
 ) -> None:
     with (
         stand_in(tmp_path, p_correct=1.0, seed=3) as policy,
-        serve(tmp_path, [policy.url], "--warm-containers", "0") as svc,
-        serve_env(vf_python, svc.url, API_KEY, "--tasks", TASKS, "--policy", "service") as addr,
+        # The service has no policy of its own: each run names the orchestrator's server.
+        serve(tmp_path, [], "--allow-policy-url", policy.url, "--warm-containers", "0") as svc,
+        serve_env(vf_python, svc.url, API_KEY, "--tasks", TASKS) as addr,
     ):
         spec = {
             "task_data": {"name": "camel-to-snake", "prompt": "ignored: the task is ours"},
             "base_url": policy.url + "/v1",
-            "model": MODEL,
+            "model": served_model(policy.url),
             "sampling": {"temperature": 1.0, "max_tokens": 512, "seed": 7},
         }
         got = judge(vf_python, "run", addr, stdin=spec)
@@ -79,6 +86,9 @@ def test_run_is_graded_and_branch_is_the_trajectory_and_cancel_leaves_no_contain
                 "the run's sandbox", lambda: containers_of([svc.process.pid]), 300, poll_s=0.1
             )
             assert len(held) == 1
+            labels = default_adapter().client.api.inspect_container(held[0])["Config"]["Labels"]
+            rollout_id = labels["rollouts.rollout_id"]
+            assert svc.status(rollout_id)["status"] == "running"
             j.stdin.write("cancel\n")
             j.stdin.flush()
             assert '"cancelled": true' in j.stdout.readline()
@@ -89,7 +99,7 @@ def test_run_is_graded_and_branch_is_the_trajectory_and_cancel_leaves_no_contain
                 poll_s=0.2,
             )
         policy.resume()
-        assert svc.metric('rollouts_samples_total{status="cancelled"}') == 1
+        assert svc.status(rollout_id)["status"] == "cancelled"
 
 
 def test_each_segment_is_a_branch_and_a_masked_sample_carries_no_reward(
