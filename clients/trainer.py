@@ -448,12 +448,12 @@ class AsyncTrainerClient:
         )
         return await self.submit_body(body)
 
-    async def submit_body(self, body: dict[str, Any]) -> str:
-        """Submit a rollout request given whole (service.wire.RolloutRequest as JSON)."""
+    async def submit_body(self, body: dict[str, Any], key: str | None = None) -> str:
+        """Submit a rollout request given whole (service.wire.RolloutRequest as JSON); the same
+        `key` again answers the same rollout."""
+        headers = {IDEMPOTENCY_HEADER: key or uuid.uuid4().hex}
         return RolloutCreated.model_validate_json(
-            await self._json(
-                "POST", "/v1/rollouts", json=body, headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex}
-            )
+            await self._json("POST", "/v1/rollouts", json=body, headers=headers)
         ).id
 
     async def status(self, rollout_id: str) -> RolloutStatus:

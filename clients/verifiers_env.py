@@ -184,7 +184,7 @@ class EnvServer:
             )
 
     async def _run(self, req: Any, client_id: bytes, request_id: bytes) -> Any:
-        trajectory = await self.collect(req)
+        trajectory = await self.collect(req, f"verifiers-run-{request_id.hex()}")
         trace = to_trace(self.vf, trajectory, req.task_data, req.model)
         episode = to_episode(self.vf, req.task_data, [trace], [])
 
@@ -199,10 +199,17 @@ class EnvServer:
             ],
         )
 
-    async def collect(self, req: Any) -> Trajectory:
+    async def collect(self, req: Any, key: str) -> Trajectory:
         """One sample of the task, collected and graded by the service; cancelling this
-        cancels the rollout (the service removes its sandbox)."""
-        rollout_id = await self.service.submit_body(rollout_body(self.settings, req))
+        cancels the rollout (the service removes its sandbox). `key` (the run's request id) is
+        the submit's idempotency key: a cancel that lands while the submit is in flight learns
+        the rollout's id by submitting again, which starts nothing new."""
+        body = rollout_body(self.settings, req)
+        try:
+            rollout_id = await self.service.submit_body(body, key)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel_submitted(body, key))
+            raise
         try:
             while True:
                 batch, remaining = await self.service.lease(
@@ -217,3 +224,7 @@ class EnvServer:
         except asyncio.CancelledError:
             await asyncio.shield(self.service.cancel(rollout_id))
             raise
+
+    async def _cancel_submitted(self, body: dict[str, Any], key: str) -> None:
+        with contextlib.suppress(ServiceError):
+            await self.service.cancel(await self.service.submit_body(body, key))
