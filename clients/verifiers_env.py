@@ -107,11 +107,11 @@ class EnvServer:
     """The ZMQ side: one asyncio task per request, runs cancellable by their request id."""
 
     def __init__(self, settings: EnvSettings, vf: Verifiers | None = None) -> None:
-        import zmq
+        self.vf = vf or load_verifiers()  # first: it says how to install what is missing
+        import zmq  # verifiers' own dependency
         import zmq.asyncio
 
         self.settings = settings
-        self.vf = vf or load_verifiers()
         self.wire = importlib.import_module("verifiers.v1.serve.types")
         self.delta = importlib.import_module("verifiers.v1.serve.delta")
         self.service = AsyncTrainerClient(settings.service_url, settings.api_key, timeout_s=120)
