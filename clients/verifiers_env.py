@@ -35,6 +35,8 @@ from service.wire import SamplingSpec
 log = logging.getLogger("rollouts.serve_env")
 
 PolicySource = Literal["request", "service"]
+DEFAULT_ADDRESS = "tcp://127.0.0.1:5000"  # verifiers' own default for an env server
+DEFAULT_POLICY: PolicySource = "request"
 # A rollout of one sample: rloo over a group of one (the orchestrator builds the groups).
 ONE_SAMPLE_ADVANTAGE = {"estimator": "rloo", "min_group_size": 1}
 LEASE_WAIT_S = 30.0
@@ -50,8 +52,8 @@ class EnvSettings:
     service_url: str
     tasks: str  # the task source, as the service names it (inside its tasks roots)
     api_key: str | None = None
-    address: str = "tcp://127.0.0.1:5000"
-    policy: PolicySource = "request"
+    address: str = DEFAULT_ADDRESS
+    policy: PolicySource = DEFAULT_POLICY
     agent: dict[str, Any] = field(default_factory=dict)  # the rollout request's `agent`
     retry_masked: int | None = None
 

@@ -10,6 +10,8 @@ import logging
 
 import typer
 
+from clients.verifiers_env import DEFAULT_ADDRESS, DEFAULT_POLICY
+
 
 def _agent(max_turns: int | None, timeout_s: float | None, harness: str | None) -> dict:
     agent: dict = {}
@@ -30,13 +32,13 @@ def register(app: typer.Typer) -> None:
             "task_data.name (or .id) picks one of its tasks.",
         ),
         address: str = typer.Option(
-            "tcp://127.0.0.1:5000",
+            DEFAULT_ADDRESS,
             "--address",
             help="ZMQ address to bind: a source's serve.address.",
         ),
         api_key: str = typer.Option(None, "--api-key", envvar="ROLLOUTS_API_KEY"),
         policy: str = typer.Option(
-            "request",
+            DEFAULT_POLICY,
             "--policy",
             help="request: generate on the inference server each run names (the service must "
             "allow it, serve --allow-policy-url); service: on the service's own policy servers.",
@@ -48,7 +50,7 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("info", "--log-level"),
     ) -> None:
         """Serve a verifiers environment whose runs are rollouts samples."""
-        from clients.verifiers_env import EnvServer, EnvSettings
+        from clients.verifiers_env import EnvServer, EnvSettings  # zmq and verifiers: here
 
         if policy not in ("request", "service"):
             raise typer.BadParameter("request or service", param_hint="--policy")
