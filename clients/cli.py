@@ -15,6 +15,7 @@ from clients.commands import (
     regrade,
     sandboxes,
     serve,
+    serve_env,
     tasks,
     verify,
     view,
@@ -35,7 +36,18 @@ for _group, _name in (
 ):
     app.add_typer(_group.app, name=_name)
 
-for _module in (verify, collect, regrade, serve, pull, export, view, policy_stub, doctor):
+for _module in (
+    verify,
+    collect,
+    regrade,
+    serve,
+    serve_env,
+    pull,
+    export,
+    view,
+    policy_stub,
+    doctor,
+):
     _module.register(app)
 
 if __name__ == "__main__":

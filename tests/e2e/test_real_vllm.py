@@ -14,6 +14,7 @@ In CI (CI=true) these tests fail when the engine cannot be provided; elsewhere t
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow.parquet as pq
 import pytest
 
@@ -39,6 +41,7 @@ from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import Status, Trajectory, from_arrow
 from service.ui.models import MAX_TOKEN_IDS
 from service.ui.tokens import PolicyServerTexts, TokenizerFiles
+from tests.e2e.live import API_KEY, serve
 from tests.e2e.real_vllm import (
     ROOT,
     TOKENIZER,
@@ -49,6 +52,7 @@ from tests.e2e.real_vllm import (
     tiny_model,
     vllm_python,
 )
+from tests.vf.env_server import judge, serve_env, venv_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -639,3 +643,39 @@ def test_verl_runs_the_rollouts_agent_loop_on_its_own_replica(
     mine = {k: v[:6] if isinstance(v, list) else v for k, v in mine.items()}
     print(f"service trajectory: {json.dumps(mine)}; lengths prompt {len(t.prompt_token_ids)}, "
           f"response {len(t.response_token_ids)}")  # fmt: skip
+
+
+def test_verifiers_env_server_run_is_token_exact(
+    engines: Engines, show_logs: None, tmp_path: Path
+) -> None:
+    """verifiers 0.4.0's own EnvClient runs one sample through `rollouts serve-env` (tests/vf/),
+    generated on replica A as the run names it (the service has no policy of its own): graded,
+    and the trace's one branch is the service's trajectory, token-exact against the engine."""
+    [proxy] = engines.ready("A")
+    python = venv_python()
+    model = httpx.get(proxy.url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    with (
+        serve(tmp_path, [], "--allow-policy-url", proxy.url) as svc,
+        serve_env(python, svc.url, API_KEY, "--tasks", TASKS, "--max-turns", "2") as address,
+    ):
+        spec = {
+            "task_data": {"name": "camel-to-snake"},
+            "base_url": proxy.url + "/v1",
+            "model": model,
+            "sampling": {**SAMPLED, "max_tokens": 32, "seed": 5},
+        }
+        got = judge(python, "run", address, stdin=spec)
+        r = svc.call("GET", f"/ui/api/trajectories/{got['info']['rollouts']['trajectory_id']}")
+        assert r.status_code == 200, r.text
+    t = Trajectory.model_validate(r.json())
+    assert t.status is Status.ok and t.reward == 0.0  # a random model; graded, not masked
+    assert got["ok"] and got["rewards"] == {"reward": 0.0} and got["num_turns"] == t.num_turns
+    check_token_exact(t, calls_of(t, proxy.completions()))
+    [sample] = got["samples"]
+    assert sample["token_ids"] == t.prompt_token_ids + t.response_token_ids
+    n = len(t.prompt_token_ids)
+    assert sample["sampled_mask"] == [False] * n + [m == 1 for m in t.loss_mask]
+    assert sample["logprobs"] == [0.0] * n + t.rollout_logprobs
+    (tmp_path / "verifiers-trace.json").write_text(json.dumps(got["record"]))
+    (tmp_path / "trajectory.json").write_text(t.model_dump_json())
+    print(f"verifiers trace and the service's trajectory: {tmp_path}")
