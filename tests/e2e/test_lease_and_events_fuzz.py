@@ -141,9 +141,14 @@ def test_live_event_stream_is_well_formed_and_complete(live) -> None:  # type: i
     ]
     for d in trajectories:
         assert set(d) == {"trajectory_id", "group_id", "task_id", "sample_index", "status",
-                          "reward", "generated_tokens", "total_s", "policy_version"}  # fmt: skip
+                          "reward", "generated_tokens", "total_s", "policy_version",
+                          "segments"}  # fmt: skip
         assert d["status"] == "ok" and d["reward"] == 1.0
         assert d["generated_tokens"] > 0 and d["total_s"] > 0 and d["policy_version"] == 0
+        # Never summarized: one main segment, whose trained tokens are the sample's.
+        [segment] = d["segments"]
+        assert (segment["kind"], segment["parent"], segment["versions"]) == ("main", None, [0, 0])
+        assert segment["generated_tokens"] == d["generated_tokens"]
     groups = [d for k, d in events if k == "group"]
     assert sorted(d["group_id"] for d in groups) == [f"{rid}.g0", f"{rid}.g1"]
     for g in groups:

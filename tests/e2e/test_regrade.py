@@ -132,7 +132,11 @@ def test_changed_tests_regrade_that_task_only_and_a_killed_regrade_resumes(tmp_p
     assert summary.startswith(
         f"8 samples: {len(changed) - len(done)} graded again, {4 + len(done)} already graded"
     ), summary
-    assert f"changes: 1→0: {len(passed)};" in summary, summary
+    # No solution passes the new tests, the task's own oracle neither: the task is uncalibrated
+    # now, so its samples are graded in the fallback, flagged `unguarded` (those that stay at 0
+    # are "newly flagged").
+    failed_before = len(changed) - len(passed)
+    assert f"changes: 1→0: {len(passed)}, newly flagged: {failed_before};" in summary, summary
     assert all(tid in again.stdout for tid in passed)
 
     after = stored(store)
@@ -148,6 +152,7 @@ def test_changed_tests_regrade_that_task_only_and_a_killed_regrade_resumes(tmp_p
         assert len(t["gradings"]) == 2, (tid, t["gradings"])  # once each, killed or not
         assert t["gradings"][0] == first["gradings"][0]  # history kept as it was
         assert t["reward"] == t["gradings"][1]["reward"] == 0.0
+        assert "unguarded" in t["gradings"][1]["reward_flags"], t["gradings"][1]
         assert t["tests_digest"] == t["gradings"][1]["tests_digest"] == new_digest
         assert new_digest != first["tests_digest"]
         assert t["advantage"] == 0.0  # all 0 now: no signal (it had some)
