@@ -7,17 +7,22 @@ It runs its own event loop in a thread. `mode` decides what each request gets:
   truncated  a 200 announcing more body than it sends, then the connection is closed
   hang       no answer at all (until the client gives up)
   down       the listener is closed: connection refused, like a dead server
+  drop_sample  one sample's server dies for it alone: the first single-choice generation in this
+             mode (a sample's own later turn, not a group's shared first turn) and every retry
+             of it (the same prompt) lose their connection unanswered; all else passes. Which
+             sample dies depends on no timing, so its group is sure to have graded samples.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 
 import httpx
 
-MODES = ("pass", "http_500", "malformed", "truncated", "hang", "down")
+MODES = ("pass", "http_500", "malformed", "truncated", "hang", "down", "drop_sample")
 
 
 class FaultProxy:
@@ -26,6 +31,8 @@ class FaultProxy:
         self.port = port
         self.mode = "pass"
         self.requests = 0
+        self.dropped = 0  # requests drop_sample closed unanswered
+        self._doomed: list[int] | None = None  # drop_sample's prompt
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -45,6 +52,8 @@ class FaultProxy:
             self._call(self._close())
         elif mode != "down" and self._server is None:
             self._call(self._listen())
+        if mode == "drop_sample":
+            self._doomed = None
         self.mode = mode
 
     def stop(self) -> None:
@@ -82,6 +91,9 @@ class FaultProxy:
                 self.requests += 1
                 if self.mode == "down":  # a connection accepted before the listener closed
                     return
+                if self.mode == "drop_sample" and self._dooms(body):
+                    self.dropped += 1
+                    return
                 if not await self._answer(writer, method, path, headers, body):
                     return
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -89,6 +101,22 @@ class FaultProxy:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
+
+    def _dooms(self, body: bytes) -> bool:
+        """drop_sample: is this request the doomed sample's (choosing it if none is yet)?"""
+        try:
+            req = json.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(req, dict):
+            return False
+        prompt = req.get("prompt", req.get("token_ids"))
+        n = req.get("n", (req.get("sampling_params") or {}).get("n", 1))
+        if not isinstance(prompt, list):
+            return False
+        if self._doomed is None and n == 1:
+            self._doomed = prompt
+        return prompt == self._doomed
 
     async def _answer(
         self,

@@ -77,8 +77,8 @@ def check(cond: bool, msg: str) -> None:
 
 
 def fault(mode: str) -> None:
-    """Ask the test to put the policy proxy in `mode` ("down", "pass"; "down after N": once N
-    more requests went through). Returns once it is."""
+    """Ask the test to put the policy proxy in `mode` (tests/adversarial/fault_proxy.py's
+    modes). Returns once it is."""
     print(f"FAULT {mode}", flush=True)
     reply = sys.stdin.readline().strip()
     check(reply == "OK", f"fault {mode}: test answered {reply!r}")
@@ -429,18 +429,16 @@ async def scenario(args: argparse.Namespace) -> Collected:
     ran("skyrl-train 0.3.1", "RayPPOTrainer.generate (trainer wrapper)", "step 1")
     out["step 1: 0.3.1 sync step"] = (o, inp, list(gen031.last_groups))
 
-    # 2. skyrl 0.4.0's synchronous step; the policy server dies while samples run.
-    log("step 2: skyrl 0.4.0 RayPPOTrainer.generate, policy killed mid-run")
+    # 2. skyrl 0.4.0's synchronous step; the policy server dies for one sample mid-episode.
+    log("step 2: skyrl 0.4.0 RayPPOTrainer.generate, one sample's policy dies mid-run")
     inp, _ = input040(tasks, step=2, first_uid=10)
     recorder = type("Recording", (Recording, base040.GeneratorInterface), {})(gen040)
     t = trainer040(recorder)
+    # The server dies for one sample alone: the first sample's own later turn (a group's first
+    # turn is one shared request) and its retries go unanswered. That sample dies mid-episode
+    # with tokens generated, while the rest of its group goes on to be graded.
+    await asyncio.to_thread(fault, "drop_sample")
     step = asyncio.ensure_future(tr040.RayPPOTrainer.generate(t, inp))
-    # Down once the groups' shared first turns (a /tokenize and a /v1/completions each) and a
-    # few later turns went through: samples then die mid-episode, with tokens generated. (Every
-    # sample takes at least two later turns, 4 requests each: 16 leaves plenty after it, and
-    # makes it unlikely that a slow machine is still sending a group's first turn.)
-    await asyncio.to_thread(fault, "down after 16")
-    # Back up as soon as one sample died of it: the others of its group go on.
     status = await wait_status(
         watch, gen040, step, lambda s: s.counts.get("policy_error", 0) >= 1, poll_s=0.05
     )
@@ -451,7 +449,8 @@ async def scenario(args: argparse.Namespace) -> Collected:
     check("generate/avg_num_tokens" in t.all_metrics, "0.4.0's wrapper took no rollout_metrics")
     check(wrapped["response_ids"] == o["response_ids"], "0.4.0's wrapper changed the output")
     ran("skyrl 0.4.0", "RayPPOTrainer.generate (trainer wrapper)", "step 2")
-    out["step 2: 0.4.0 sync step, policy killed mid-run"] = (o, inp, list(gen040.last_groups))
+    name = "step 2: 0.4.0 sync step, one sample's policy dies mid-run"
+    out[name] = (o, inp, list(gen040.last_groups))
 
     # 3. 0.4.0's fully async loop: one generate() per prompt group. First a group whose first
     #    turn fails (policy down before it starts).
