@@ -130,7 +130,10 @@ if [ -d /logs/verifier ] && [ ! -L /logs/verifier ]; then
 fi
 [ -n "$mode" ] || mode=missing
 verdict "$rc" "$mode" "$timed_out"
-cd /logs && tar -c --ignore-failed-read verifier rollouts-guard 2>/dev/null | head -c {EVIDENCE_CAP}
+# What the grade reads goes first (the guard's report, then the reward file; tar adds the reward
+# file again inside verifier/), so a large test log of the task's cannot push it past the cap.
+cd /logs && tar -c --ignore-failed-read rollouts-guard verifier/reward.txt verifier/reward.json \\
+  verifier 2>/dev/null | head -c {EVIDENCE_CAP}
 exit 0
 """
 _HEADER = b"rollouts-verdict "

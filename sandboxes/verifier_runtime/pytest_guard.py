@@ -5,8 +5,11 @@ which records what pytest saw so the grade can check the reward against it. Insi
 process it:
 
 1. opens its report file (/logs/rollouts-guard/report.jsonl) for appending;
-2. writes one line per test report and a final line when the session finishes, including
-   whether pytest's reporting functions were replaced while the tests ran;
+2. writes a line for each of the first tests that did not pass (for the reader; the grade
+   uses only the counts) and a final line when the session finishes, with the counts and
+   whether pytest's reporting functions were replaced while the tests ran. A passing test
+   writes nothing: the report stays small however long the suite, so the evidence cap never
+   cuts the final line of an honest run;
 3. loads the task's own tests/conftest.py (uploaded as _task_conftest.py) as a plugin of its
    own, so the task's hooks and fixtures run beside these and cannot replace them.
 
@@ -25,6 +28,8 @@ import sys
 REPORT_DIR = "/logs/rollouts-guard"
 REPORT_PATH = REPORT_DIR + "/report.jsonl"
 TASK_CONFTEST = "/tests/_task_conftest.py"
+LISTED = 50  # tests that did not pass named in the report; the rest are only counted
+NODEID_CHARS = 200
 
 
 _WATCHED = (
@@ -73,6 +78,7 @@ class _Guard:
         self.fd = os.open(REPORT_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.pid = os.getpid()
         self.counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+        self.listed = 0
         self.originals = _watched()
         self.plugins = None
         self.write(event="start", python=sys.version)
@@ -114,7 +120,9 @@ def pytest_collection_finish(session):
 def pytest_collectreport(report):
     if _guard is not None and report.failed:
         _guard.counts["error"] += 1
-        _guard.write(event="collect_error", nodeid=report.nodeid)
+        if _guard.listed < LISTED:
+            _guard.listed += 1
+            _guard.write(event="collect_error", nodeid=report.nodeid[:NODEID_CHARS])
 
 
 def pytest_runtest_logreport(report):
@@ -127,7 +135,10 @@ def pytest_runtest_logreport(report):
         if hasattr(report, "wasxfail"):
             outcome = "skipped"
         _guard.counts[outcome] = _guard.counts.get(outcome, 0) + 1
-        _guard.write(event="test", nodeid=report.nodeid, when=report.when, outcome=outcome)
+        if outcome != "passed" and _guard.listed < LISTED:
+            _guard.listed += 1
+            nodeid = report.nodeid[:NODEID_CHARS]
+            _guard.write(event="test", nodeid=nodeid, when=report.when, outcome=outcome)
 
 
 def pytest_sessionfinish(session, exitstatus):

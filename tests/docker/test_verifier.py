@@ -241,6 +241,28 @@ async def test_a_task_conftest_runs_beside_the_guard(backend, example_task, run_
     assert "TASK HOOK RAN" in oracle.output
 
 
+async def test_a_long_suite_with_a_large_test_log_is_graded_from_its_evidence(
+    backend, example_task, run_labels
+):
+    """A real suite's size is not the solution's doing: 500 parametrized cases and a 600 KB
+    test log the task's own test.sh writes under /logs/verifier, together past the evidence cap,
+    still grade a correct solution 1 unflagged (the guard's report stays small, and it and the
+    reward file lead the evidence), and a wrong one 0."""
+    test = (
+        b"import pytest\n\nfrom solution import fn\n\n\n"
+        b"@pytest.mark.parametrize('i', range(500))\n"
+        b"def test_case(i):\n    assert fn('getValue%d' % i) == 'get_value%d' % i\n"
+    )
+    log = b"head -c 450000 /dev/urandom | base64 > /logs/verifier/test_output.log\n"
+    task = _with_tests(example_task, example_task.test_files["test.sh"] + log)
+    task = replace(task, test_files={**task.test_files, "test_solution.py": test})
+    oracle = await run_oracle(task, backend, solve_script=None, labels=run_labels)
+    assert (oracle.verdict, oracle.reward, oracle.flags) == (Verdict.graded, 1.0, []), oracle.output
+    wrong = b"printf 'def fn(s):\\n    return s\\n' > /app/solution.py\n"
+    graded = await run_oracle(task, backend, solve_script=wrong, labels=run_labels)
+    assert (graded.verdict, graded.reward) == (Verdict.graded, 0.0), graded.output
+
+
 @both_runtimes
 async def test_a_corrupted_verdict_stream_is_graded_never_masked(backend, example_task, run_labels):
     """Bytes before the verifier script's header (here written by test.sh itself: the tested
