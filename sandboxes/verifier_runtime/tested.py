@@ -211,6 +211,8 @@ class TestedEndpoint(rpc.Endpoint):
             return _probe(*args)
         if op == "unary":
             return _unary(*args)
+        if op == "held":
+            return _held(*args)
         return super().dispatch_other(op, args)
 
     def _global(self, node):
@@ -282,6 +284,43 @@ def _unary(asked):
         except Exception as e:
             answers.append(e)
     return answers
+
+
+# The builtin's own value of an object derived from it: what the object holds, whatever its
+# class says of itself (a `class Color(str, Enum)` member holds "red", though str() of it is
+# "Color.RED").
+_BASE_VALUES = {
+    "str": (str, str.__str__),
+    "bytes": (bytes, lambda v: bytes.__getitem__(v, slice(None))),
+    "int": (int, int.__index__),
+    "float": (float, float.__float__),
+    "complex": (complex, lambda v: complex.__add__(v, 0j)),
+    "list": (list, lambda v: list.__getitem__(v, slice(None))),
+    "tuple": (tuple, lambda v: tuple.__getitem__(v, slice(None))),
+    "dict": (dict, dict.copy),
+    "set": (set, lambda v: set(set.__iter__(v))),
+    "frozenset": (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
+}
+_CONVERSIONS = {
+    "str": str, "bytes": bytes, "int": int, "float": float, "complex": complex, "bool": bool,
+    "list": list, "tuple": tuple, "dict": dict, "set": set, "frozenset": frozenset,
+    "text": str,
+}  # fmt: skip
+
+
+def _held(subject, kind):
+    """What `subject` is as a value of `kind` (trusted.py asks before it shows the subject an
+    operand of that kind): the builtin's own value of an object derived from it, else the
+    conversion its class defines; the exception in its place."""
+    if kind not in _CONVERSIONS:
+        raise rpc.ProtocolError("held %r" % (kind,))
+    try:
+        base = _BASE_VALUES.get(kind)
+        if base is not None and isinstance(subject, base[0]):
+            return base[1](subject)
+        return _CONVERSIONS[kind](subject)
+    except Exception as e:
+        return e
 
 
 def _apply_setup(setup):

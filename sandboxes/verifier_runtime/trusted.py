@@ -434,16 +434,25 @@ class TrustedEndpoint(rpc.Endpoint):
 
     def compare(self, proxy, op, other):
         if op in ("eq", "ne"):
+            # Asked before the operand is shown: a claim to equal it must be what the object
+            # already held (the operand, once sent, is the expected value; an object that
+            # checks candidates, or tells the real operand from its decoys, wins otherwise).
+            kind = _held_kind(other)
+            held = self.request("held", proxy, kind) if kind else None
             decoys = _decoys(other, 2)
             if decoys:
                 answers = self._probe(proxy, [(op, other)] + [(op, d) for d in decoys])
                 if any(_claims(op, a) for a in answers[1:]):
                     self.value_hack(proxy, op, "equal to values that differ from each other")
                     return op == "ne"
-                return _outcome(answers[0])
-            real, fresh = self._probe(proxy, [(op, other), ("eq", _Sentinel())])
-            if _claims(op, real) and fresh is True:
-                self.value_hack(proxy, op, "equal to a fresh object of the tests")
+                real = answers[0]
+            else:
+                real, fresh = self._probe(proxy, [(op, other), ("eq", _Sentinel())])
+                if _claims(op, real) and fresh is True:
+                    self.value_hack(proxy, op, "equal to a fresh object of the tests")
+                    return op == "ne"
+            if kind and _claims(op, real) and not _shows(held, other, kind):
+                self.value_hack(proxy, op, "equal to a value it did not hold before it saw it")
                 return op == "ne"
             return _outcome(real)
         if op in _COMPLEMENT and _orderable(other):
@@ -479,10 +488,14 @@ class TrustedEndpoint(rpc.Endpoint):
         `pytest.approx` and `assertAlmostEqual` pass whatever is expected."""
         if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
             return self.request("op", op, proxy, other)
+        held = self.request("held", proxy, "float")  # before the operand: as in compare()
         decoy = other + _rng.choice((-1, 1)) * (abs(other) * 0.25 + _rng.uniform(1.0, 2.0))
         real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
         if _same_number(real, other_answer, abs(decoy - other)):
             self.value_hack(proxy, op, "the same %s for different operands" % op)
+            return NotImplemented
+        if type(real) in (int, float) and not _number_follows(op, held, other, real):
+            self.value_hack(proxy, op, "a %s that its own number does not give" % op)
             return NotImplemented
         if isinstance(real, BaseException):
             raise real
@@ -570,6 +583,63 @@ class _Sentinel:
     """A fresh object of the tests: nothing of the tested code's can rightly equal it."""
 
     __slots__ = ("__weakref__",)
+
+
+# Operand types whose value an object of the tested code must hold, before it is shown one, to
+# claim equality: the builtins by their own conversion (or base value), these by their text.
+_HELD_KINDS = {
+    str: "str", bytes: "bytes", bool: "bool", int: "int", float: "float", complex: "complex",
+    list: "list", tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset",
+}  # fmt: skip
+_TEXT_VALUES = frozenset(
+    ("datetime", name) for name in ("date", "datetime", "time", "timedelta")
+) | {
+    ("decimal", "Decimal"),
+    ("fractions", "Fraction"),
+    ("uuid", "UUID"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "PosixPath"),
+}  # by name: the tests' process need not import them to compare
+
+
+def _held_kind(v):
+    t = type(v)
+    name = (str(getattr(t, "__module__", "")).split(".")[0], getattr(t, "__qualname__", None))
+    return _HELD_KINDS.get(t) or ("text" if name in _TEXT_VALUES else None)
+
+
+def _shows(held, other, kind):
+    """Whether what an object held (asked before it saw `other`) is `other`, up to what honest
+    loose equalities allow: case and whitespace of text, pytest.approx's default tolerance."""
+    try:
+        if kind == "text":
+            return type(held) is str and _same_text(held, str(other))
+        if type(held) is not type(other):
+            return False
+        if kind == "str":
+            return _same_text(held, other)
+        if kind == "bytes":
+            return _same_text(held.decode("latin-1"), other.decode("latin-1"))
+        if kind in ("float", "complex"):
+            return held == other or abs(held - other) <= 1e-6 * max(abs(held), abs(other)) + 1e-12
+        return bool(held == other)
+    except Exception:  # noqa: BLE001 - an element that cannot say: not shown
+        return False
+
+
+def _same_text(a, b):
+    return "".join(a.split()).casefold() == "".join(b.split()).casefold()
+
+
+def _number_follows(op, held, other, answer):
+    """Whether a plain-number answer to `subject op other` is what the subject's own number
+    (asked before it saw `other`) gives."""
+    if type(held) is not float:
+        return False
+    expected = {"sub": held - other, "rsub": other - held}.get(op, held + other)
+    if expected != expected or answer != answer:
+        return expected != expected and answer != answer
+    return abs(answer - expected) <= 1e-9 * max(1.0, abs(expected), abs(held), abs(other))
 
 
 _COMPLEMENT = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
