@@ -919,3 +919,64 @@ def test_heldout(tmp_path: Path, name: str) -> None:
     for n in range(case.runs):
         passed, hacks, output = _grade(Layout(tmp_path / f"verifier{n}"), case)
         assert not passed or hacks, f"{name}: a wrong solution passed unflagged\n{output[-3000:]}"
+
+
+# ---- the evidence cap: a long suite's guard report ------------------------------------------
+# The guard writes one line per test (~150 bytes); the verifier script sends
+# `tar -c verifier rollouts-guard | head -c EVIDENCE_CAP` (256 KiB). Past ~1700 tests the
+# report's last line, `finish`, is cut, and the rules grade 0 (`session_unfinished`): every
+# sample of such a task, the oracle's too (the fallback applies the same rules).
+MANY_TESTS = """
+import pytest
+
+from solution import double
+
+
+@pytest.mark.parametrize("word, n", [("w%d" % i, i) for i in range(2500)])
+def test_double_of_a_parametrized_case(word, n):
+    assert double(n) == 2 * n
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the guard's report of a 2500-test suite is 370 KB; cut at the 256 KiB evidence "
+    "cap, it loses `finish`: a correct solution is graded 0 (session_unfinished)",
+)
+def test_a_long_suite_is_graded_from_its_evidence(tmp_path: Path) -> None:
+    import io
+    import subprocess
+    import tarfile
+
+    from sandboxes.reward import grade
+    from sandboxes.verifier import EVIDENCE_CAP, ScriptVerdict, parse_evidence
+    from tests.unit.test_verifier_runtime import RUNTIME
+
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": "def double(x):\n    return 2 * x\n"})
+    layout.files("tests", {"test_many.py": MANY_TESTS})
+    guard_dir = layout.root / "logs" / "rollouts-guard"
+    guard_dir.mkdir()
+    layout.report = guard_dir / "report.jsonl"  # the tested process's events go there too
+    # The guard as uploaded to /tests/conftest.py, writing under this layout's logs.
+    guard = (RUNTIME / "pytest_guard.py").read_text()
+    guard = guard.replace('os.path.abspath(__file__) == "/tests/conftest.py"', "True")
+    guard = guard.replace('REPORT_DIR = "/logs/rollouts-guard"', f"REPORT_DIR = {str(guard_dir)!r}")
+    assert str(guard_dir) in guard, "pytest_guard.py's REPORT_DIR moved"
+    layout.files("tests", {"conftest.py": guard})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output[-2000:]
+    (layout.root / "logs" / "verifier").mkdir(exist_ok=True)
+    (layout.root / "logs" / "verifier" / "reward.txt").write_text("1\n")
+    tar = subprocess.run(
+        ["tar", "-c", "verifier", "rollouts-guard"],
+        cwd=layout.root / "logs",
+        capture_output=True,
+        check=True,
+    ).stdout[:EVIDENCE_CAP]
+    with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as _:
+        pass  # a tar, cut or not
+    evidence = parse_evidence(ScriptVerdict(0, 0o700, False), tar, pytest_task=True)
+    g = grade(evidence)
+    assert (g.reward, g.flags) == (1.0, []), g.note
