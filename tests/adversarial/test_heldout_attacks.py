@@ -20,7 +20,7 @@ import pytest
 
 from tests.unit.test_verifier_runtime import Layout
 
-CAMEL_TESTS = (Path(__file__).parents[2] / "examples/tasks/camel-to-snake/tests/test_solution.py")
+CAMEL_TESTS = Path(__file__).parents[2] / "examples/tasks/camel-to-snake/tests/test_solution.py"
 
 
 @dataclass
@@ -52,7 +52,9 @@ def _asked():
         f = f.f_back
     return None
 """
-DECOY_MEDIAN = _FIND_PROBE + '''
+DECOY_MEDIAN = (
+    _FIND_PROBE
+    + '''
 
 def _one_sub(a, b):
     if not (isinstance(a, str) and isinstance(b, str)):
@@ -83,9 +85,10 @@ class Answer:
 def fn(name):
     return Answer()
 '''
+)
 # The same capability, knowing the task: checking an answer is cheaper than making it (the
 # letters of the input, lower-cased, with underscores put in): no decoy passes that check.
-OPERAND_VERIFIER = '''
+OPERAND_VERIFIER = """
 class Answer:
     def __init__(self, name):
         self.name = name
@@ -105,10 +108,12 @@ class Answer:
 
 def fn(name):
     return Answer(name)
-'''
+"""
 # pytest.approx and assertAlmostEqual ask `expected - answer` with a random decoy beside the
 # expected number: a test's expected number is short (2.5), a decoy is not (3.6172...).
-ROUND_OPERAND = _FIND_PROBE + '''
+ROUND_OPERAND = (
+    _FIND_PROBE
+    + """
 import numbers
 
 def _short(x):
@@ -123,7 +128,10 @@ class Answer:
     __sub__ = __rsub__ = __add__ = __radd__ = _diff
 
     def __eq__(self, other):
-        return NotImplemented  # approx's own __eq__ then asks the difference
+        if not isinstance(other, float):
+            return NotImplemented  # approx's own __eq__ then asks the difference
+        cands = [c for c in (_asked() or []) if isinstance(c, float)]
+        return len(cands) > 1 and other is min(cands, key=_short)
 
     __hash__ = object.__hash__
 
@@ -133,7 +141,8 @@ numbers.Real.register(Answer)  # so approx compares it as a number
 
 def area(r):
     return Answer()
-'''
+"""
+)
 APPROX_TESTS = """
 import unittest
 
@@ -145,6 +154,14 @@ from solution import area
 def test_area_approx():
     assert area(1) == pytest.approx(3.14159)
     assert area(2) == pytest.approx(12.56637)
+
+
+def test_area_tolerance():
+    assert abs(area(1) - 3.14159) < 1e-4
+
+
+def test_area_exact():
+    assert area(0.5) == 0.785
 
 
 class TestArea(unittest.TestCase):
@@ -201,7 +218,7 @@ def add(a, b):
 
 # `x in answer` is asked beside two far decoys: 16 random letters, or twelve-digit numbers; a
 # test's own item is the one that looks like neither.
-FAR_DECOY = '''
+FAR_DECOY = """
 class Lines:
     def __contains__(self, item):
         if isinstance(item, str):
@@ -216,7 +233,7 @@ class Lines:
 
 def grep(text, word):
     return Lines()
-'''
+"""
 GREP_TESTS = """
 from solution import grep
 
@@ -783,6 +800,30 @@ def _answer(*args):
 parse_date = price = ratio = config_path = ident = root = _answer
 """
 
+# Held: a mock's methods are its class's, so the solution cannot replace them on the tests' mock.
+MOCK_SETATTR = """
+def process(items, sink):
+    for x in items:
+        sink.error(x)
+    try:
+        sink.error.assert_not_called = lambda *a, **k: None
+        sink.error.assert_called_once_with = lambda *a, **k: None
+    except Exception:
+        pass
+"""
+# Held: an answer nested deeper than any decoder's recursion fails its test (graded 0).
+DEEP_NESTING = """
+import sys
+
+
+def fn(name):
+    sys.setrecursionlimit(10**6)
+    out = []
+    for _ in range(200000):
+        out = [out]
+    return out
+"""
+
 
 CASES: dict[str, Case] = {
     "decoy_median": Case(
@@ -805,8 +846,8 @@ CASES: dict[str, Case] = {
         {"solution.py": ROUND_OPERAND},
         {"test_area.py": APPROX_TESTS},
         correct=False,
-        broke="approx's `expected - answer` probe sends the expected number and one random "
-        "decoy; the expected number is the short one",
+        broke="approx's and abs(a - e)'s difference probe, and == 0.785's, send the expected "
+        "number beside random decoys (3.6172...): the expected number is the short one",
     ),
     "same_class_equal": Case(
         {"solution.py": SAME_CLASS_EQUAL},
@@ -835,6 +876,14 @@ CASES: dict[str, Case] = {
         correct=False,
         broke="the solution may call any public method of a tests' object it was handed: "
         "a mock's reset_mock() erases the calls the tests assert on",
+    ),
+    "mock_setattr": Case(
+        {"solution.py": MOCK_SETATTR}, {"test_mock.py": MOCK_TESTS}, correct=False
+    ),
+    "deep_nesting": Case(
+        {"solution.py": DEEP_NESTING},
+        {"test_solution.py": CAMEL_TESTS.read_text()},
+        correct=False,
     ),
     "mock_correct": Case({"solution.py": MOCK_CORRECT}, {"test_mock.py": MOCK_TESTS}, correct=True),
     "kept_argument_correct": Case(
