@@ -351,6 +351,19 @@ def main(argv=None):
     return 0
 
 
+def counter(log):
+    n = 0
+    while True:
+        log(n)
+        yield n
+        n += 1
+
+
+def finite(n, state):
+    for i in range(n):
+        yield i * state["k"]
+
+
 def countdown(n):
     while n > 0:
         got = yield n
@@ -541,6 +554,31 @@ def test_bad_argument():
 def test_runs(capsys):
     assert main(["21"]) == 0
     assert capsys.readouterr().out == "42\\n"
+""",
+    "iterator_chunks": """
+import itertools
+
+from solution import counter, finite
+
+
+def test_read_ahead_is_never_seen():
+    log = []
+    g = counter(log.append)
+    assert next(g) == 0
+    assert sorted(itertools.islice(g, 3)) == [1, 2, 3]
+    assert log == [0, 1, 2, 3]
+    assert next(g) == 4
+    assert log == [0, 1, 2, 3, 4]
+
+
+def test_state_read_per_item():
+    state = {"k": 1}
+    g = finite(40, state)
+    head = [next(g) for _ in range(3)]
+    assert head == [0, 1, 2]
+    assert list(g)[-1] == 39
+    assert sum(finite(5, {"k": 2})) == 20
+    assert max(finite(5, {"k": 3})) == 12
 """,
     "getsource": """
 import inspect
