@@ -32,7 +32,7 @@ def _plant(source: str) -> str:
 
 
 ATTACKS = {"decoy_median": _plant(DECOY_MEDIAN), "operand_verifier": _plant(OPERAND_VERIFIER)}
-TRIES = {"decoy_median": 6, "operand_verifier": 1}
+TRIES = {"decoy_median": 16, "operand_verifier": 1}  # decoy_median wins one in ~2
 BROKE = {
     "decoy_median": "the probe's operands reach the tested process at once; the real one is "
     "the candidate every decoy is one substitution of",
