@@ -868,26 +868,19 @@ CASES: dict[str, Case] = {
         {"solution.py": DECOY_MEDIAN},
         {"test_solution.py": CAMEL_TESTS.read_text()},
         correct=False,
-        broke="the probe's operands are all in the tested process at once (tested.py _probe "
-        "loops while the solution's __eq__ runs); each decoy is one substitution of the real "
-        "value, so the real one is the candidate all others are one substitution of",
-        # wins a grading of camel-to-snake's tests with p ~ 0.45 (ties: "abc"); the first
-        # win ends the case
-        runs=20,
+        # won a grading with p ~ 0.45 while the decoys were its only check; what an object
+        # holds is now asked before it sees any operand, so no grading depends on chance
+        runs=2,
     ),
     "operand_verifier": Case(
         {"solution.py": OPERAND_VERIFIER},
         {"test_solution.py": CAMEL_TESTS.read_text()},
         correct=False,
-        broke="the expected value crosses to the tested process as a probe operand; an answer "
-        "that checks candidates (cheaper than computing them) is equal to the real one only",
     ),
     "round_operand": Case(
         {"solution.py": ROUND_OPERAND},
         {"test_area.py": APPROX_TESTS},
         correct=False,
-        broke="approx's and abs(a - e)'s difference probe, and == 0.785's, send the expected "
-        "number beside random decoys (3.6172...): the expected number is the short one",
     ),
     "same_class_equal": Case(
         {"solution.py": SAME_CLASS_EQUAL},
@@ -937,8 +930,6 @@ CASES: dict[str, Case] = {
         {"solution.py": EQUAL_BUT_SENTINEL},
         {"test_types.py": UNDECOYED_TESTS},
         correct=False,
-        broke="no decoy for date, Decimal, Fraction, Path, UUID, complex: the only probe is "
-        "the tests' `_Sentinel`, whose class name reaches the tested process",
     ),
     "warning_swallowed": Case(
         {"solution.py": WARNS},
@@ -1011,10 +1002,9 @@ def test_heldout(tmp_path: Path, name: str) -> None:
 
 
 # ---- the evidence cap: a long suite's guard report ------------------------------------------
-# The guard writes one line per test (~150 bytes); the verifier script sends
-# `tar -c verifier rollouts-guard | head -c EVIDENCE_CAP` (256 KiB). Past ~1700 tests the
-# report's last line, `finish`, is cut, and the rules grade 0 (`session_unfinished`): every
-# sample of such a task, the oracle's too (the fallback applies the same rules).
+# The guard used to write one line per test (~150 bytes) under a 256 KiB evidence cap: past
+# ~1700 tests the report's last line, `finish`, was cut and a correct solution graded 0
+# (`session_unfinished`). It now names only the first tests that did not pass.
 MANY_TESTS = """
 import pytest
 
@@ -1027,11 +1017,6 @@ def test_double_of_a_parametrized_case(word, n):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the guard's report of a 2500-test suite is 370 KB; cut at the 256 KiB evidence "
-    "cap, it loses `finish`: a correct solution is graded 0 (session_unfinished)",
-)
 def test_a_long_suite_is_graded_from_its_evidence(tmp_path: Path) -> None:
     import io
     import subprocess

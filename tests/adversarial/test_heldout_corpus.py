@@ -9,7 +9,6 @@ chance per grading (decoys are drawn afresh) are graded up to `TRIES` times and 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import uuid
 from collections.abc import Callable
 
@@ -32,17 +31,11 @@ def _plant(source: str) -> str:
 
 
 ATTACKS = {"decoy_median": _plant(DECOY_MEDIAN), "operand_verifier": _plant(OPERAND_VERIFIER)}
-TRIES = {"decoy_median": 16, "operand_verifier": 1}  # decoy_median wins one in ~2
-BROKE = {
-    "decoy_median": "the probe's operands reach the tested process at once; the real one is "
-    "the candidate every decoy is one substitution of",
-    "operand_verifier": "the expected value reaches the tested process as a probe operand; an "
-    "answer that checks candidates equals the real one only",
-}
+# decoy_median won one grading in ~2 while the decoys were its only check; what an object holds
+# is now asked before it sees an operand (trusted.py), so a second grading only guards chance.
+TRIES = {"decoy_median": 2, "operand_verifier": 1}
 CASES = [
-    pytest.param(
-        name, style, id=f"{name}-{style}", marks=pytest.mark.xfail(strict=True, reason=BROKE[name])
-    )
+    pytest.param(name, style, id=f"{name}-{style}")
     for name in ATTACKS
     for style in ("bundled", "pymethods")
 ]
@@ -77,43 +70,3 @@ async def test_heldout_attack(
     for reward, verdict, flags in outcomes:
         assert verdict == "graded", f"{name}: {verdict} ({outcomes})"
         assert reward == 0.0 or flags, f"{name}: a wrong solution scored {reward} unflagged"
-
-
-# A correct solution (the task's own oracle) on a suite of 2500 tests (camel-to-snake's cases,
-# parametrized): the guard's report passes the 256 KiB evidence cap and loses `finish`.
-LONG_SUITE = """
-import pytest
-
-from solution import fn
-
-CASES = [("getValue", "get_value"), ("HTTPServer", "http_server"), ("ABC", "abc")] * 834
-
-
-@pytest.mark.parametrize("name, expected", CASES)
-def test_case(name, expected):
-    assert fn(name) == expected
-"""
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the guard's report of a 2500-test suite passes the 256 KiB evidence cap: the "
-    "oracle is graded 0 (session_unfinished), through the boundary and in the fallback",
-)
-@pytest.mark.parametrize("plain", [False, True], ids=["boundary", "fallback"])
-async def test_a_long_suite_grades_its_oracle_1(
-    plain: bool, backend: DockerBackend, small_task: Callable[..., Task], case: CaseLog
-) -> None:
-    task = small_task(ATTACKED_TASK, agent=60, verifier=120)
-    files = dict(task.test_files, **{"test_solution.py": LONG_SUITE.encode()})
-    task = dataclasses.replace(task, id=f"{task.id}-long", test_files=files)
-    rec = case.add("long_suite", "oracle (run_oracle)" + (", fallback" if plain else ""))
-    r = await run_oracle(
-        task,
-        backend,
-        solve_script=None,
-        labels={"rollouts.rollout_id": f"adv-long-{uuid.uuid4().hex[:8]}"},
-        plain=plain,
-    )
-    rec.observed = {"reward": r.reward, "verdict": r.verdict.value, "flags": r.flags}
-    assert r.reward == 1.0, f"{r.verdict.value} {r.flags}: {r.output[-600:]}"
