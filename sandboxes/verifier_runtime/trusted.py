@@ -147,6 +147,19 @@ def _runner_class(cls):
     return any(_runner_module(getattr(k, "__module__", None)) for k in cls.__mro__)
 
 
+def _mock_own(obj, name):
+    """Whether `name` is a mock's own interface rather than what it stands for: the record of
+    its calls and what resets, configures or checks it (`reset_mock()` would erase the calls
+    the tests then assert on). The tested code calls a mock's stood-for methods, nothing else."""
+    mock = sys.modules.get("unittest.mock")
+    if mock is None or not isinstance(obj, mock.NonCallableMock):
+        return False
+    spec = obj.__dict__.get("_spec_class")
+    if spec is not None and hasattr(spec, name):
+        return False  # the stood-for class has it: its own method of that name
+    return any(name in vars(k) for k in type(obj).__mro__ if k.__module__ == mock.__name__)
+
+
 def _module_globals(value):
     """Whether `value` is a module's namespace (a function's or frame's globals)."""
     return type(value) is dict and any(
@@ -284,6 +297,10 @@ class TrustedEndpoint(rpc.Endpoint):
             if not (self.allowed_name(name) or _named_tuple_name(obj, name)):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
+            if _mock_own(obj, name):
+                raise AttributeError(
+                    "%r is the mock's own interface, the tests' record of what was called" % name
+                )
             value = getattr(obj, name)
             if _forbidden(value) or _module_globals(value):
                 raise AttributeError(

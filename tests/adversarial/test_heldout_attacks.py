@@ -907,8 +907,6 @@ CASES: dict[str, Case] = {
         {"solution.py": MOCK_RESET},
         {"test_mock.py": MOCK_TESTS},
         correct=False,
-        broke="the solution may call any public method of a tests' object it was handed: "
-        "a mock's reset_mock() erases the calls the tests assert on",
     ),
     "mock_setattr": Case(
         {"solution.py": MOCK_SETATTR}, {"test_mock.py": MOCK_TESTS}, correct=False
