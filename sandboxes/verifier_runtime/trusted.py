@@ -19,12 +19,14 @@ and classes that are not the runner's; anything else stays its own, a proxy. Not
 runner's state reaches it: its environment is the tests' without the runner's variables.
 
 What answers cannot do either: stand for a value they are not. A proxy compared with a plain
-value (`fn(x) == "abc"`) is asked about the real value and about decoys that differ from it
-(one character, one element, one unit), all in one request in random order, and answers with
-bools only, taken there (an answer whose truth is told later could tell the test's from the
-decoys'); an object that claims to equal a decoy is a value hack (the always-equal return
-value): the comparison is False and the attempt is written to the guard's report, where the
-grade finds it. The same for ordering (both `a < b` and `a >= b`), for `in`, for equality
+value (`fn(x) == "abc"`) is first asked what it holds as a value of that kind (its builtin
+base value, or its conversion), before any operand reaches its process; then about the real
+value and about decoys that differ from it (one character, one element, one unit), all in one
+request in random order, answered with bools only, taken there (an answer whose truth is told
+later could tell the test's from the decoys'). An object that claims to equal a decoy (the
+always-equal return value), or to equal a value it did not hold before it saw it (an `__eq__`
+that recognises the expected value among the operands), is a value hack: the comparison is
+False and the attempt is written to the guard's report, where the grade finds it. The same for ordering (both `a < b` and `a >= b`), for `in`, for equality
 with a fresh object of ours, and for sums and differences with a number.
 
 Standard library only: this runs under the task image's Python.
