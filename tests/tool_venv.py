@@ -1,5 +1,6 @@
 """The virtual environments in which another project's own code judges ours (SkyRL, verl,
-verifiers: tests/skyrl/skyrl_venv.py, tests/verl/verl_venv.py, tests/vf/vf_venv.py).
+verifiers, Harbor: tests/skyrl/skyrl_venv.py, tests/verl/verl_venv.py, tests/vf/vf_venv.py,
+tests/harbor_env.py).
 
 Each holds that project's packages installed without their dependencies (those name torch, ray,
 vllm, flash-attn and the like), then only the packages the judged modules import. A venv is
@@ -8,8 +9,9 @@ spec (the package lists and whatever else its builder names) changes; it is buil
 folder and moved into place once complete, so a half-built venv is never used.
 
 `prefetch` starts the builds the selected tests will need in the background as the run begins
-(tests/conftest.py), so they overlap the tests before them instead of holding up the first test
-that asks; that test's own `ensure` then waits on the lock and finds the venv built.
+(tests/conftest.py), one at a time, so they overlap the tests before them instead of holding up
+the first test that asks; that test's own `ensure` then waits on the lock and finds the venv
+built.
 """
 
 from __future__ import annotations
@@ -53,8 +55,11 @@ def ask(python: str | Path, code: str) -> str:
 
 def _run(cmd: list[str], timeout_s: float) -> None:
     # Output is kept, not printed: a build may run in the background while a test's output is
-    # captured; a failure says what went wrong in its exception.
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    # captured; a failure says what went wrong in its exception. At a lower priority: a build
+    # in the background leaves the CPU to the tests running beside it first.
+    proc = subprocess.run(
+        ["nice", "-n", "10", *cmd], capture_output=True, text=True, timeout=timeout_s
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
 
@@ -111,16 +116,22 @@ PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 def prefetch(
     nodeids: Sequence[str], builders: Sequence[tuple[ToolVenv, Callable[[], object]]]
 ) -> None:
-    """Start, each in a daemon thread, the builds whose venv a selected test (`nodeids`) uses.
-    A build that fails here is not reported: the test's own `ensure` then builds again and
-    fails with the reason."""
+    """Start, in a daemon thread, the builds whose venv a selected test (`nodeids`, in run
+    order) uses: one at a time, in the order the tests will need them. A build that fails here
+    is not reported: the test's own `ensure` then builds again and fails with the reason."""
+    first_use = {}
     for venv, build in builders:
-        if any(n.startswith(tuple(venv.used_by)) for n in nodeids):
-            threading.Thread(target=_quietly, args=(build,), daemon=True).start()
+        uses = [i for i, n in enumerate(nodeids) if n.startswith(tuple(venv.used_by))]
+        if uses:
+            first_use[build] = uses[0]
+    order = sorted(first_use, key=first_use.__getitem__)
+    if order:
+        threading.Thread(target=_quietly, args=(order,), daemon=True).start()
 
 
-def _quietly(build: Callable[[], object]) -> None:
-    try:
-        build()
-    except Exception:  # reported by the test that needs the venv
-        pass
+def _quietly(builds: list[Callable[[], object]]) -> None:
+    for build in builds:
+        try:
+            build()
+        except Exception:  # reported by the test that needs the venv
+            pass
