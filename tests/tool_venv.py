@@ -16,6 +16,7 @@ built.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import glob
 import hashlib
@@ -53,15 +54,31 @@ def ask(python: str | Path, code: str) -> str:
     ).stdout.strip()
 
 
+# Builds in progress: stopped when this process exits (a run that ends while one is under way
+# in the background), so no orphaned pip writes on into a folder the next build starts afresh.
+_RUNNING: set[subprocess.Popen] = set()
+
+
 def _run(cmd: list[str], timeout_s: float) -> None:
     # Output is kept, not printed: a build may run in the background while a test's output is
     # captured; a failure says what went wrong in its exception. At a lower priority: a build
     # in the background leaves the CPU to the tests running beside it first.
-    proc = subprocess.run(
-        ["nice", "-n", "10", *cmd], capture_output=True, text=True, timeout=timeout_s
-    )
+    nice = ["nice", "-n", "10", *cmd]
+    with subprocess.Popen(nice, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        _RUNNING.add(proc)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        finally:
+            proc.kill()  # a no-op once it has exited
+            _RUNNING.discard(proc)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-4000:]}")
+
+
+@atexit.register
+def _stop_builds() -> None:
+    for proc in list(_RUNNING):
+        proc.kill()
 
 
 @dataclass(frozen=True)
