@@ -1,10 +1,11 @@
 """A Python with Harbor 0.25.0 for the terminus-2 parity tests, built on demand and cached.
 
 The venv lives in ~/.cache/rollouts/harbor-venv (ROLLOUTS_HARBOR_VENV overrides; an interpreter
-named by ROLLOUTS_HARBOR_PYTHON is used as is). It is built with a Python >= 3.12 (Harbor's
-floor): `python3.12` or `python3.13` on PATH, or /root/.pyenv/versions/3.12.*. Harbor is
-installed without its dependencies, plus only what importing `harbor.agents.terminus_2` needs
-(pinned below), which keeps it to one pip run of wheels.
+named by ROLLOUTS_HARBOR_PYTHON is used as is), built by tests/tool_venv.py with a Python >= 3.12
+(Harbor's floor): `python3.12` or `python3.13` on PATH, or /root/.pyenv/versions/3.12.*. Harbor
+is installed without its dependencies, plus only what importing `harbor.agents.terminus_2` needs
+(pinned below). `import_profiles`: the terminus-2 profiles that `rollouts agent import-harbor`
+writes from it (tests/conftest.py's `harbor_profiles`: one import for the whole run).
 
 Without such a Python the tests skip, saying why; in CI (CI=true) they fail instead.
 """
@@ -16,8 +17,10 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NoReturn
 
 from tests.ci import unavailable
+from tests.tool_venv import CACHE, ToolVenv
 
 HARBOR = "harbor==0.25.0"
 # What `import harbor.agents.terminus_2` needs, found by importing it in a venv with --no-deps.
@@ -65,6 +68,13 @@ IMPORT_DEPS = [
     "yarl==1.25.1",
 ]
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+VENV = ToolVenv(
+    CACHE / "harbor-venv",
+    "ROLLOUTS_HARBOR_VENV",
+    [HARBOR, *IMPORT_DEPS],
+    [],
+    ("tests/e2e/test_harbor_parity.py", "tests/e2e/test_collect_harnesses.py"),
+)
 
 
 def _works(python: str) -> bool:
@@ -86,17 +96,7 @@ def _base_python() -> str | None:
     return next((c for c in candidates if c and _works(c)), None)
 
 
-def _imports_harbor(python: str) -> bool:
-    r = subprocess.run(
-        [python, "-c", "import harbor.agents.terminus_2"],
-        capture_output=True,
-        env={**os.environ, **ENV},
-        timeout=300,
-    )
-    return r.returncode == 0
-
-
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     unavailable(f"terminus-2 parity needs Harbor: {reason}")
 
 
@@ -105,23 +105,34 @@ def harbor_python() -> str:
     given = os.environ.get("ROLLOUTS_HARBOR_PYTHON")
     if given:
         return given
-    venv = Path(os.environ.get("ROLLOUTS_HARBOR_VENV", Path.home() / ".cache/rollouts/harbor-venv"))
-    python = venv / "bin" / "python"
-    if python.exists() and _imports_harbor(str(python)):
-        return str(python)
     base = _base_python()
     if base is None:
         _unavailable("no Python >= 3.12 on this machine (python3.12 on PATH or pyenv)")
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    steps = [
-        [base, "-m", "venv", str(venv)],
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", HARBOR, *IMPORT_DEPS],
-    ]
-    for cmd in steps:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            _unavailable(f"building {venv} failed: {' '.join(cmd[:4])}: {r.stderr[-2000:]}")
-    if not _imports_harbor(str(python)):
-        _unavailable(f"{python} cannot import harbor.agents.terminus_2")
-    return str(python)
+    try:
+        return str(VENV.ensure(base))
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        _unavailable(f"building {VENV.default_dir} failed: {e}")
+
+
+def ensure_if_available() -> None:
+    """Builds the venv where a Python >= 3.12 is found (tool_venv.prefetch)."""
+    base = _base_python()
+    if base is not None and not os.environ.get("ROLLOUTS_HARBOR_PYTHON"):
+        VENV.ensure(base)
+
+
+def import_profiles(python: str, out: Path) -> dict[str, Path]:
+    """terminus-2's json and xml profiles, imported from Harbor by `rollouts agent
+    import-harbor` into `out`."""
+    from typer.testing import CliRunner
+
+    from clients.cli import app
+
+    paths = {}
+    for variant in ("json", "xml"):
+        path = out / f"terminus-2-{variant}.toml"
+        args = ["agent", "import-harbor", "--out", str(path), "--variant", variant]
+        result = CliRunner().invoke(app, [*args, "--python", python], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        paths[variant] = path
+    return paths

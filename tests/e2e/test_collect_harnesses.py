@@ -8,7 +8,6 @@ messages; tool calls answered by tool messages."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,24 +19,7 @@ from service.agent.harnesses import build_harness, load_profile
 from service.trajectory import Status
 from tests.e2e.test_collect import TASKS, run_collect_cli
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harbor_env import harbor_python  # noqa: E402
-
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    python = harbor_python()
-    out = tmp_path_factory.mktemp("profiles")
-    paths = {}
-    for variant in ("json", "xml"):
-        path = out / f"terminus-2-{variant}.toml"
-        args = ["agent", "import-harbor", "--out", str(path), "--variant", variant]
-        result = CliRunner().invoke(app, [*args, "--python", python], catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-        paths[variant] = path
-    return paths
 
 
 def _prefix(template: str) -> str:
@@ -47,9 +29,9 @@ def _prefix(template: str) -> str:
 
 @pytest.mark.parametrize(("variant", "p_correct"), [("json", 1.0), ("xml", 0.0)])
 def test_collect_speaks_terminus_2(
-    tmp_path: Path, profiles: dict[str, Path], variant: str, p_correct: float
+    tmp_path: Path, harbor_profiles: dict[str, Path], variant: str, p_correct: float
 ) -> None:
-    path = profiles[variant]
+    path = harbor_profiles[variant]
     profile = load_profile(path)
     harness = build_harness("terminus-2", path)
     trajs, stdout, wall = run_collect_cli(

@@ -25,41 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from clients.cli import app
 from service.agent.harnesses import build_harness, load_profile
 from service.agent.harnesses.terminus2 import Terminus2Harness
 from service.agent.harnesses.terminus_summary import Call, CallFailed, Summarizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harbor_env import ENV, harbor_python  # noqa: E402
+from harbor_env import ENV  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "clients" / "harbor_probe.py"
 PROMPT = "root@sandbox:/app#"
 HEIGHT = 40
-
-
-@pytest.fixture(scope="module")
-def harbor() -> str:
-    return harbor_python()
-
-
-@pytest.fixture(scope="module")
-def profiles(harbor: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("profiles")
-    return {v: _import(harbor, out / f"terminus-2-{v}.toml", v) for v in ("json", "xml")}
-
-
-def _import(harbor: str, path: Path, variant: str) -> Path:
-    result = CliRunner().invoke(
-        app,
-        ["agent", "import-harbor", "--out", str(path), "--variant", variant, "--python", harbor],
-        catch_exceptions=False,
-    )
-    assert result.exit_code == 0, result.output
-    return path
 
 
 def _probe(harbor: str, mode: str, request: dict, tmp_path: Path) -> dict:
@@ -260,9 +237,9 @@ async def _ours(harness: Terminus2Harness, sc: dict[str, Any]) -> tuple[list[str
 
 @pytest.mark.parametrize("variant", ["json", "xml"])
 def test_scripted_episode_matches_harbor(
-    variant: str, harbor: str, profiles: dict[str, Path], tmp_path: Path
+    variant: str, harbor: str, harbor_profiles: dict[str, Path], tmp_path: Path
 ) -> None:
-    harness = build_harness("terminus-2", profiles[variant])
+    harness = build_harness("terminus-2", harbor_profiles[variant])
     sc = scenario(variant, harness.error_marker)
     theirs = _probe(harbor, "episode", sc, tmp_path)
     assert theirs["failure"] is None, theirs["failure"]
@@ -368,9 +345,9 @@ def _corpus(variant: str) -> list[str]:
 
 @pytest.mark.parametrize("variant", ["json", "xml"])
 def test_parsers_and_output_cap_match_harbor(
-    variant: str, harbor: str, profiles: dict[str, Path], tmp_path: Path
+    variant: str, harbor: str, harbor_profiles: dict[str, Path], tmp_path: Path
 ) -> None:
-    harness = build_harness("terminus-2", profiles[variant])
+    harness = build_harness("terminus-2", harbor_profiles[variant])
     replies = [r.replace("@MARKER@", harness.error_marker) for r in _corpus(variant)]
     outputs = [
         "short",
@@ -396,8 +373,8 @@ def test_parsers_and_output_cap_match_harbor(
     assert [harness.limit(o) for o in outputs] == theirs["limited"]
 
 
-def test_import_writes_loadable_profiles(profiles: dict[str, Path]) -> None:
-    for variant, path in profiles.items():
+def test_import_writes_loadable_profiles(harbor_profiles: dict[str, Path]) -> None:
+    for variant, path in harbor_profiles.items():
         profile = load_profile(path)
         assert (profile.harness, profile.variant) == ("terminus-2", variant)
         assert "harbor 0.25.0" in profile.source
@@ -410,12 +387,12 @@ def test_import_writes_loadable_profiles(profiles: dict[str, Path]) -> None:
         assert first["role"] == "user" and "Do the thing." in first["content"]
         assert PROMPT + "\n" * HEIGHT in first["content"]
     # The hash covers the content, not the file's layout.
-    a, b = (load_profile(p).hash for p in profiles.values())
+    a, b = (load_profile(p).hash for p in harbor_profiles.values())
     assert a != b
 
 
 def test_xml_salvage_ends_the_episode_as_in_harbor(
-    harbor: str, profiles: dict[str, Path], tmp_path: Path
+    harbor: str, harbor_profiles: dict[str, Path], tmp_path: Path
 ) -> None:
     """A cut XML reply that still holds a whole response: Harbor salvages it and its agent then
     fails on the salvaged text; our harness ends the episode there."""
@@ -432,7 +409,7 @@ def test_xml_salvage_ends_the_episode_as_in_harbor(
     theirs = _probe(harbor, "episode", sc, tmp_path)
     assert theirs["failure"] and theirs["failure"].startswith("AttributeError")
     assert len(theirs["prompts"]) == 1 and theirs["sent"] == []
-    harness = build_harness("terminus-2", profiles["xml"])
+    harness = build_harness("terminus-2", harbor_profiles["xml"])
     ours, sent = asyncio.run(_ours(harness, sc))
     assert ours == theirs["prompts"] and sent == []
 
@@ -542,7 +519,7 @@ async def _ours_summarizing(harness: Terminus2Harness, sc: dict[str, Any]) -> di
     ids=lambda c: c[0],
 )  # fmt: skip
 def test_summarization_matches_harbor(
-    case: tuple, harbor: str, profiles: dict[str, Path], tmp_path: Path
+    case: tuple, harbor: str, harbor_profiles: dict[str, Path], tmp_path: Path
 ) -> None:
     name, kinds, limit, threshold = case
     if name == "proactive":
@@ -550,7 +527,7 @@ def test_summarization_matches_harbor(
     else:
         subs = ["SUMMARY two.", "QUESTIONS two?", "ANSWERS two.", None, "SHORT three.",
                 None, None]  # fmt: skip
-    harness = build_harness("terminus-2", profiles["json"])
+    harness = build_harness("terminus-2", harbor_profiles["json"])
     sc = summarizing_scenario(kinds, limit, threshold, subs)
     theirs = _probe(harbor, "episode", sc, tmp_path)
     assert theirs["failure"] is None, theirs["failure"]

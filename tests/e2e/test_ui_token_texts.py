@@ -29,7 +29,7 @@ from service.trajectory import Status, Timings, Trajectory
 from tests.browser_env import chromium, screenshot
 from tests.ci import unavailable
 from tests.e2e.live import ROOT, wait_until
-from tests.segments_fixture import summarized
+from tests.trajectories import summarized
 from tests.unit.test_ui_tokens import QWEN3
 
 # "<|im_start|>user\nSay hi 🦜<|im_end|>\n<|im_start|>assistant\n"

@@ -37,7 +37,7 @@ from skyrl.train.config import SkyRLTrainConfig  # noqa: E402
 from clients import skyrl as cs  # noqa: E402
 from clients import skyrl_output as so  # noqa: E402
 from service.trajectory import Status  # noqa: E402
-from tests.segments_fixture import plain, summarized  # noqa: E402
+from tests.trajectories import plain, summarized  # noqa: E402
 
 N = 2  # samples per prompt in the generator's call (each a whole stand-in episode)
 

@@ -240,8 +240,8 @@ async def _regraded(tmp_path: Path, oracle_reward: float, choice: str) -> tuple[
     from service.regrade import plan, run
     from service.store import GroupPlan, Store, group_id_for, sample_trajectory_id
     from service.wire import RolloutRequest, TasksSpec
+    from tests.trajectories import make_trajectory
     from tests.unit.test_regrade_store import _graded, _kept
-    from tests.unit.test_store import make_trajectory
 
     store = Store(tmp_path / "data")
     store.open()

@@ -20,7 +20,7 @@ from service.payload_codec import payload_dict
 from service.store import GroupPlan, Store, group_id_for, sample_trajectory_id
 from service.store.workspaces import pack_snapshot
 from service.trajectory import Grading, Status, Trajectory
-from tests.unit.test_store import make_trajectory
+from tests.trajectories import make_trajectory
 
 LEASE = dict(rollout_id=None, lease_s=60.0, policy_version=0, max_staleness=None)
 

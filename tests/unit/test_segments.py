@@ -47,10 +47,10 @@ from service.trajectory import (
 )
 from standin.engine import StubSettings
 from standin.server import build_app
-from tests.segments_fixture import summarized
+from tests.trajectories import make_trajectory, summarized
 from tests.unit.live_service import Runner, Server, make_settings, trajectory
 from tests.unit.test_harnesses import synthetic_terminus_profile, write_profile
-from tests.unit.test_store import lease_kwargs, make_trajectory
+from tests.unit.test_store import lease_kwargs
 
 TASKS = str(Path(__file__).resolve().parents[2] / "examples" / "tasks")
 

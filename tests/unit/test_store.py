@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import subprocess
@@ -29,36 +28,7 @@ from service.store import (
     with_advantage,
 )
 from service.trajectory import Status, Trajectory, empty_trajectory
-
-
-def make_trajectory(
-    trajectory_id: str,
-    rollout_id: str,
-    group_id: str,
-    task_id: str,
-    index: int,
-    *,
-    reward: float | None = 1.0,
-    status: Status = Status.ok,
-    version: int = 0,
-    n_tokens: int = 4,
-) -> Trajectory:
-    return Trajectory(
-        trajectory_id=trajectory_id,
-        rollout_id=rollout_id,
-        group_id=group_id,
-        task_id=task_id,
-        sample_index=index,
-        policy_version_start=version,
-        policy_version_end=version,
-        prompt_token_ids=list(range(n_tokens)),
-        response_token_ids=list(range(n_tokens)),
-        loss_mask=[1] * n_tokens,
-        rollout_logprobs=[-0.5] * n_tokens,
-        reward=reward,
-        status=status,
-    )
-
+from tests.trajectories import make_trajectory
 
 N = 4
 
@@ -255,7 +225,7 @@ WRITER = textwrap.dedent(
     import asyncio, sys
     from service.advantages import AdvantageConfig
     from service.store import GroupPlan, Store
-    from service.trajectory import Status, Trajectory
+    from tests.trajectories import make_trajectory
 
     async def main(path):
         s = Store(path)
@@ -282,9 +252,7 @@ async def test_committed_trajectories_survive_sigkill(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            WRITER.replace(
-                "async def main", inspect.getsource(make_trajectory) + "\n\nasync def main"
-            ),
+            WRITER,
             str(tmp_path),
         ],
         stdout=subprocess.PIPE,

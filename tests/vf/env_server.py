@@ -12,7 +12,7 @@ from typing import Any
 
 from clients.commands.policy_stub import stop_process
 from tests.ci import unavailable
-from tests.skyrl.skyrl_venv import find_python312
+from tests.tool_venv import find_python312
 from tests.vf.vf_venv import ensure_venv
 
 ROOT = Path(__file__).resolve().parents[2]
