@@ -219,6 +219,7 @@ def runtime_bytecode(grader: Grader) -> dict[str, bytes]:
                     cfile=str(pyc),
                     dfile=f"/{RUNTIME_DIR}/{name}",
                     doraise=True,
+                    optimize=0,  # as the container runs it, whatever flags the service has
                     invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
                 )
                 out[f"__pycache__/{name.removesuffix('.py')}.{tag}.pyc"] = pyc.read_bytes()
