@@ -28,11 +28,15 @@ import functools
 import hashlib
 import importlib.resources
 import io
+import py_compile
 import secrets
+import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
@@ -194,6 +198,38 @@ def grader_version(runtime: Mapping[str, bytes], rules_source: bytes) -> str:
     return h.hexdigest()[:16]
 
 
+_bytecode_by_version: dict[str, dict[str, bytes]] = {}
+
+
+def runtime_bytecode(grader: Grader) -> dict[str, bytes]:
+    """The runtime's modules compiled by this interpreter, as `__pycache__/NAME.TAG.pyc` beside
+    them: every interpreter of the tests and of the tested code would otherwise compile them
+    again (the upload is fresh each time). Hash-checked: a module's bytecode is used only
+    while its source has the same content, and only by a Python of this one's cache tag
+    (cpython-311), which is also what makes the format the same; any other compiles the source
+    as before. Made from the grader's own sources, so it says nothing they do not."""
+    if grader.version not in _bytecode_by_version:
+        tag = sys.implementation.cache_tag
+        out: dict[str, bytes] = {}
+        with tempfile.TemporaryDirectory(prefix="rollouts-bytecode-") as tmp:
+            for name, source in grader.runtime.items():
+                if name == "pytest_guard.py" or not name.endswith(".py") or tag is None:
+                    continue  # the guard goes to tests/ as conftest.py, where pytest loads it
+                src, pyc = Path(tmp, name), Path(tmp, name + "c")
+                src.write_bytes(source)
+                py_compile.compile(
+                    str(src),
+                    cfile=str(pyc),
+                    dfile=f"/{RUNTIME_DIR}/{name}",
+                    doraise=True,
+                    optimize=0,  # as the container runs it, whatever flags the service has
+                    invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+                )
+                out[f"__pycache__/{name.removesuffix('.py')}.{tag}.pyc"] = pyc.read_bytes()
+        _bytecode_by_version[grader.version] = out
+    return _bytecode_by_version[grader.version]
+
+
 @functools.cache
 def default_grader() -> Grader:
     """The grader this code ships: reward.grade and sandboxes/verifier_runtime/*.py."""
@@ -212,10 +248,12 @@ def plugin_autoload(task: Task) -> bool:
 def write_upload(out: _Sender, task: Task, workspace: bytes, grader: Grader | None = None) -> None:
     """One tar, written to `out` a block at a time (never whole in memory): the workspace
     sanitized (it must have passed `check_workspace` with the same prefix) under
-    rollouts/workspace/, the verifier runtime under rollouts/lib/, and the task's tests under
+    rollouts/workspace/, the verifier runtime under rollouts/lib/ with its bytecode
+    (`runtime_bytecode`), and the task's tests under
     tests/ with the pytest guard as tests/conftest.py (the task's own conftest renamed beside
     it); AUTOLOAD_FLAG if the task asks for plugin autoload."""
-    runtime = dict((grader or default_grader()).runtime)
+    grader = grader or default_grader()
+    runtime = dict(grader.runtime)
     tests = dict(task.test_files)
     if GUARD_CONFTEST in tests:
         tests[TASK_CONFTEST] = tests.pop(GUARD_CONFTEST)
@@ -223,6 +261,7 @@ def write_upload(out: _Sender, task: Task, workspace: bytes, grader: Grader | No
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as dst:  # type: ignore[arg-type]
         copy_workspace(workspace, dst, prefix=WORKSPACE_DIR)
         add_files(dst, runtime, prefix=RUNTIME_DIR)
+        add_files(dst, runtime_bytecode(grader), prefix=RUNTIME_DIR)
         add_files(dst, tests, prefix="tests")
         if plugin_autoload(task):
             add_files(dst, {AUTOLOAD_FLAG: b""})

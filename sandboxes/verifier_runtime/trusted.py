@@ -46,7 +46,9 @@ import resource
 import socket
 import subprocess
 import sys
+import time
 import types
+import warnings
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -835,15 +837,51 @@ def _spawn(argv, **kwargs):
     return subprocess.Popen(argv, **kwargs), None
 
 
+def _as_tested_user(action, limit_s=30.0):
+    """Run `action` in a fork of this process switched to the tested user, and wait for it (at
+    most `limit_s`, then kill it). A fork, not a new interpreter (which cost more CPU than all
+    the rest of ending the tested code): it runs nothing but `action` and `os._exit`. This
+    process made itself non-dumpable before it started any tested code (`_not_dumpable`), and
+    the fork is too (inherited, and the switch of user sets it again), so the tested user
+    cannot read its memory or trace it while it runs; what the tested code might do to it is
+    what it could do to the interpreter this replaced: stop it, which the limit ends."""
+    with warnings.catch_warnings():
+        # Python 3.12 warns of fork() in a process with threads: the fork only makes system
+        # calls and exits, and a warning turned into an error must not skip the kill.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+    if pid == 0:
+        try:
+            _drop_privileges()
+            action()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + limit_s
+    delay = 0.0002
+    try:
+        while os.waitpid(pid, os.WNOHANG)[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    except ChildProcessError:  # reaped already (the tests ignore SIGCHLD)
+        pass
+
+
+def _kill_everything_of_mine():
+    os.kill(-1, 9)
+
+
 def _kill_tested_user():
     """Kill everything the tested code started (daemons included, which could otherwise
     rewrite files the rest of test.sh reads): kill(-1) sent as the tested user reaches exactly
     that user's processes, in one pass of the kernel."""
-    killer = [sys.executable, "-I", "-S", "-c", "import os; os.kill(-1, 9)"]
-    try:
-        subprocess.run(killer, preexec_fn=_drop_privileges, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        pass
+    _as_tested_user(_kill_everything_of_mine)
 
 
 def _grant_handed(ep, msg):
@@ -860,14 +898,7 @@ def _grant_handed(ep, msg):
             access.grant(path, uid, roots, ep.made_after)
 
 
-# Run as the tested user after a program the tests ran: kill every process of that user that
-# is not a child of one of the tests' processes (root's, not PID 1). What the program started,
-# daemons included, goes (its children are reparented to PID 1 as it ends); the tested
-# processes of the tests' imports, and other programs still running, stay.
-_END_PROGRAM = """
-import os
-
-def owner_and_parent(pid):
+def _owner_and_parent(pid):
     uid = ppid = None
     with open("/proc/%s/status" % pid) as f:
         for line in f:
@@ -877,34 +908,32 @@ def owner_and_parent(pid):
                 ppid = int(line.split()[1])
     return uid, ppid
 
-me = os.getuid()
-for _ in range(100):
-    killed = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            uid, ppid = owner_and_parent(pid)
-            if uid != me or int(pid) == os.getpid():
-                continue
-            if ppid != 1 and owner_and_parent(ppid)[0] == 0:
-                continue
-            os.kill(int(pid), 9)
-            killed += 1
-        except (OSError, ValueError, TypeError):
-            pass
-    if not killed:
-        break
-"""
+
+def _end_programs_processes():
+    """Run as the tested user after a program the tests ran: kill every process of that user
+    that is not a child of one of the tests' processes (root's, not PID 1). What the program
+    started, daemons included, goes (its children are reparented to PID 1 as it ends); the
+    tested processes of the tests' imports, and other programs still running, stay."""
+    me, mine = os.getuid(), os.getpid()
+    for _ in range(100):
+        killed = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                uid, ppid = _owner_and_parent(pid)
+                if uid != me or int(pid) == mine:
+                    continue
+                if ppid != 1 and _owner_and_parent(ppid)[0] == 0:
+                    continue
+                os.kill(int(pid), 9)
+                killed += 1
+            except (OSError, ValueError, TypeError):
+                pass
+        if not killed:
+            break
 
 
 def _end_program():
-    try:
-        subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _END_PROGRAM],
-            preexec_fn=_drop_privileges,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        pass
+    _as_tested_user(_end_programs_processes)
 
 
 def _end_tested(ep):

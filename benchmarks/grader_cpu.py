@@ -1,0 +1,272 @@
+"""Where the CPU of our containers goes in an oracle trial: by container, and by step of the
+verifier script and of the task's test.sh, from the containers' own cgroup accounting.
+
+    python -m benchmarks.grader_cpu [--tasks examples/tasks] [--trials 12] [--grader DIR ...]
+
+- by container: the cpuacct usage of each agent and verifier container, read just before it is
+  removed (the warm pool's idle time included, as a trial pays it), per trial; beside it the
+  floor, the same solve.sh and test.sh by one exec in a running container;
+- by step: the verifier script and test.sh with a mark after each step, which reads the
+  container's usage (a bash builtin, so the marks cost nothing measurable), graded as usual.
+
+Each `--grader DIR` is a checkout whose sandboxes/verifier_runtime and verifier script grade a
+further set of trials, interleaved with this checkout's, so two graders are compared side by
+side on the same machine load (CPU-seconds, not wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib.util
+import os
+import re
+import statistics
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import sandboxes.verifier as verifier
+from benchmarks.sandbox_throughput import FloorContainers, floor_upload
+from sandboxes.docker_adapter import DockerAdapter
+from sandboxes.docker_backend import BackendSettings, DockerBackend
+from sandboxes.images import ImageResolver, ensure_base_image
+from sandboxes.isolation import container_args
+from sandboxes.oracle import run_oracle
+from sandboxes.pool import PoolSettings
+from sandboxes.reward import grade
+from sandboxes.task import Task
+from sandboxes.tasks import load_tasks
+
+CGROUP = Path("/sys/fs/cgroup/cpuacct/docker")
+# In the container: its own group is the root of the cpuacct hierarchy it sees.
+_MARK = (
+    'mark() { local u; read -r u </sys/fs/cgroup/cpuacct/cpuacct.usage; echo "@@cpu $1 $u" >&2; }'
+)
+_MARK_LINE = re.compile(r"@@cpu (\S+) (\d+)")
+
+
+class MeteredAdapter(DockerAdapter):
+    """Reads each container's CPU usage just before removing it, by kind (agent or verifier)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind: dict[str, str] = {}
+        self.used: dict[str, list[float]] = {"agent": [], "verifier": []}
+
+    async def create_container(self, args: dict[str, Any]) -> str:
+        cid = await super().create_container(args)
+        verifying = "rollouts-verify" in args.get("command", [])
+        self.kind[cid] = "verifier" if verifying else "agent"
+        return cid
+
+    async def remove(self, container_id: str) -> None:
+        kind = self.kind.pop(container_id, None)
+        usage = CGROUP / container_id / "cpuacct.usage"
+        if kind is not None and usage.exists():
+            self.used[kind].append(int(usage.read_text()) / 1e9)
+        await super().remove(container_id)
+
+
+def marked_script(script: str) -> str:
+    """The verifier script with a mark after each step (the anchors are its own lines)."""
+    anchors = [
+        ("read -r nonce tested_uid", "started"),
+        ("  verdict 90 - 0; exit 0\nfi", "folders"),
+        ("tar -x --no-same-owner -C / -f -", "unpacked"),
+        ("chmod -R a+rX,go-w", "chmod"),
+        ('  echo \'{"event": "view", "python": false}\' >>"$report"\nfi', "view"),
+        ("rc=$?", "tests"),
+        ("sleep 0.05; kill -KILL -1 2>/dev/null", "killed"),
+        ('verdict "$rc" "$mode" "$timed_out"', "verdict"),
+        ("cd /logs && tar -c", "evidence"),
+    ]
+    out = script.replace("trap '' TERM INT HUP", "trap '' TERM INT HUP\n" + _MARK, 1)
+    for anchor, name in anchors:
+        at = out.index(anchor)
+        end = out.index("\n", at + len(anchor))
+        out = out[:end] + f"\nmark {name}" + out[end:]
+    return out
+
+
+def marked_test_sh(test_sh: bytes) -> bytes:
+    """test.sh with marks after its first line and around each python3 run (one per line that
+    starts one, for the layout of the bundled tasks' test.sh)."""
+    lines = test_sh.decode().splitlines()
+    out: list[str] = []
+    n = 0
+    for i, line in enumerate(lines):
+        out.append(line)
+        if i == 0:
+            out += [_MARK, "mark test_sh_start"]
+        if line.startswith("rc=$?") or line == ")":
+            n += 1
+            out.append(f"mark python_{n}")
+    out.append("mark test_sh_end")
+    return ("\n".join(out) + "\n").encode()
+
+
+def load_checkout(checkout: Path) -> tuple[Any, dict[str, bytes]]:
+    """A checkout's sandboxes/verifier.py (loaded apart: its script and upload) and runtime
+    files."""
+    spec = importlib.util.spec_from_file_location(
+        f"_grader_{uuid.uuid4().hex[:6]}", checkout / "sandboxes" / "verifier.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    folder = checkout / "sandboxes" / "verifier_runtime"
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.suffix == ".py"}
+    return module, files
+
+
+async def floor_cpu(
+    adapter: DockerAdapter, args: dict[str, Any], image: str, task: Task, trials: int
+) -> tuple[list[float], dict[str, list[float]]]:
+    floor = FloorContainers(adapter)
+    await floor.ensure(args, image, 1)
+    cid = floor.all[0]
+    usage = CGROUP / cid / "cpuacct.usage"
+    out: list[float] = []
+    marks: dict[str, list[float]] = {}
+    try:
+        script = "\n".join(
+            [
+                "rm -rf /app/* /tmp/solution /logs/verifier /tests/*",
+                "mkdir -p /logs/verifier /tmp/solution",
+                "tar -x --no-same-owner -C / || exit 91",
+                "bash /tmp/solution/solve.sh >/dev/null 2>&1",
+                "bash /tests/test.sh 2>&1 >/dev/null | grep @@cpu",
+                "cat /logs/verifier/reward.txt",
+            ]
+        )
+        for _ in range(trials):
+            before = int(usage.read_text())
+            result, _ = await adapter.exec_stream(
+                cid, ["bash", "-c", script], stdin=floor_upload(task), timeout_s=300
+            )
+            out.append((int(usage.read_text()) - before) / 1e9)
+            text = result.output.text()
+            assert text.strip().endswith("\n1"), text
+            _record_marks(marks, text)
+    finally:
+        await floor.aclose()
+    return out, marks
+
+
+@dataclasses.dataclass
+class Arm:
+    name: str
+    script: str
+    upload: Any  # the checkout's verifier.write_upload
+    backend: DockerBackend
+    adapter: MeteredAdapter
+    plain: bool = False  # the calibration fallback's layout: no stubs, no tested process
+    marks: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+
+def _record_marks(marks: dict[str, list[float]], output: str) -> None:
+    """Each mark's usage minus the one before; "whole": the last mark's (the container's
+    usage from its start, as the verifier script nears its end)."""
+    last = None
+    for name, ns in _MARK_LINE.findall(output):
+        v = int(ns) / 1e9
+        if last is not None:
+            marks.setdefault(name, []).append(v - last)
+        last = v
+    if last is not None:
+        marks.setdefault("whole", []).append(last)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    await ensure_base_image()
+    tasks = load_tasks(args.tasks)[: args.task_count]
+    marked = [
+        dataclasses.replace(
+            t, test_files={**t.test_files, "test.sh": marked_test_sh(t.test_files["test.sh"])}
+        )
+        for t in tasks
+    ]
+    arms = []
+    checkouts = [("this", Path(__file__).resolve().parents[1])] + [
+        (str(p), Path(p).resolve()) for p in args.grader
+    ]
+    for name, checkout in checkouts:
+        module, runtime = load_checkout(checkout)
+        script = module._SCRIPT  # noqa: SLF001
+        adapter = MeteredAdapter()
+        grader = verifier.Grader(grade, runtime, f"profile-{name}")
+        backend = DockerBackend(
+            BackendSettings(pool=PoolSettings(warm_per_key=1)),
+            adapter=adapter,
+            resolver=ImageResolver(adapter),
+            grader=grader,
+        )
+        script = marked_script(script) if args.marks else script
+        arms.append(Arm(name, script, module.write_upload, backend, adapter))
+    if args.plain:  # this checkout again, graded as plain pytest with the guard
+        first = arms[0]
+        arms.append(dataclasses.replace(first, name="this, plain", plain=True, marks={}))
+    labels = {"rollouts.rollout_id": f"grader-cpu-{uuid.uuid4().hex[:6]}"}
+    load = []
+    try:
+        for rep in range(args.trials + 1):  # the first round warms up, unmeasured
+            for arm in arms:
+                for task in marked if args.marks else tasks:
+                    # Read at each verification by verifier_container_args and _send_upload.
+                    verifier._SCRIPT, verifier.write_upload = arm.script, arm.upload  # noqa: SLF001
+                    load.append(os.getloadavg()[0])
+                    r = await run_oracle(
+                        task, arm.backend, solve_script=None, labels=labels, plain=arm.plain
+                    )
+                    if r.reward != 1.0:
+                        raise SystemExit(f"{arm.name} {task.id}: {r.status} {r.output[-2000:]}")
+                    if rep > 0:
+                        _record_marks(arm.marks, r.output)
+                    await _settle(arm.backend)
+                if rep == 0:
+                    for k in arm.adapter.used:
+                        arm.adapter.used[k].clear()
+                    arm.marks.clear()
+        task = (marked if args.marks else tasks)[0]
+        image = await arms[0].backend.resolver.resolve(task)
+        floor, floor_marks = await floor_cpu(
+            DockerAdapter(), container_args(task, labels, image), image, task, args.trials
+        )
+    finally:
+        for arm in arms:
+            await arm.backend.aclose()
+    print(f"load average while measured: {statistics.mean(load):.1f} (2 cores)")
+    print(f"floor (one exec: solve.sh + test.sh): {statistics.median(floor):.3f} CPU-s")
+    for name, values in floor_marks.items():
+        print(f"    {name:>18}: {statistics.median(values) * 1e3:7.1f} ms (median)")
+    for arm in arms:
+        used = arm.adapter.used
+        agent = statistics.median(used["agent"]) if used["agent"] else float("nan")
+        print(f"[{arm.name}] agent container: {agent:.3f} CPU-s (median of {len(used['agent'])})")
+        for name, values in arm.marks.items():
+            print(f"    {name:>18}: {statistics.median(values) * 1e3:7.1f} ms (median)")
+
+
+async def _settle(backend: DockerBackend) -> None:
+    pending = backend.pool._tasks  # noqa: SLF001 - benchmark instrumentation only
+    while pending:
+        await asyncio.gather(*list(pending), return_exceptions=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="examples/tasks")
+    ap.add_argument("--task-count", type=int, default=1)
+    ap.add_argument("--trials", type=int, default=6)
+    ap.add_argument("--marks", action="store_true", help="mark each step (script and test.sh)")
+    ap.add_argument("--plain", action="store_true", help="also this checkout's plain layout")
+    ap.add_argument("--grader", action="append", default=[], help="another checkout to compare")
+    asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
