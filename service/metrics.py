@@ -12,7 +12,7 @@ from service.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from sandboxes.calibration import Calibrator
-    from service.policy.fleet import PolicyStats
+    from service.policy.servers import PolicyStats
     from service.store import DiskBudget
 
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)

@@ -58,7 +58,7 @@ from service.agent.tokens import (
     base_renderings,
     observation_messages,
 )
-from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState, ServerUnasked
+from service.policy.fleet import PolicyFleet
 from service.policy.generations import (
     COMPLETIONS,
     GENERATE,
@@ -73,6 +73,7 @@ from service.policy.generations import (
 )
 from service.policy.holds import Holds
 from service.policy.routing import NoServerInRotation, PolicyRouter
+from service.policy.servers import PolicyStats, ServerOut, ServerState, ServerUnasked
 from service.policy.transport import (
     ContextLengthError,
     NoRoute,

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from service.policy.fleet import PolicyFleet, ServerState
 from service.policy.generations import GENERATE, route_missing
 from service.policy.routing import NoServerInRotation, PolicyRouter
+from service.policy.servers import PolicyServers, ServerState
 from service.policy.vllm_wire import ErrorResponse
 
 _MAX_BACKOFF_S = 30.0
@@ -63,7 +63,7 @@ class PolicyTransport:
     def __init__(
         self,
         router: PolicyRouter,
-        fleet: PolicyFleet,
+        fleet: PolicyServers,
         *,
         timeout_s: float,
         max_retries: int,
