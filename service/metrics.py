@@ -150,7 +150,7 @@ class Metrics:
 
 
 class _PolicyUpdates:
-    """The policy client's weight-update counters (service/policy/fleet.py's PolicyStats)."""
+    """The policy client's weight-update counters (service/policy/servers.py's PolicyStats)."""
 
     COUNTERS = {
         "policy_pauses": ("pauses", "Policy server pauses the service made"),
