@@ -202,6 +202,20 @@ class PolicyClient:
         """The policy servers' base URLs, normalised."""
         return list(self._router.urls)
 
+    # The settings of its requests (transport.py applies them).
+
+    @property
+    def timeout_s(self) -> float:
+        return self._transport.timeout_s
+
+    @property
+    def max_retries(self) -> int:
+        return self._transport.max_retries
+
+    @property
+    def backoff_s(self) -> float:
+        return self._transport.backoff_s
+
     @property
     def pause_poll_s(self) -> float:
         """How often a request held by a paused server asks whether it still is."""
@@ -362,7 +376,7 @@ class PolicyClient:
             )
         sampling = sampling_fields(params, n, room)
         http = self._transport.client()
-        retries = self._transport.max_retries
+        retries = self.max_retries
         last = "no attempt made"
         for attempt in range(retries + 1):
             await self._transport.backoff(attempt)
