@@ -239,7 +239,12 @@ class PolicyFleet(PolicyServers):
     # ------------------------------------------------------------ steps
 
     async def _adopt(self, s: ServerState, tag: str | None) -> None:
-        """A server with the control routes that reports `tag`: see `_probe`."""
+        """A server with the control routes that reports `tag`, asked (`_probe`). The current
+        version, or an older one the service left it with (a tag that did not reach it), is
+        served; a fresh engine ("default": started, or restarted) is brought to the weights of
+        the last update the service loaded, or tagged with the current version when the
+        version never changed while the service ran (the operator started it with the current
+        weights); anything else leaves rotation."""
         s.managed = True
         version = parse_version(tag)
         if version is not None and version in (self.target, s.version):

@@ -279,11 +279,7 @@ class PolicyServers:
 
     async def _probe(self, s: ServerState) -> None:
         """What the server serves, asked before its first request and after each of its
-        faults. The current version, or an older one the service left it with (a tag that
-        did not reach it), is served; a fresh engine ("default": started, or restarted) is
-        brought to the weights of the last update the service loaded, or tagged with the
-        current version when the version never changed while the service ran (the operator
-        started it with the current weights); anything else leaves rotation."""
+        faults; what becomes of it then is `_adopt`'s."""
         s.asked = True
         try:
             r = await self._send(s, "GET", "/weight_info", None, timeout=self.probe_timeout_s)
