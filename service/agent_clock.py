@@ -19,8 +19,8 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from service.policy.fleet import ServerState
 from service.policy.holds import Holds
+from service.policy.servers import ServerState
 
 log = logging.getLogger(__name__)
 

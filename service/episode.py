@@ -1,11 +1,12 @@
-"""One group of samples of one task: the multi-turn agent loop, policy <-> sandbox, then the
-verifier. Every sample ends as a Trajectory; faults become masked statuses, never exceptions."""
+"""One group of samples of one task: the shared first turn, then per sample its sandbox and the
+multi-turn agent loop, policy <-> sandbox, under the agent's clock, then the verifier and the
+trajectory. The turns themselves, token by token, are episode_turns.py's. Every sample ends as a
+Trajectory; faults become masked statuses, never exceptions."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,11 +23,12 @@ from sandboxes.backend import (
 )
 from sandboxes.calibration import Calibration, Calibrator
 from sandboxes.task import Task
-from service.agent.harnesses import Harness, HarnessSession, ProfileError, build_harnesses
+from service.agent.harnesses import Harness, ProfileError, build_harnesses
 from service.agent.harnesses.sandbox_terminal import SandboxTerminal
 from service.agent.tokens import InvariantError, TokenLedger
 from service.agent_clock import MAX_HOLD_S, AgentClock
 from service.episode_summary import EpisodeSummaries
+from service.episode_turns import Episode, EpisodeTurns, policy_failed, turn_seed
 from service.policy.client import ContextLengthError, PolicyClient, PolicyError, PolicyFault
 from service.policy.generations import Generation
 from service.policy.holds import Holds, PauseProbe
@@ -39,7 +41,6 @@ from service.trajectory import (
     OnStart,
     OnTrajectory,
     Status,
-    Timings,
     Trajectory,
     VerifierFile,
     empty_trajectory,
@@ -61,22 +62,6 @@ _STATUS_OF_VERDICT = {
 
 def status_of(verdict: Verdict) -> Status:
     return _STATUS_OF_VERDICT[verdict]
-
-
-def _turn_seed(sample_seed: int | None, turn: int | str, part: int = 0) -> int | None:
-    """The seed of a turn's request, from the sample's seed alone (service.sample.sample_seed):
-    the first turn's is the sample's own (an n-sample request seeded s gives its choice j the
-    seed s + j, and a group's samples have consecutive seeds). A turn continued after an abort
-    (`part` 1, 2, ...) gets a seed of its own: reusing the turn's would replay the random numbers
-    its first part already consumed, and the continuation would not be a fair sample given the
-    partial output. A summarization call's `turn` is a key naming it (service/episode_summary.py).
-    """
-    if sample_seed is None:
-        return None
-    if turn == 0 and part == 0:
-        return sample_seed
-    digest = hashlib.sha256(f"{sample_seed}:{turn}:{part}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def _seed_runs(samples: list[SampleSpec]) -> list[list[int]]:
@@ -104,25 +89,6 @@ class _FirstTurn:
     error: PolicyFault | None = None
     seconds: float = 0.0
     held_s: float = 0.0  # of `seconds`, held by paused servers
-
-
-@dataclass
-class _Episode:
-    """Mutable state of one sample while it runs."""
-
-    spec: SampleSpec
-    harness: Harness
-    ledger: TokenLedger
-    messages: list[Message]
-    version: int  # the policy version when it started (for a sample that generated nothing)
-    holds: Holds  # its generation requests' time held by paused servers (not the agent's)
-    timings: Timings = field(default_factory=Timings)
-    num_turns: int = 0
-    stop_reason: str | None = None
-    status: Status = Status.ok
-    generated_tokens: int = 0
-    kept: KeptWorkspace | None = None  # its final workspace, kept for regrading
-    summaries: EpisodeSummaries | None = None  # its harness summarizes its context
 
 
 def graded_status(status: Status, mask_agent_timeout: bool) -> Status:
@@ -158,6 +124,7 @@ class EpisodeRunner:
         self.sandboxes = sandboxes
         self.current_version = current_version
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.turns = EpisodeTurns(policy, self.template_kwargs)
         self.harnesses = dict(harnesses) if harnesses is not None else build_harnesses()
         self.default_harness = default_harness
         self.max_hold_s = max_hold_s
@@ -175,6 +142,7 @@ class EpisodeRunner:
         other = copy.copy(self)
         other.policy = policy
         other.current_version = current_version
+        other.turns = EpisodeTurns(policy, other.template_kwargs)
         other._probe = PauseProbe(policy.fleet, policy.pause_poll_s)
         return other
 
@@ -345,10 +313,10 @@ class EpisodeRunner:
             tools=harness.tools(),
             sample=group_key,
         )
-        budget = self._turn_budget(len(first.prompt_ids), spec0.sampling.max_tokens)
+        budget = self.turns.budget(len(first.prompt_ids), spec0.sampling.max_tokens)
 
         async def run(positions: list[int]) -> list[Generation]:
-            seed = _turn_seed(samples[positions[0]].seed, 0)
+            seed = turn_seed(samples[positions[0]].seed, 0)
             params = replace(spec0.sampling, seed=seed, max_tokens=budget)
             return await self.policy.complete(
                 first.prompt_ids, params, n=len(positions), sample=group_key, holds=holds
@@ -358,9 +326,6 @@ class EpisodeRunner:
         for positions in _seed_runs(samples):  # one run, unless some samples ran before
             by_position.update(zip(positions, await run(positions), strict=True))
         first.generations = [by_position[i] for i in range(len(samples))]
-
-    def _turn_budget(self, seq_len: int, max_tokens: int) -> int:
-        return max(1, min(max_tokens, self.policy.max_model_len - seq_len))
 
     async def _run_sample(
         self,
@@ -376,7 +341,7 @@ class EpisodeRunner:
         started: float,
         calibration: asyncio.Future[Calibration | None] | None,
     ) -> None:
-        ep = _Episode(
+        ep = Episode(
             spec=spec,
             harness=harness,
             ledger=TokenLedger(prompt_ids=list(first.prompt_ids)),
@@ -407,7 +372,7 @@ class EpisodeRunner:
                         list(first.prompt_ids), gen.token_ids, gen.logprobs, gen.versions
                     )
             if ep.status is Status.ok and first.error is not None:
-                self._policy_failed(ep, first.error)
+                policy_failed(ep, first.error)
             elif ep.status is Status.ok and sandbox is not None:
                 await self._agent_loop(task, ep, sandbox, first.generations[position])
             if sandbox is not None and ep.status in _VERIFIED_STATUSES:
@@ -426,18 +391,10 @@ class EpisodeRunner:
                 ep.timings.teardown_s += time.monotonic() - t0
         ep.timings.total_s = time.monotonic() - started
         ep.timings.held_s = first.held_s + ep.holds.total_s()
-        await on_trajectory(self._trajectory(task, ep, verify))
-
-    def _policy_failed(self, ep: _Episode, error: PolicyFault) -> None:
-        ep.ledger.rewind_to_last_generation()
-        if isinstance(error, ContextLengthError):
-            ep.status, ep.stop_reason = Status.context_length, "length"
-        else:
-            ep.status = Status.policy_error
-            ep.messages.append(Message(role="system", content=f"policy error: {error}"))
+        await on_trajectory(_trajectory(task, ep, verify, self.template_kwargs(spec)))
 
     async def _agent_loop(
-        self, task: Task, ep: _Episode, sandbox: Sandbox, first: Generation
+        self, task: Task, ep: Episode, sandbox: Sandbox, first: Generation
     ) -> None:
         limits = ep.spec.agent
         timeout_s = limits.timeout_s or task.config.agent_timeout_sec
@@ -446,7 +403,7 @@ class EpisodeRunner:
         if ep.harness.summarizer is not None:
             first_user = next(m.content for m in ep.messages if m.role == "user")
             ep.summaries = EpisodeSummaries(
-                self, ep.harness.summarizer, task.instruction, first_user
+                self.turns, ep.harness.summarizer, task.instruction, first_user
             )
         # Starts after the first turn: its generation, and the time a pause held it, are not
         # the agent's.
@@ -456,10 +413,10 @@ class EpisodeRunner:
                 t0 = time.monotonic()
                 await session.start(terminal)
                 ep.timings.agent_s += time.monotonic() - t0
-                await self._turns(ep, session, terminal, first)
+                await self.turns.run(ep, session, terminal, first)
         except TimeoutError:
             if clock.held_too_long is not None:  # the policy's fault: masked and re-run
-                self._policy_failed(ep, PolicyError(clock.held_too_long))
+                policy_failed(ep, PolicyError(clock.held_too_long))
             else:
                 ep.ledger.rewind_to_last_generation()
                 ep.status = Status.agent_timeout
@@ -471,7 +428,7 @@ class EpisodeRunner:
             ep.status = Status.policy_error
             ep.messages.append(Message(role="system", content=f"token invariant broken: {e}"))
         except PolicyFault as e:  # e.g. decoding a reply that ended on a stop string
-            self._policy_failed(ep, e)
+            policy_failed(ep, e)
         except AgentCausedSandboxFault as e:
             # The agent wrecked its own sandbox: the episode ends and is graded (0 once the
             # workspace is gone), never masked, or wrecking it would beat an honest 0.
@@ -482,205 +439,10 @@ class EpisodeRunner:
             ep.status = Status.sandbox_error
             ep.messages.append(Message(role="system", content=f"sandbox error: {e}"))
 
-    async def _turns(
-        self,
-        ep: _Episode,
-        session: HarnessSession,
-        terminal: SandboxTerminal,
-        gen: Generation | None,
-    ) -> None:
-        spec = ep.spec
-        tools = ep.harness.tools()
-        summaries = ep.summaries
-        for turn in range(spec.agent.max_turns):
-            sent = ep.ledger.sequence()
-            if gen is None:
-                gen = await self._generate(ep, turn, 0, spec.sampling.max_tokens)
-                if gen is None and await self._summarize_when_full(ep, terminal, turn):
-                    # Harbor answers the turn from the rewritten conversation.
-                    sent = ep.ledger.sequence()
-                    gen = await self._generate(ep, f"{turn}:handoff", 0, spec.sampling.max_tokens)
-                if gen is None:
-                    return
-            done = await self._whole_turn(ep, turn, sent, gen)
-            if done is None:
-                return
-            turn_ids, gen = done
-            ep.num_turns = turn + 1
-            ep.stop_reason = gen.finish_reason
-            text = await self._reply_text(gen, turn_ids, spec.trajectory_id)
-            ep.messages.append(Message(role="assistant", content=text))
-            if summaries is not None:
-                summaries.replied(ep, text, gen)
-            truncated = gen.finish_reason == "length"
-            if truncated and len(ep.ledger) >= self.policy.max_model_len and summaries is None:
-                # Cut by the end of the context, not by max_tokens: nothing more fits.
-                ep.status = Status.context_length
-                return
-
-            t0 = time.monotonic()
-            step = await session.step(text, terminal, truncated=truncated)
-            ep.timings.agent_s += time.monotonic() - t0
-            if step.note:
-                ep.messages.append(Message(role="system", content=step.note))
-            if step.done or turn == spec.agent.max_turns - 1:
-                return
-            ep.messages.extend(Message(role=m["role"], content=m["content"]) for m in step.messages)
-            # Ended on an end-of-sequence token: the model's EOS (stop_reason None) or another
-            # one of the generation config's, which vLLM reports as a stop token id.
-            turn_closed = gen.finish_reason == "stop" and not isinstance(gen.stop_reason, str)
-            if summaries is not None:
-                summaries.observed(step.messages[-1]["content"])
-                # Before the next turn, as Harbor checks: the conversation so far, without the
-                # observation, against the threshold; summarized, the observation is dropped.
-                if await summaries.proactive(ep, terminal, turn):
-                    gen = None
-                    continue
-            delta = await self._tokenize_observation(ep, step.messages, turn_closed, tools)
-            if delta is None:
-                return
-            free = self.policy.max_model_len - len(ep.ledger) - len(delta)
-            if free <= 0:
-                # The engine would refuse the turn: its context is full.
-                ep.status, ep.stop_reason = Status.context_length, "length"
-                if not await self._summarize_when_full(ep, terminal, turn):
-                    return
-            else:
-                ep.ledger.add_observation(delta)
-            gen = None
-
-    async def _summarize_when_full(
-        self, ep: _Episode, terminal: SandboxTerminal, turn: int
-    ) -> bool:
-        """The engine's context is full (the episode's status says so): a harness that
-        summarizes rewrites the conversation (True, the status reset); otherwise the episode
-        ends with `context_length`."""
-        if ep.summaries is None or ep.status is not Status.context_length:
-            return False
-        ep.status, ep.stop_reason = Status.ok, None
-        await ep.summaries.passive(ep, terminal, turn)
-        return True
-
-    async def _complete(
-        self, ep: _Episode, ledger: TokenLedger, turn: int | str, part: int, max_tokens: int
-    ) -> Generation:
-        """One generation from `ledger`'s sequence (raises PolicyFault; ContextLengthError when
-        nothing more fits)."""
-        spec = ep.spec
-        prompt = ledger.sequence()
-        if self.policy.max_model_len - len(prompt) <= 0:
-            raise ContextLengthError(f"{len(prompt)} tokens fill the context")
-        t0 = time.monotonic()
-        try:
-            params = replace(
-                spec.sampling,
-                seed=_turn_seed(spec.seed, turn, part),
-                max_tokens=self._turn_budget(len(prompt), max_tokens),
-            )
-            (gen,) = await self.policy.complete(
-                prompt, params, n=1, sample=spec.trajectory_id, holds=ep.holds
-            )
-        finally:
-            ep.timings.generate_s += time.monotonic() - t0
-        return gen
-
-    async def _generate(
-        self, ep: _Episode, turn: int | str, part: int, max_tokens: int
-    ) -> Generation | None:
-        """The sample's next generation from the ledger's sequence (None: the episode ended,
-        its status set)."""
-        try:
-            return await self._complete(ep, ep.ledger, turn, part, max_tokens)
-        except PolicyFault as e:
-            self._policy_failed(ep, e)
-            return None
-
-    async def _call_turn(
-        self, ep: _Episode, ledger: TokenLedger, turn: str
-    ) -> tuple[list[int], Generation]:
-        """A whole turn generated on `ledger` (a summarization call), continued after aborts
-        like a main turn (raises PolicyFault)."""
-        gen = await self._complete(ep, ledger, turn, 0, ep.spec.sampling.max_tokens)
-        done = await self._whole_turn(ep, turn, ledger.sequence(), gen, ledger)
-        if done is None:  # only a main turn's failure ends the episode here
-            raise PolicyError("summarization call failed")
-        return done
-
-    async def _whole_turn(
-        self,
-        ep: _Episode,
-        turn: int | str,
-        sent: list[int],
-        gen: Generation,
-        ledger: TokenLedger | None = None,
-    ) -> tuple[list[int], Generation] | None:
-        """Record a turn's generation; while it comes back aborted (a pause with mode abort),
-        keep its partial tokens and ask for the rest of the turn from the sequence so far, with
-        what is left of its max_tokens. Returns the turn's token ids and its last generation
-        (None: the episode ended, its status set). `ledger`: a summarization call's, whose
-        faults are raised (default: the main conversation's)."""
-        main = ledger is None
-        ledger = ep.ledger if ledger is None else ledger
-        turn_ids: list[int] = []
-        part = 0
-        while True:
-            ledger.add_generation(sent, gen.token_ids, gen.logprobs, gen.versions)
-            ep.generated_tokens += len(gen.token_ids)
-            turn_ids += gen.token_ids
-            if gen.finish_reason != "abort":
-                return turn_ids, gen
-            left = ep.spec.sampling.max_tokens - len(turn_ids)
-            if left <= 0:  # aborted on its last token: the turn is complete, cut by max_tokens
-                return turn_ids, replace(gen, finish_reason="length", stop_reason=None)
-            part += 1
-            sent = ledger.sequence()
-            if main:
-                nxt = await self._generate(ep, turn, part, left)
-                if nxt is None:
-                    return None
-            else:
-                nxt = await self._complete(ep, ledger, turn, part, left)
-            gen = nxt
-
-    async def _tokenize_observation(
-        self,
-        ep: _Episode,
-        observation: list[dict[str, Any]],
-        turn_closed: bool,
-        tools: list[dict[str, Any]] | None,
-    ) -> list[int] | None:
-        # One user message goes as its text (the form every template renders the same way).
-        one_user = len(observation) == 1 and observation[0]["role"] == "user"
-        try:
-            return await self.policy.observation_delta(
-                observation[0]["content"] if one_user else observation,
-                turn_closed=turn_closed,
-                chat_template_kwargs=self.template_kwargs(ep.spec),
-                tools=tools,
-                sample=ep.spec.trajectory_id,
-            )
-        except PolicyFault as e:
-            self._policy_failed(ep, e)
-            return None
-
-    async def _reply_text(self, gen: Generation, turn_ids: list[int], sample: str) -> str:
-        # With a stop string the text ends before it while the ids include it: the ids are the
-        # truth, so decode them to see what the model actually produced.
-        if isinstance(gen.stop_reason, str):
-            return await self.policy.detokenize(turn_ids, sample=sample)
-        if len(turn_ids) != len(gen.token_ids):
-            # A turn continued after an abort: decode it whole (a character may straddle the
-            # parts), without the end-of-sequence token, which a reply's text never shows.
-            closed = gen.finish_reason == "stop" and turn_ids
-            return await self.policy.detokenize(
-                turn_ids[:-1] if closed else turn_ids, sample=sample
-            )
-        return gen.text
-
     async def _verify(
         self,
         task: Task,
-        ep: _Episode,
+        ep: Episode,
         sandbox: Sandbox,
         calibration: asyncio.Future[Calibration | None] | None,
     ) -> VerifyResult:
@@ -711,7 +473,7 @@ class EpisodeRunner:
         return result
 
     async def _keep(
-        self, workspace: bytes, ep: _Episode, known_blobs: KnownBlobs
+        self, workspace: bytes, ep: Episode, known_blobs: KnownBlobs
     ) -> KeptWorkspace | None:
         """The workspace the verifier is about to receive, for regrading. Failing to keep it
         costs the sample nothing but its regrades."""
@@ -723,70 +485,74 @@ class EpisodeRunner:
             log.warning("%s: final workspace not kept: %s", ep.spec.trajectory_id, e)
             return None
 
-    def _trajectory(self, task: Task, ep: _Episode, verify: VerifyResult | None) -> Trajectory:
-        status, reward = ep.status, None
-        output = ""
-        if verify is not None:
-            output = verify.output
-            reward = verify.reward
-            if verify.verdict is not Verdict.graded:
-                # The verifier's verdict (timeout, error, crash) outranks how the agent ended.
-                status = status_of(verify.verdict)
-            else:
-                status = graded_status(status, ep.spec.agent.mask_agent_timeout)
-        ep.ledger.validate()
-        segments = ep.summaries.segments(ep.ledger) if ep.summaries is not None else []
-        # The oldest and newest weights behind its generated tokens, in every segment (staleness
-        # counts from the oldest); a sample that generated nothing, the version it started under.
-        versions = [seg.response_policy_versions for seg in segments] or [ep.ledger.versions]
-        generated = [v for vs in versions for v in vs if v >= 0] or [ep.version]
-        files = [
-            VerifierFile(path=path, content=content)
-            for path, content in (verify.files.items() if verify is not None else ())
-        ]
-        gradings = []
-        if verify is not None and verify.verdict is not Verdict.infrastructure:
-            gradings.append(
-                Grading(
-                    reward=reward,
-                    status=status,
-                    reward_flags=list(verify.flags),
-                    verifier_files=files,
-                    grader_version=verify.grader_version,
-                    tests_digest=verify.tests_digest or task.tests_digest,
-                    graded_at=time.time(),
-                )
+
+def _trajectory(
+    task: Task, ep: Episode, verify: VerifyResult | None, chat_template_kwargs: dict[str, Any]
+) -> Trajectory:
+    """The sample's record, from its episode and its verifier's result (None: not verified)."""
+    status, reward = ep.status, None
+    output = ""
+    if verify is not None:
+        output = verify.output
+        reward = verify.reward
+        if verify.verdict is not Verdict.graded:
+            # The verifier's verdict (timeout, error, crash) outranks how the agent ended.
+            status = status_of(verify.verdict)
+        else:
+            status = graded_status(status, ep.spec.agent.mask_agent_timeout)
+    ep.ledger.validate()
+    segments = ep.summaries.segments(ep.ledger) if ep.summaries is not None else []
+    # The oldest and newest weights behind its generated tokens, in every segment (staleness
+    # counts from the oldest); a sample that generated nothing, the version it started under.
+    versions = [seg.response_policy_versions for seg in segments] or [ep.ledger.versions]
+    generated = [v for vs in versions for v in vs if v >= 0] or [ep.version]
+    files = [
+        VerifierFile(path=path, content=content)
+        for path, content in (verify.files.items() if verify is not None else ())
+    ]
+    gradings = []
+    if verify is not None and verify.verdict is not Verdict.infrastructure:
+        gradings.append(
+            Grading(
+                reward=reward,
+                status=status,
+                reward_flags=list(verify.flags),
+                verifier_files=files,
+                grader_version=verify.grader_version,
+                tests_digest=verify.tests_digest or task.tests_digest,
+                graded_at=time.time(),
             )
-        trajectory = Trajectory(
-            trajectory_id=ep.spec.trajectory_id,
-            rollout_id=ep.spec.rollout_id,
-            group_id=ep.spec.group_id,
-            task_id=task.id,
-            sample_index=ep.spec.sample_index,
-            policy_version_start=min(generated),
-            policy_version_end=max(generated),
-            prompt_token_ids=ep.ledger.prompt_ids,
-            response_token_ids=ep.ledger.response_ids,
-            loss_mask=ep.ledger.loss_mask,
-            rollout_logprobs=ep.ledger.logprobs,
-            response_policy_versions=ep.ledger.versions,
-            segments=segments,
-            reward=reward,
-            status=status,
-            stop_reason=ep.stop_reason,
-            num_turns=ep.num_turns,
-            messages=ep.messages,
-            verifier_output=output,
-            reward_flags=list(verify.flags) if verify is not None else [],
-            verifier_files=files,
-            timings=ep.timings,
-            sampling=ep.spec.sampling,
-            chat_template_kwargs=self.template_kwargs(ep.spec),
-            harness=ep.harness.name,
-            harness_profile_hash=ep.harness.profile.hash,
-            sample_seed=ep.spec.seed,
-            tests_digest=gradings[-1].tests_digest if gradings else task.tests_digest,
-            gradings=gradings,
         )
-        trajectory._workspace = ep.kept
-        return trajectory
+    trajectory = Trajectory(
+        trajectory_id=ep.spec.trajectory_id,
+        rollout_id=ep.spec.rollout_id,
+        group_id=ep.spec.group_id,
+        task_id=task.id,
+        sample_index=ep.spec.sample_index,
+        policy_version_start=min(generated),
+        policy_version_end=max(generated),
+        prompt_token_ids=ep.ledger.prompt_ids,
+        response_token_ids=ep.ledger.response_ids,
+        loss_mask=ep.ledger.loss_mask,
+        rollout_logprobs=ep.ledger.logprobs,
+        response_policy_versions=ep.ledger.versions,
+        segments=segments,
+        reward=reward,
+        status=status,
+        stop_reason=ep.stop_reason,
+        num_turns=ep.num_turns,
+        messages=ep.messages,
+        verifier_output=output,
+        reward_flags=list(verify.flags) if verify is not None else [],
+        verifier_files=files,
+        timings=ep.timings,
+        sampling=ep.spec.sampling,
+        chat_template_kwargs=chat_template_kwargs,
+        harness=ep.harness.name,
+        harness_profile_hash=ep.harness.profile.hash,
+        sample_seed=ep.spec.seed,
+        tests_digest=gradings[-1].tests_digest if gradings else task.tests_digest,
+        gradings=gradings,
+    )
+    trajectory._workspace = ep.kept
+    return trajectory

@@ -41,7 +41,7 @@ from service.trajectory import Message, Segment, SegmentKind
 
 
 class _Episode(Protocol):
-    """What of an episode's state (service/episode.py) a summarization reads and rewrites."""
+    """What of an episode's state (service/episode_turns.py) a summarization reads and rewrites."""
 
     ledger: TokenLedger
     messages: list[Message]
@@ -49,18 +49,18 @@ class _Episode(Protocol):
     harness: Any
 
 
-class _Runner(Protocol):
-    """What of the episode runner (service/episode.py) the calls use: it imports this module."""
+class _Turns(Protocol):
+    """What of the episode's turns (service/episode_turns.py) the calls use: it imports this
+    module."""
 
     policy: PolicyClient
+    template_kwargs: Callable[[Any], dict[str, Any]]
 
-    def template_kwargs(self, spec: Any) -> dict[str, Any]: ...
-
-    async def _call_turn(
+    async def call_turn(
         self, ep: Any, ledger: TokenLedger, turn: str
     ) -> tuple[list[int], Generation]: ...
 
-    async def _reply_text(self, gen: Generation, turn_ids: list[int], sample: str) -> str: ...
+    async def reply_text(self, gen: Generation, turn_ids: list[int], sample: str) -> str: ...
 
 
 @dataclass
@@ -96,10 +96,8 @@ def _copy(ledger: TokenLedger, length: int | None = None) -> TokenLedger:
 class EpisodeSummaries:
     """One episode's conversation as Harbor's chat keeps it, and its summarizations."""
 
-    def __init__(
-        self, runner: _Runner, summarizer: Summarizer, instruction: str, first: str
-    ) -> None:
-        self.runner = runner
+    def __init__(self, turns: _Turns, summarizer: Summarizer, instruction: str, first: str) -> None:
+        self.turns = turns
         self.summarizer = summarizer
         self.instruction = instruction
         self.chat: list[dict[str, Any]] = []  # Harbor's chat.messages
@@ -127,7 +125,7 @@ class EpisodeSummaries:
     async def proactive(self, ep: _Episode, terminal: Terminal, turn: int) -> bool:
         """Summarize before the next turn if too little is free; True: the conversation was
         rewritten (the pending observation dropped)."""
-        free = self.runner.policy.max_model_len - len(ep.ledger)
+        free = self.turns.policy.max_model_len - len(ep.ledger)
         if not self.summarizer.proactive_due(free):
             return False
         self.count += 1
@@ -144,7 +142,7 @@ class EpisodeSummaries:
         """The engine's context is full: unwind, then summarize (full, short or fallback) and
         rewrite the conversation."""
         self.count += 1
-        limit = self.runner.policy.max_model_len
+        limit = self.turns.policy.max_model_len
         # The sizes the unwinding can ask for: the whole history less 0, 1, 2, ... pairs.
         counts = {k: await self._tokens(ep, k) for k in range(len(self.chat), -1, -2)}
         kept = self.summarizer.unwind(len(self.chat), lambda k: limit - counts[k])
@@ -179,7 +177,7 @@ class EpisodeSummaries:
         return self.main
 
     async def _run_call(self, ep: _Episode, turn: int, call: Call) -> str:
-        runner = self.runner
+        turns = self.turns
         history, request = call.messages[:-1], call.messages[-1]["content"]
         parent: _Piece | None = None
         inherited = 0  # the response tokens taken from the parent's sequence
@@ -200,10 +198,10 @@ class EpisodeSummaries:
             ledger = TokenLedger(prompt_ids=await self._render(ep, call.messages))
         key = f"{turn}:summarization{self.count}:{call.kind}"
         try:
-            turn_ids, gen = await runner._call_turn(ep, ledger, key)
+            turn_ids, gen = await turns.call_turn(ep, ledger, key)
         except ContextLengthError as e:
             raise CallFailed(str(e)) from e
-        text = await runner._reply_text(gen, turn_ids, ep.spec.trajectory_id)
+        text = await turns.reply_text(gen, turn_ids, ep.spec.trajectory_id)
         kind = SegmentKind(call.kind)
         piece = _Piece(kind, ledger, parent, inherited, _closed(gen))
         self.pieces.append(piece)
@@ -216,19 +214,19 @@ class EpisodeSummaries:
     async def _render(
         self, ep: _Episode, messages: list[dict[str, Any]], generation_prompt: bool = True
     ) -> list[int]:
-        return await self.runner.policy.tokenize_messages(
+        return await self.turns.policy.tokenize_messages(
             messages,
             add_generation_prompt=generation_prompt,
-            chat_template_kwargs=self.runner.template_kwargs(ep.spec),
+            chat_template_kwargs=self.turns.template_kwargs(ep.spec),
             tools=ep.harness.tools(),
             sample=ep.spec.trajectory_id,
         )
 
     async def _delta(self, ep: _Episode, content: str, closed: bool) -> list[int]:
-        return await self.runner.policy.observation_delta(
+        return await self.turns.policy.observation_delta(
             content,
             turn_closed=closed,
-            chat_template_kwargs=self.runner.template_kwargs(ep.spec),
+            chat_template_kwargs=self.turns.template_kwargs(ep.spec),
             tools=ep.harness.tools(),
             sample=ep.spec.trajectory_id,
         )

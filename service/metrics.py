@@ -12,7 +12,7 @@ from service.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from sandboxes.calibration import Calibrator
-    from service.policy.fleet import PolicyStats
+    from service.policy.servers import PolicyStats
     from service.store import DiskBudget
 
 STAGE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800)
@@ -150,7 +150,7 @@ class Metrics:
 
 
 class _PolicyUpdates:
-    """The policy client's weight-update counters (service/policy/fleet.py's PolicyStats)."""
+    """The policy client's weight-update counters (service/policy/servers.py's PolicyStats)."""
 
     COUNTERS = {
         "policy_pauses": ("pauses", "Policy server pauses the service made"),

@@ -14,16 +14,10 @@ A sample holds its slot for its episode only: when the runner says the episode i
 sample moves to one of as many slots for verifying and committing, and the next sample starts
 generating while it verifies (the policy server need not wait for the tests).
 
-A sample masked by a fault a re-run can cure (service.trajectory.RETRYABLE_STATUSES: the
-sandboxes' or the policy servers', never the agent's) runs again in a fresh sandbox under the
-current policy, up to `retry_masked` times (the request's, else the service's), queued at its
-group's place: ahead of groups that came after it. It is not re-run when its rollout was
-cancelled, nor when max_staleness is set and its group is already too stale for it (its oldest
-committed token more than max_staleness versions behind the current one: the lease would drop or
-re-queue the group anyway). Every sample ends as one committed trajectory: from the runner (its
-`attempts` says how many runs it took), or `cancelled` when its rollout is cancelled, or a
-masked `sandbox_error` if the runner broke its contract (raised, or returned without reporting a
-sample).
+A finished sample's trajectory is committed and published, or the sample runs again
+(service/outcomes.py). Every sample ends as one committed trajectory: from the runner, or
+`cancelled` when its rollout is cancelled, or a masked `sandbox_error` if the runner broke its
+contract (raised, or returned without reporting a sample).
 """
 
 from __future__ import annotations
@@ -34,7 +28,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sandboxes.task import Task
@@ -42,6 +35,7 @@ from service.concurrency import ConcurrencyController
 from service.errors import Busy, InvalidRequest
 from service.events import EventHub
 from service.metrics import Metrics
+from service.outcomes import RERUN_READY_TIMEOUT_S, Rollout, SampleOutcomes, Work
 from service.sample import RETRY_MASKED, SampleSpec, sample_seed
 from service.store import (
     GroupPlan,
@@ -52,15 +46,12 @@ from service.store import (
     sample_trajectory_id,
 )
 from service.trajectory import (
-    RETRYABLE_STATUSES,
     OnEpisodeEnd,
     OnStart,
     OnTrajectory,
     Status,
     Trajectory,
     empty_trajectory,
-    only_last_segment,
-    segment_outline,
 )
 from service.wire import RolloutRequest
 
@@ -68,11 +59,6 @@ log = logging.getLogger(__name__)
 
 # (path, ids, limit) -> tasks, read lazily as they are taken; blocking, run in a worker thread.
 TaskLoader = Callable[[str, list[str] | None, int | None], Iterable[Task]]
-# A re-run is queued once the service is ready again (every readiness check passes: a policy
-# server answers, the sandboxes can be created), so that an outage does not use up a sample's
-# re-runs in seconds; past this long it is delivered masked instead.
-RERUN_READY_TIMEOUT_S = 600.0
-RERUN_READY_POLL_S = 2.0
 
 
 class GroupRunner(Protocol):
@@ -100,25 +86,6 @@ class QueueFull(Busy):
     def __init__(self, queued: int, limit: int, requested: int) -> None:
         self.queued, self.limit, self.requested = queued, limit, requested
         super().__init__(f"sample queue is full: {queued} queued + {requested} requested > {limit}")
-
-
-@dataclass
-class _Rollout:
-    id: str
-    request: RolloutRequest
-    tasks: dict[str, Task]
-    running: set[asyncio.Task[None]] = field(default_factory=set)
-    queued: set[_Work] = field(default_factory=set)
-    cancelled: bool = False
-
-
-@dataclass(eq=False)
-class _Work:
-    rollout: _Rollout
-    group_id: str
-    task_id: str
-    samples: list[SampleSpec]  # not yet started: what this work counts in queued_samples
-    order: int  # its place among the works of its priority; a group's re-runs keep it
 
 
 class _Slots:
@@ -209,18 +176,28 @@ class Scheduler:
         self.max_concurrent = max_concurrent_samples
         self.max_queued = max_queued_samples
         self.current_version = current_version
-        self.max_staleness = max_staleness
-        self.retry_masked = retry_masked
-        self.ready = ready
-        self.ready_timeout_s = ready_timeout_s
         self.events = events or EventHub()
         self.metrics = metrics
         self.on_group_ready = on_group_ready
         self.queued_samples = 0
         self.running_samples = 0
-        self._rollouts: dict[str, _Rollout] = {}
+        self._rollouts: dict[str, Rollout] = {}
+        self._outcomes = SampleOutcomes(
+            store,
+            self._rollouts,
+            self._enqueue,
+            self._update_gauges,
+            current_version=current_version,
+            max_staleness=max_staleness,
+            retry_masked=retry_masked,
+            ready=ready,
+            ready_timeout_s=ready_timeout_s,
+            events=self.events,
+            metrics=metrics,
+            on_group_ready=on_group_ready,
+        )
         # (-priority, order, sequence, work): a work put back keeps its place.
-        self._queue: asyncio.PriorityQueue[tuple[int, int, int, _Work]] = asyncio.PriorityQueue()
+        self._queue: asyncio.PriorityQueue[tuple[int, int, int, Work]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self.concurrency_control = concurrency_control
         # Samples in their episode: the controller's level when there is one.
@@ -305,12 +282,12 @@ class Scheduler:
         if created != rollout_id:  # the same request, already submitted under this key
             return created
         self.events.publish(rollout_id, "submitted", {"id": rollout_id})
-        ctx = _Rollout(rollout_id, request, {t.id: t for t in tasks})
+        ctx = Rollout(rollout_id, request, {t.id: t for t in tasks})
         self._rollouts[rollout_id] = ctx
         for plan in plans:
             specs = [self._spec(ctx, plan.group_id, plan.task_id, k, tid)
                      for k, tid in enumerate(plan.trajectory_ids)]  # fmt: skip
-            self._enqueue(_Work(ctx, plan.group_id, plan.task_id, specs, next(self._seq)))
+            self._enqueue(Work(ctx, plan.group_id, plan.task_id, specs, next(self._seq)))
         return rollout_id
 
     async def cancel(self, rollout_id: str) -> None:
@@ -356,7 +333,7 @@ class Scheduler:
 
     # -- internals
 
-    def _spec(self, ctx: _Rollout, gid: str, task_id: str, index: int, tid: str) -> SampleSpec:
+    def _spec(self, ctx: Rollout, gid: str, task_id: str, index: int, tid: str) -> SampleSpec:
         return SampleSpec(
             trajectory_id=tid,
             rollout_id=ctx.id,
@@ -371,13 +348,13 @@ class Scheduler:
             policy=ctx.request.policy.to_target() if ctx.request.policy is not None else None,
         )
 
-    def _enqueue(self, work: _Work) -> None:
+    def _enqueue(self, work: Work) -> None:
         work.rollout.queued.add(work)
         self.queued_samples += len(work.samples)
         self._put(work)
         self._update_gauges()
 
-    def _put(self, work: _Work) -> None:
+    def _put(self, work: Work) -> None:
         key = (-work.rollout.request.priority, work.order, next(self._seq))
         self._queue.put_nowait((*key, work))
 
@@ -389,7 +366,7 @@ class Scheduler:
             ctx = self._rollouts.get(rollout_id)
             if ctx is None:
                 request = RolloutRequest.model_validate_json(groups[0].request_json)
-                ctx = _Rollout(rollout_id, request, {})
+                ctx = Rollout(rollout_id, request, {})
                 self._rollouts[rollout_id] = ctx
             missing = sorted({g.task_id for g in groups} - set(ctx.tasks))
             if missing:
@@ -405,7 +382,7 @@ class Scheduler:
                 ctx.tasks.update({t.id: t for t in loaded})
             for g in groups:
                 specs = [self._spec(ctx, g.group_id, g.task_id, k, tid) for tid, k in g.samples]
-                self._enqueue(_Work(ctx, g.group_id, g.task_id, specs, next(self._seq)))
+                self._enqueue(Work(ctx, g.group_id, g.task_id, specs, next(self._seq)))
 
     async def _dispatch_loop(self) -> None:
         while True:
@@ -443,7 +420,7 @@ class Scheduler:
         return samples, await self._slots.start_group(samples)
 
     async def _run_samples(
-        self, ctx: _Rollout, work: _Work, specs: list[SampleSpec], slotted: int
+        self, ctx: Rollout, work: Work, specs: list[SampleSpec], slotted: int
     ) -> None:
         """Run samples of one group that start together; the first `slotted` hold a slot, the
         others take theirs in `on_start`."""
@@ -517,115 +494,11 @@ class Scheduler:
             for spec in left:
                 await self._report(ctx, work, spec, _failed(spec, self.current_version(), why))
 
-    async def _report(self, ctx: _Rollout, work: _Work, spec: SampleSpec, t: Trajectory) -> None:
-        """Commit a sample's trajectory, or queue it to run again."""
-        if t.attempts != spec.attempt:  # the scheduler counts the runs
-            t = t.model_copy(update={"attempts": spec.attempt})
-        if t.segments and ctx.request.train_segments == "last":
-            t = only_last_segment(t)
+    async def _report(self, ctx: Rollout, work: Work, spec: SampleSpec, t: Trajectory) -> None:
+        """A finished sample: the concurrency controller hears of it, then it is committed or
+        queued to run again (service/outcomes.py)."""
         await self._follow_level(t)
-        again = await self._rerun(ctx, spec, t)
-        if again is None:
-            await self._record(t)
-            return
-        rerun = _Work(ctx, spec.group_id, spec.task_id, [again], work.order)
-        if self.ready is None:
-            self._enqueue_rerun(rerun, t)
-            return
-        task = asyncio.create_task(
-            self._rerun_when_ready(self.ready, rerun, t), name=f"rerun {spec.group_id}"
-        )
-        ctx.running.add(task)
-        task.add_done_callback(ctx.running.discard)
-
-    async def _rerun_when_ready(
-        self, ready: Callable[[], Awaitable[bool]], rerun: _Work, masked: Trajectory
-    ) -> None:
-        deadline = time.monotonic() + self.ready_timeout_s
-        while not await ready():
-            if time.monotonic() >= deadline:
-                log.warning(
-                    "sample %s: %s, not run again: the service was not ready within %.0f s",
-                    masked.trajectory_id, masked.status.value, self.ready_timeout_s,
-                )  # fmt: skip
-                await self._record(masked)
-                return
-            await asyncio.sleep(RERUN_READY_POLL_S)
-        if not rerun.rollout.cancelled:
-            self._enqueue_rerun(rerun, masked)
-
-    def _enqueue_rerun(self, rerun: _Work, masked: Trajectory) -> None:
-        (spec,) = rerun.samples
-        log.info("sample %s: %s on attempt %d; running it again", masked.trajectory_id,
-                 masked.status.value, spec.attempt - 1)  # fmt: skip
-        if self.metrics is not None:
-            self.metrics.sample_retries.labels(masked.status.value).inc()
-        self._enqueue(rerun)
-
-    async def _rerun(self, ctx: _Rollout, spec: SampleSpec, t: Trajectory) -> SampleSpec | None:
-        """The sample's next run, if a masked `t` is to be run again (see the module's doc)."""
-        if t.status not in RETRYABLE_STATUSES or ctx.cancelled:
-            return None
-        limit = ctx.request.retry_masked
-        if spec.attempt > (self.retry_masked if limit is None else limit):
-            return None
-        bound = self.max_staleness()
-        if bound is not None:
-            oldest = await self.store.oldest_version(spec.group_id)
-            if oldest is not None and self.current_version() - oldest > bound:
-                log.info(
-                    "sample %s: %s, not run again: its group's oldest token (version %d) is "
-                    "over max_staleness %d behind version %d",
-                    spec.trajectory_id, t.status.value, oldest, bound, self.current_version(),
-                )  # fmt: skip
-                return None
-        return replace(spec, attempt=spec.attempt + 1)
-
-    async def _record(self, t: Trajectory) -> None:
-        result = await self.store.commit_trajectory(t)
-        self._update_gauges()
-        if result.duplicate:
-            return
-        generated = t.generated_tokens()  # 8k-token episodes: counted once per trajectory
-        if self.metrics is not None:
-            try:
-                self.metrics.observe_trajectory(t, generated)
-            except Exception:  # noqa: BLE001 - committed is committed; a metric must not undo it
-                log.exception("metrics failed on trajectory %s", t.trajectory_id)
-        self.events.publish(
-            t.rollout_id,
-            "trajectory",
-            {
-                "trajectory_id": t.trajectory_id,
-                "group_id": t.group_id,
-                "task_id": t.task_id,
-                "sample_index": t.sample_index,
-                "status": t.status.value,
-                "reward": t.reward,
-                # For the web view's throughput, latency and reward-by-version plots.
-                "generated_tokens": generated,
-                "total_s": t.timings.total_s,
-                "policy_version": t.policy_version_start,
-                # The episode's outline (its tokens are leased): one entry per segment.
-                "segments": segment_outline(t),
-            },
-        )
-        if result.group_state is not None:
-            self.events.publish(
-                t.rollout_id,
-                "group",
-                {
-                    "group_id": result.group_id,
-                    "state": result.group_state,
-                    "advantages": result.advantages,
-                },
-            )
-            self.on_group_ready()
-        if result.rollout_finished:
-            self.events.publish(
-                t.rollout_id, "rollout", {"id": t.rollout_id, "status": "completed"}
-            )
-            self._rollouts.pop(t.rollout_id, None)
+        await self._outcomes.report(ctx, work, spec, t)
 
     @property
     def concurrency(self) -> int:

@@ -25,13 +25,8 @@ from service.errors import Busy, Conflict, Forbidden, InvalidRequest, Unavailabl
 from service.events import EventHub
 from service.leasing import Leasing, PolicyVersion
 from service.metrics import Metrics
-from service.policy.fleet import (
-    ControlError,
-    PauseMode,
-    PolicyFleet,
-    ServerReport,
-    WeightsRefused,
-)
+from service.policy.fleet import PauseMode, PolicyFleet, WeightsRefused
+from service.policy.servers import ControlError, ServerReport
 from service.scheduler import Scheduler
 from service.settings import Settings
 from service.store import AckResult, DiskBudget, DiskFull, Store, UnknownRollout

@@ -217,7 +217,7 @@ class Trajectory(BaseModel):
     tests_digest: str = ""
     gradings: list[Grading] = Field(default_factory=list)
     # How many times the sample ran: 1, or more when runs masked by an infrastructure fault were
-    # re-run (service/scheduler.py). The sample's seed, derived from the request's
+    # re-run (service/outcomes.py). The sample's seed, derived from the request's
     # sampling.seed, its task id and its index (service.sample.sample_seed); None: unseeded.
     attempts: int = 1
     sample_seed: int | None = None

@@ -37,17 +37,20 @@ Sticky routing is the client's business: a request made for a `sample` goes to t
 server (the least-loaded healthy one on first use, the same one afterwards, where its prefix is
 cached), and a retry after a server fault moves the sample. `pin` puts a sample on a given
 server (a group's samples on the server of their shared first turn); `release` frees it.
+
+This module decides what to ask and where (routing, the fleet's admission, the template frames,
+reading generations); transport.py sends it: the connection pool, the faults sorted into
+retryable and final ones, the backoff, and the timeout that waits out a paused server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from service.agent.tokens import (
     TemplateError,
@@ -55,7 +58,7 @@ from service.agent.tokens import (
     base_renderings,
     observation_messages,
 )
-from service.policy.fleet import PolicyFleet, PolicyStats, ServerOut, ServerState, ServerUnasked
+from service.policy.fleet import PolicyFleet
 from service.policy.generations import (
     COMPLETIONS,
     GENERATE,
@@ -66,15 +69,22 @@ from service.policy.generations import (
     from_completions,
     from_generate,
     generate_body,
-    route_missing,
     sampling_fields,
 )
 from service.policy.holds import Holds
 from service.policy.routing import NoServerInRotation, PolicyRouter
+from service.policy.servers import PolicyStats, ServerOut, ServerState, ServerUnasked
+from service.policy.transport import (
+    ContextLengthError,
+    NoRoute,
+    PolicyError,
+    PolicyTransport,
+    Retryable,
+)
+from service.policy.transport import PolicyFault as PolicyFault  # the callers' name for them
 from service.policy.vllm_wire import (
     CompletionResponse,
     DetokenizeResponse,
-    ErrorResponse,
     GenerateResponse,
     ModelList,
     TokenizeResponse,
@@ -82,30 +92,7 @@ from service.policy.vllm_wire import (
 from service.sample import SamplingParams
 
 DEFAULT_MAX_MODEL_LEN = 32768
-_MAX_BACKOFF_S = 30.0
-_CONTEXT_PARAMS = frozenset({"input_tokens", "max_tokens"})  # vLLM's "does not fit" errors
-
 M = TypeVar("M", bound=BaseModel)
-
-
-class PolicyFault(Exception):
-    """Generation could not go on: the base of every error the policy client raises."""
-
-
-class PolicyError(PolicyFault):
-    """The policy servers failed (after retries, or with a non-retryable 4xx)."""
-
-
-class ContextLengthError(PolicyFault):
-    """The prompt does not fit the model's context (vLLM 400, param input_tokens)."""
-
-
-class _Retryable(Exception):
-    """A transient fault: try again (maybe elsewhere)."""
-
-
-class _NoRoute(Exception):
-    """The server does not offer the generate route (no --enable-scale-out)."""
 
 
 def normalize_base_url(url: str) -> str:
@@ -114,14 +101,6 @@ def normalize_base_url(url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"policy server URL must start with http:// or https://, got {url!r}")
     return url.removesuffix("/v1")
-
-
-def _error_message(resp: httpx.Response) -> tuple[str, str | None]:
-    try:
-        err = ErrorResponse.model_validate_json(resp.content).error
-        return err.message, err.param
-    except ValidationError:
-        return resp.text[:500] or resp.reason_phrase, None
 
 
 class PolicyClient:
@@ -152,13 +131,12 @@ class PolicyClient:
         self.fleet = fleet(
             urls,
             self._router,
-            self._client,
+            lambda: self._transport.client(),  # control requests share the pool
             version=version,
             lora=lora,
             retries=update_retries,
             probe_timeout_s=min(timeout_s, 10.0),
         )
-        self._transport = transport
         if lora is not None:
             model = lora[0]
         self.model: str = model or ""
@@ -166,11 +144,15 @@ class PolicyClient:
         self.max_model_len: int = max_model_len or DEFAULT_MAX_MODEL_LEN
         self._max_model_len_given = max_model_len is not None
         self._resolved = False
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.pause_poll_s = pause_poll_s
-        self._http: httpx.AsyncClient | None = None
+        self._transport = PolicyTransport(
+            self._router,
+            self.fleet,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            pause_poll_s=pause_poll_s,
+            transport=transport,
+        )
         # (server, chat_template_kwargs and tools as JSON) -> the template's frame, derived once
         self._frames: dict[tuple[str, str, str], TemplateFrame] = {}
         self._frame_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
@@ -180,12 +162,7 @@ class PolicyClient:
     async def start(self) -> None:
         """Open the connection pool; ask the servers what they serve (service/policy/fleet.py);
         resolve the model and max_model_len from /v1/models."""
-        if self._http is None:
-            self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
-                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
-                transport=self._transport,
-            )
+        self._transport.open()
         if self._resolved or (self._model_given and self._max_model_len_given):
             return
         await self.fleet.start()  # tags fresh servers, loads the LoRA adapter where missing
@@ -209,9 +186,7 @@ class PolicyClient:
         self._resolved = True
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        await self._transport.aclose()
 
     async def __aenter__(self) -> PolicyClient:
         await self.start()
@@ -226,6 +201,25 @@ class PolicyClient:
     def urls(self) -> list[str]:
         """The policy servers' base URLs, normalised."""
         return list(self._router.urls)
+
+    # The settings of its requests (transport.py applies them).
+
+    @property
+    def timeout_s(self) -> float:
+        return self._transport.timeout_s
+
+    @property
+    def max_retries(self) -> int:
+        return self._transport.max_retries
+
+    @property
+    def backoff_s(self) -> float:
+        return self._transport.backoff_s
+
+    @property
+    def pause_poll_s(self) -> float:
+        """How often a request held by a paused server asks whether it still is."""
+        return self._transport.pause_poll_s
 
     @property
     def stats(self) -> PolicyStats:
@@ -381,12 +375,11 @@ class PolicyClient:
                 f"(max_model_len {self.max_model_len})"
             )
         sampling = sampling_fields(params, n, room)
-        http = self._client()
+        http = self._transport.client()
+        retries = self.max_retries
         last = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                delay = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: no thundering herd
+        for attempt in range(retries + 1):
+            await self._transport.backoff(attempt)
             try:
                 url = self._server_for(server, sample, attempt)
             except NoServerInRotation as e:
@@ -409,14 +402,14 @@ class PolicyClient:
                     )
                 except ServerOut as e:
                     last = str(e)
-                except _Retryable as e:
+                except Retryable as e:
                     last = f"{url}: {e}"
                     self._router.mark_failed(url)
                     self.fleet.suspect(state)
             finally:
                 if holds is not None:
                     holds.end()
-        raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
+        raise PolicyError(f"{last} (gave up after {retries + 1} attempts)")
 
     async def _generate_on(
         self,
@@ -438,14 +431,16 @@ class PolicyClient:
                 if state.spans is not False:
                     body = generate_body(self.model, prompt, sampling, salt)
                     try:
-                        resp = await self._generation(http, state, GENERATE, body, GenerateResponse)
+                        resp = await self._transport.generation(
+                            http, state, GENERATE, body, GenerateResponse
+                        )
                         state.spans = True
                         gens = from_generate(resp, n, version, known, follow=follow)
-                    except _NoRoute:
+                    except NoRoute:
                         state.spans = False
                 if state.spans is False:
                     body = completions_body(self.model, prompt, sampling, salt)
-                    resp = await self._generation(
+                    resp = await self._transport.generation(
                         http, state, COMPLETIONS, body, CompletionResponse
                     )
                     gens = from_completions(resp, n, version, known, follow=follow)
@@ -453,7 +448,7 @@ class PolicyClient:
             self.fleet.stats.discarded_tokens += e.tokens
             if isinstance(e, ForeignWeights):
                 self.fleet.doubt(state, str(e))
-            raise _Retryable(str(e)) from e
+            raise Retryable(str(e)) from e
         finally:
             state.in_flight -= 1
         paused = self.fleet.paused_clock(state) - paused_before
@@ -463,75 +458,10 @@ class PolicyClient:
                 self.fleet.stats.aborted_generations += 1
         return gens
 
-    async def _generation(
-        self,
-        http: httpx.AsyncClient,
-        state: ServerState,
-        path: str,
-        body: dict[str, Any],
-        model: type[M],
-    ) -> M:
-        """One generation request. Its timeout runs only while the server is not paused: when
-        it passes, the server is asked, and a paused one is waited for (held requests finish
-        after /resume, or come back aborted with their partial output)."""
-        loop = asyncio.get_running_loop()
-        url = state.url + path
-        request = asyncio.ensure_future(
-            http.post(url, json=body, timeout=httpx.Timeout(None, connect=10.0))
-        )
-        deadline = loop.time() + self.timeout_s
-        was_paused = False
-        try:
-            while True:
-                done, _ = await asyncio.wait({request}, timeout=max(0.0, deadline - loop.time()))
-                if done:
-                    break
-                if await self.fleet.is_paused(state):
-                    was_paused = True
-                    deadline = loop.time() + self.pause_poll_s
-                    continue
-                if was_paused:  # resumed: the request gets its whole timeout again
-                    was_paused = False
-                    self.fleet.saw_paused(state, False)
-                    deadline = loop.time() + self.timeout_s
-                    continue
-                raise _Retryable(f"timed out after {self.timeout_s:g} s (server not paused)")
-        finally:
-            if not request.done():
-                request.cancel()
-                await asyncio.gather(request, return_exceptions=True)
-            if was_paused:
-                self.fleet.saw_paused(state, False)
-        try:
-            resp = request.result()
-        except httpx.TimeoutException as e:
-            raise _Retryable(f"timed out ({type(e).__name__})") from e
-        except httpx.TransportError as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from e
-        if path == GENERATE and route_missing(resp):
-            raise _NoRoute(resp.text[:200])
-        return self._answer(url, resp, model)
-
     async def healthy(self) -> bool:
         """True when a server in rotation answers /health with 200 (what a re-run of a masked
         sample waits for: one out of rotation answers /health all the same)."""
-        http = self._client()
-
-        async def one(url: str) -> bool:
-            try:
-                return (await http.get(url + "/health", timeout=5.0)).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        urls = [u for u in self._router.urls if self._router.in_rotation(u)]
-        return any(await asyncio.gather(*(one(u) for u in urls)))
-
-    # ------------------------------------------------------------ transport
-
-    def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            raise RuntimeError("PolicyClient.start() was not called")
-        return self._http
+        return await self._transport.healthy()
 
     def _server_for(self, server: str | None, sample: str | None, attempt: int) -> str:
         if sample is not None:
@@ -554,64 +484,6 @@ class PolicyClient:
     ) -> M:
         if sample is not None and server is not None:
             raise ValueError("a request goes to a sample's server or to a given one, not both")
-        http = self._client()
-        last = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                delay = min(_MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (0.5 + random.random()))  # jitter: no thundering herd
-            try:
-                url = self._server_for(server, sample, attempt)
-            except NoServerInRotation as e:
-                raise PolicyError(f"{e}: see GET /v1/policy") from e
-            try:
-                result = await self._once(http, method, url + path, body, model)
-            except _Retryable as e:
-                last = f"{url}{path}: {e}"
-                self._router.mark_failed(url)
-                self.fleet.suspect(self.fleet.servers[url])
-                continue
-            self._router.mark_ok(url)
-            return result
-        raise PolicyError(f"{last} (gave up after {self.max_retries + 1} attempts)")
-
-    async def _once(
-        self,
-        http: httpx.AsyncClient,
-        method: str,
-        url: str,
-        body: dict[str, Any] | None,
-        model: type[M],
-    ) -> M:
-        try:
-            resp = await http.request(method, url, json=body)
-        except httpx.TimeoutException as e:
-            raise _Retryable(f"timed out ({type(e).__name__})") from e
-        except httpx.TransportError as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from e
-        return self._answer(url, resp, model)
-
-    def _answer(self, url: str, resp: httpx.Response, model: type[M]) -> M:
-        """A response as `model`, or the fault it is: 5xx, 429 and malformed bodies are
-        retryable, a prompt that does not fit is ContextLengthError, other 4xx PolicyError."""
-        if resp.status_code >= 500 or resp.status_code == 429:
-            message, _ = _error_message(resp)
-            raise _Retryable(f"HTTP {resp.status_code}: {message}")
-        if resp.status_code >= 400:
-            message, param = _error_message(resp)
-            unknown_model = param == "model" or "does not exist" in message  # vLLM's words
-            if resp.status_code == 404 and unknown_model and self.fleet.lora is not None:
-                # It no longer serves the adapter (a restarted engine): the server's fault, not
-                # the sample's. Another one may; this one is asked again (and given the adapter)
-                # before it serves again.
-                raise _Retryable(f"HTTP 404: {message}")
-            # /v1/completions names the parameter; /inference/v1/generate (vLLM 0.32) does not,
-            # only its message says so (tests/fixtures/vllm-wire/updates/generate_too_long.json).
-            too_long = param in _CONTEXT_PARAMS or "longer than the maximum model length" in message
-            if resp.status_code == 400 and too_long:
-                raise ContextLengthError(message)
-            raise PolicyError(f"{url}: HTTP {resp.status_code}: {message}")
-        try:
-            return model.model_validate_json(resp.content)
-        except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise _Retryable(f"malformed response body ({len(resp.content)} bytes): {e}") from e
+        return await self._transport.call(
+            method, path, body, model, lambda attempt: self._server_for(server, sample, attempt)
+        )

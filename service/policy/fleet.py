@@ -17,17 +17,11 @@ A server that leaves rotation while the service holds it paused has the requests
 aborted (they come back with their partial tokens and continue on another server); it stays
 paused, and is resumed and put back once it serves the current version (`reconcile`).
 
-A token is never recorded under a version the service did not see its engine serve. The
-service asks a server what it serves (`/weight_info`) before its first request and again after
-any fault of its (a lost connection, an error answer, tokens tagged with weights the service did
-not give it: a restarted engine's "default"); a server that serves something else is brought
-to the current weights (when the service loaded them) or kept out of rotation until it serves
-them. The policy client checks every answer's per-token versions against the versions the
-service saw the server serve while the request ran (`watch`).
-
-While the service holds a server paused, new generation requests for it wait here (`admit`)
-instead of queueing in the engine with a cache salt of the old version. The policy client asks
-`admit` before every generation and salts the prefix cache with the server's version.
+What the service knows of each server, and the gate generation requests pass (`admit`,
+`watch`), are servers.py's `PolicyServers`, which this fleet extends. A server asked what it
+serves (before its first request, and again after any fault of its) that serves something
+else is brought to the current weights here (when the service loaded them) or kept out of
+rotation until it serves them.
 
 A server without the dev-mode control routes (no VLLM_SERVER_DEV_MODE) is "unmanaged": it
 follows the service's version number, and asking for a pause or a load is a ControlError.
@@ -39,19 +33,25 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Literal
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
 from service.policy.routing import PolicyRouter
+from service.policy.servers import (
+    ControlError,
+    PolicyServers,
+    ServerReport,
+    ServerState,
+    check_answer,
+    describe,
+    parse_answer,
+    parse_version,
+)
 from service.policy.vllm_wire import (
     CollectiveRpcResponse,
-    IsPausedResponse,
     ModelList,
     StatusResponse,
     UpdateWeightVersionResponse,
@@ -59,16 +59,9 @@ from service.policy.vllm_wire import (
 )
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=BaseModel)
 
 PauseMode = Literal["keep", "abort", "wait"]
-ServerStatus = Literal["serving", "paused", "out", "unknown"]
 CONTROL_TIMEOUT_S = 600.0  # a reload of a large checkpoint takes minutes
-
-
-class ControlError(Exception):
-    """A control operation cannot be carried out as asked; the message names the server and what
-    to fix."""
 
 
 class WeightsRefused(ControlError):
@@ -80,100 +73,8 @@ class WeightsRefused(ControlError):
         self.field = field
 
 
-class ServerOut(Exception):
-    """The server left rotation while a request waited for it: send the request elsewhere."""
-
-
-class ServerUnasked(ServerOut):
-    """The server could not be asked which weights it serves: it serves nothing until it can
-    (the request goes elsewhere, and the server cools down)."""
-
-
-@dataclass
-class PolicyStats:
-    """Counters for /metrics (service/metrics.py reads them at every scrape)."""
-
-    pauses: int = 0  # server pauses the service made
-    pause_seconds: float = 0.0  # seconds servers were held paused by the service, summed
-    external_pause_seconds: float = 0.0  # seconds requests waited on servers paused by others
-    in_flight_at_pause: int = 0  # generation requests in flight when the last pause began
-    in_flight_at_pauses: int = 0  # the same, summed over every pause
-    aborted_generations: int = 0  # generations ended by an abort (continued from their partial)
-    discarded_tokens: int = 0  # generated tokens received and not kept: must stay 0
-    updates: int = 0  # weight updates the service applied
-
-
-@dataclass(eq=False)
-class Window:
-    """What the service saw one server serve while one generation request ran on it (the
-    policy client checks the answer's per-token versions against it)."""
-
-    seen: set[int]  # every version it served meanwhile
-    # The versions it served until a pause of the service's ended every running request
-    # (abort, wait): an answer without per-token versions came from one of these.
-    before_stop: set[int]
-    stopped: bool = False
-
-    def add(self, version: int) -> None:
-        self.seen.add(version)
-        if not self.stopped:
-            self.before_stop.add(version)
-
-
-@dataclass
-class ServerState:
-    url: str
-    version: int | None = None  # the version the server serves (its tag), when known
-    managed: bool | None = None  # offers the control routes; None: not known yet
-    asked: bool = False  # what it serves is known; False: asked before it serves again
-    doubt: str | None = None  # why what it serves is unknown (it served unknown weights)
-    unanswered: str = ""  # why the last time it was asked got no answer
-    spans: bool | None = None  # reports per-token weight versions (the generate route)
-    out: str | None = None  # why it is out of rotation
-    held: bool = False  # paused by the service
-    in_flight: int = 0  # generation requests on it now
-    paused_since: float | None = None
-    paused_total: float = 0.0
-    open: asyncio.Event = field(default_factory=asyncio.Event)
-    windows: list[Window] = field(default_factory=list)  # one per generation request on it
-
-    def __post_init__(self) -> None:
-        self.open.set()
-
-    def paused_clock(self, now: float) -> float:
-        """Seconds it has been paused so far (held by the service, or seen paused)."""
-        running = now - self.paused_since if self.paused_since is not None else 0.0
-        return self.paused_total + running
-
-    @property
-    def status(self) -> ServerStatus:
-        if self.out is not None:
-            return "out"
-        if self.held:
-            return "paused"
-        return "serving" if self.managed is not None and self.doubt is None else "unknown"
-
-
-@dataclass(frozen=True)
-class ServerReport:
-    url: str
-    version: int | None
-    status: ServerStatus
-    reason: str | None
-    managed: bool | None
-
-
-def parse_version(tag: str | None) -> int | None:
-    """The policy version an engine tag stands for: our tags are decimal integers."""
-    if tag is None or not tag.isdecimal():
-        return None
-    return int(tag)
-
-
-class PolicyFleet:
-    # Whether the servers' own weight tags are the versions of their tokens (a trainer's
-    # servers: service/policy/follower.py); here the service tags them.
-    follows = False
+class PolicyFleet(PolicyServers):
+    """The service's own servers, under its control: pauses, weight loads, tags, rotation."""
 
     def __init__(
         self,
@@ -192,11 +93,16 @@ class PolicyFleet:
         """`lora`: (name, path) of the adapter every server serves, the one generation names.
         `probe_timeout_s`: for the questions asked on the way of a request (what it serves,
         whether it is paused); `control_timeout_s`: for pauses, loads and tags."""
-        self.servers = {u: ServerState(u) for u in urls}
-        self.router = router
-        self._http = http
-        self.target = version  # the policy version; new requests are tagged with it
-        self.lora = lora
+        super().__init__(
+            urls,
+            router,
+            http,
+            version=version,
+            lora=lora,
+            probe_timeout_s=probe_timeout_s,
+            control_timeout_s=control_timeout_s,
+            clock=clock,
+        )
         # Where the current version's weights are, when the service loaded them: a server that
         # comes back (restarted, or out after a failed update) is brought to them.
         self.source: dict[str, str] | None = None
@@ -205,103 +111,6 @@ class PolicyFleet:
         self.changed = False
         self.retries = retries
         self.backoff_s = backoff_s
-        self.probe_timeout_s = probe_timeout_s
-        self.control_timeout_s = control_timeout_s
-        self.stats = PolicyStats()
-        # In every cache salt: a server that outlives this service (or serves another one) may
-        # hold blocks salted with the same version number but computed with other weights.
-        self.salt_run = secrets.token_hex(4)
-        self._clock = clock
-        self._lock = asyncio.Lock()
-
-    # ------------------------------------------------------------ for the policy client
-
-    async def admit(self, url: str) -> ServerState:
-        """Wait until a generation may be sent to `url`: it was asked what it serves since its
-        last fault, and the service does not hold it paused. ServerOut once it is out of
-        rotation; ServerUnasked when it cannot be asked."""
-        s = self.servers[url]
-        while True:
-            if s.out is not None:
-                raise ServerOut(f"{url} is out of rotation: {s.out}")
-            if not s.asked:
-                async with self._lock:
-                    if s.out is None and not s.asked:
-                        await self._probe(s)
-                if s.out is None and not s.asked:
-                    raise ServerUnasked(
-                        f"{url} does not say which weights it serves: {s.unanswered}"
-                    )
-                continue
-            if s.open.is_set():
-                return s
-            await s.open.wait()
-
-    def salt(self, s: ServerState) -> str:
-        """The prefix-cache salt of a request to `s`: one per policy version of this service's
-        run, so nothing cached under other weights is reused (vLLM: no '@', '/', '\\', at
-        most 128 characters)."""
-        version = s.version if s.version is not None else self.target
-        return f"policy-v{version}-{self.salt_run}"
-
-    def version_of(self, s: ServerState) -> int:
-        return s.version if s.version is not None else self.target
-
-    @contextlib.contextmanager
-    def watch(self, s: ServerState) -> Iterator[Window]:
-        """The versions `s` serves from now until the block ends, as the service knows them:
-        the one it serves now and each one the service tags it with meanwhile (added before
-        the tag is sent: the engine labels tokens with it from that moment)."""
-        window = Window({self.version_of(s)}, {self.version_of(s)})
-        s.windows.append(window)
-        try:
-            yield window
-        finally:
-            s.windows.remove(window)
-
-    def suspect(self, s: ServerState) -> None:
-        """A request to `s` failed (a lost connection, an error answer): it may have restarted
-        with other weights, so it is asked again before it serves again."""
-        s.asked = False
-
-    def doubt(self, s: ServerState, reason: str) -> None:
-        """`s` answered with tokens of weights the service did not see it serve (a restarted
-        engine's "default"): what it serves is unknown (reports say why) until it is asked
-        again, which it is before it serves again: then it is brought to the current weights,
-        or taken out of rotation until it serves them."""
-        log.warning("policy server %s: %s", s.url, reason)
-        s.doubt, s.asked, s.version = reason, False, None
-
-    def saw_paused(self, s: ServerState, paused: bool) -> None:
-        """The client found the server paused by someone else (or no longer paused)."""
-        now = self._clock()
-        if paused and s.paused_since is None:
-            s.paused_since = now
-        elif not paused and s.paused_since is not None and not s.held:
-            seconds = now - s.paused_since
-            s.paused_total += seconds
-            s.paused_since = None
-            self.stats.external_pause_seconds += seconds
-
-    def paused_clock(self, s: ServerState) -> float:
-        return s.paused_clock(self._clock())
-
-    async def is_paused(self, s: ServerState) -> bool:
-        """Whether the server is paused now: held by the service, or says so itself (someone
-        else paused it). A server that cannot say is taken as not paused, and so is one out of
-        rotation: a request still on it is not waited for past its timeout (it goes elsewhere;
-        the service aborted what it froze there when it took the server out)."""
-        if s.out is not None:
-            return False
-        if s.held:
-            return True
-        try:
-            r = await self._send(s, "GET", "/is_paused", None, timeout=self.probe_timeout_s)
-            paused = _parse(IsPausedResponse, r).is_paused
-        except (httpx.HTTPError, ControlError):
-            return False
-        self.saw_paused(s, paused)
-        return paused
 
     # ------------------------------------------------------------ the operations
 
@@ -325,7 +134,7 @@ class PolicyFleet:
             )
             for s, r in zip(servers, results, strict=True):
                 if isinstance(r, BaseException):
-                    await self._take_out(s, f"did not pause: {_describe(r)}")
+                    await self._take_out(s, f"did not pause: {describe(r)}")
             return self.report()
 
     async def resume(self) -> list[ServerReport]:
@@ -335,7 +144,7 @@ class PolicyFleet:
             results = await asyncio.gather(*(self._resume(s) for s in held), return_exceptions=True)
             for s, r in zip(held, results, strict=True):
                 if isinstance(r, BaseException):
-                    await self._take_out(s, f"did not resume: {_describe(r)}")
+                    await self._take_out(s, f"did not resume: {describe(r)}")
             return self.report()
 
     async def tag(self, version: int) -> list[ServerReport]:
@@ -361,7 +170,7 @@ class PolicyFleet:
                     self.suspect(s)
                     continue
                 await self._take_out(
-                    s, f"could not be tagged with version {version}: {_describe(r)}"
+                    s, f"could not be tagged with version {version}: {describe(r)}"
                 )
             return self.report()
 
@@ -427,43 +236,15 @@ class PolicyFleet:
             except Exception:  # noqa: BLE001 - tried again at the next round
                 log.exception("policy servers: reconciling failed")
 
-    def report(self) -> list[ServerReport]:
-        return [
-            ServerReport(s.url, s.version, s.status, s.out or s.doubt, s.managed)
-            for s in self.servers.values()
-        ]
-
     # ------------------------------------------------------------ steps
 
-    async def _probe(self, s: ServerState) -> None:
-        """What the server serves, asked before its first request and after each of its
-        faults. The current version, or an older one the service left it with (a tag that
-        did not reach it), is served; a fresh engine ("default": started, or restarted) is
-        brought to the weights of the last update the service loaded, or tagged with the
-        current version when the version never changed while the service ran (the operator
-        started it with the current weights); anything else leaves rotation."""
-        s.asked = True
-        try:
-            r = await self._send(s, "GET", "/weight_info", None, timeout=self.probe_timeout_s)
-            managed = r.status_code != 404
-            tag = _parse(WeightInfoResponse, r).weight_version if managed else None
-        except (httpx.HTTPError, ControlError) as e:
-            s.unanswered = f"{type(e).__name__}: {_describe(e)}"
-            log.info("policy server %s not answering (%s)", s.url, s.unanswered)
-            s.asked = False  # asked again before it serves
-            return
-        s.doubt = None
-        if managed:
-            await self._adopt(s, tag)
-        else:
-            s.managed, s.version = False, None  # follows the service's number
-        if s.out is None:
-            await self._ensure_lora(s)
-        if s.out is None:  # just checked: no cool-down from an earlier fault
-            self.router.mark_ok(s.url)
-
     async def _adopt(self, s: ServerState, tag: str | None) -> None:
-        """A server with the control routes that reports `tag`: see `_probe`."""
+        """A server with the control routes that reports `tag`, asked (`_probe`). The current
+        version, or an older one the service left it with (a tag that did not reach it), is
+        served; a fresh engine ("default": started, or restarted) is brought to the weights of
+        the last update the service loaded, or tagged with the current version when the
+        version never changed while the service ran (the operator started it with the current
+        weights); anything else leaves rotation."""
         s.managed = True
         version = parse_version(tag)
         if version is not None and version in (self.target, s.version):
@@ -475,7 +256,7 @@ class PolicyFleet:
                 await self._set_tag(s, self.target)
                 self._set_version(s, self.target)
             except (httpx.HTTPError, ControlError) as e:
-                await self._take_out(s, f"could not be tagged: {_describe(e)}")
+                await self._take_out(s, f"could not be tagged: {describe(e)}")
         elif version is None:
             await self._take_out(
                 s, f"a fresh engine (restarted?) while the policy is at {self.target}, whose "
@@ -494,7 +275,7 @@ class PolicyFleet:
         service's is lifted first (its engine would hold every request sent to it)."""
         try:
             r = await self._send(s, "GET", "/weight_info", None, timeout=self.probe_timeout_s)
-            version = parse_version(_parse(WeightInfoResponse, r).weight_version)
+            version = parse_version(parse_answer(WeightInfoResponse, r).weight_version)
         except (httpx.HTTPError, ControlError):
             return
         if self.source is not None and version != self.target:
@@ -504,7 +285,7 @@ class PolicyFleet:
                 try:
                     await self._resume(s)
                 except (httpx.HTTPError, ControlError) as e:
-                    log.warning("policy server %s: resume: %s", s.url, _describe(e))
+                    log.warning("policy server %s: resume: %s", s.url, describe(e))
                     return
             s.managed = True
             self._set_version(s, version)
@@ -532,7 +313,7 @@ class PolicyFleet:
                 step = "tag"
                 await self._tag_and_resume(s, version)
             except (httpx.HTTPError, ControlError) as e:
-                last = _describe(e)
+                last = describe(e)
                 # An answer to the load (not a lost connection): the weights, most likely.
                 refused = last if step == "load" and isinstance(e, ControlError) else None
                 log.warning("policy server %s: %s for version %d: %s", s.url, step, version, last)
@@ -546,7 +327,7 @@ class PolicyFleet:
         s.open.clear()
         try:
             r = await self._send(s, "POST", "/pause", None, params={"mode": mode})
-            _parse(StatusResponse, r)
+            parse_answer(StatusResponse, r)
         except httpx.TimeoutException as e:
             if isinstance(e, httpx.ConnectTimeout):
                 if not s.held:
@@ -566,32 +347,28 @@ class PolicyFleet:
             for window in s.windows:
                 window.stopped = True
 
-    def _hold(self, s: ServerState) -> None:
-        if not s.held:
-            s.held = True
-            if s.paused_since is None:
-                s.paused_since = self._clock()
-
     async def _resume(self, s: ServerState) -> None:
-        _parse(StatusResponse, await self._send(s, "POST", "/resume", None))
+        parse_answer(StatusResponse, await self._send(s, "POST", "/resume", None))
         self._release(s)
 
     async def _load(self, s: ServerState, source: dict[str, str]) -> None:
         if "weights_path" in source:
             body = {"method": "reload_weights", "kwargs": {"weights_path": source["weights_path"]}}
-            _parse(CollectiveRpcResponse, await self._send(s, "POST", "/collective_rpc", body))
+            parse_answer(
+                CollectiveRpcResponse, await self._send(s, "POST", "/collective_rpc", body)
+            )
             return
         assert self.lora is not None
         name, path = self.lora[0], source["lora_path"]
         # In place, so that requests already running switch to the new adapter weights...
         body = {"lora_name": name, "lora_path": path, "load_inplace": True}
-        _check(await self._send(s, "POST", "/v1/load_lora_adapter", body))
+        check_answer(await self._send(s, "POST", "/v1/load_lora_adapter", body))
         # ...then once more under a fresh entry: vLLM keeps the in-place flag on the adapter it
         # caches and would re-read it from disk for every later request (SkyRL and prime-rl
         # reset the flag in the server; over HTTP, unloading and loading again resets it).
-        _check(await self._send(s, "POST", "/v1/unload_lora_adapter", {"lora_name": name}))
+        check_answer(await self._send(s, "POST", "/v1/unload_lora_adapter", {"lora_name": name}))
         body = {"lora_name": name, "lora_path": path}
-        _check(await self._send(s, "POST", "/v1/load_lora_adapter", body))
+        check_answer(await self._send(s, "POST", "/v1/load_lora_adapter", body))
 
     async def _tag_and_resume(self, s: ServerState, version: int) -> None:
         if s.managed:
@@ -607,17 +384,10 @@ class PolicyFleet:
             window.add(version)
         body = {"new_version": str(version)}
         r = await self._send(s, "POST", "/update_weight_version", body)
-        _parse(UpdateWeightVersionResponse, r)
-        info = _parse(WeightInfoResponse, await self._send(s, "GET", "/weight_info", None))
+        parse_answer(UpdateWeightVersionResponse, r)
+        info = parse_answer(WeightInfoResponse, await self._send(s, "GET", "/weight_info", None))
         if info.weight_version != str(version):
             raise ControlError(f"tagged {version} but reports {info.weight_version!r}")
-
-    def _set_version(self, s: ServerState, version: int | None) -> None:
-        """`s` serves `version` (the service tagged it, or asked it)."""
-        s.version = version
-        if version is not None:
-            for window in s.windows:
-                window.add(version)
 
     async def _ensure_lora(self, s: ServerState) -> None:
         if self.lora is None:
@@ -626,13 +396,13 @@ class PolicyFleet:
         if self.source is not None and "lora_path" in self.source:
             path = self.source["lora_path"]
         try:
-            served = _parse(ModelList, await self._send(s, "GET", "/v1/models", None))
+            served = parse_answer(ModelList, await self._send(s, "GET", "/v1/models", None))
             if any(m.id == name for m in served.data):
                 return
             body = {"lora_name": name, "lora_path": path}
-            _check(await self._send(s, "POST", "/v1/load_lora_adapter", body))
+            check_answer(await self._send(s, "POST", "/v1/load_lora_adapter", body))
         except (httpx.HTTPError, ControlError) as e:
-            await self._take_out(s, f"could not load the LoRA adapter {name!r}: {_describe(e)}")
+            await self._take_out(s, f"could not load the LoRA adapter {name!r}: {describe(e)}")
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -664,14 +434,6 @@ class PolicyFleet:
         self.stats.in_flight_at_pause = n
         self.stats.in_flight_at_pauses += n
 
-    def _release(self, s: ServerState) -> None:
-        if s.held and s.paused_since is not None:
-            seconds = self._clock() - s.paused_since
-            s.paused_total += seconds
-            self.stats.pause_seconds += seconds
-        s.held, s.paused_since = False, None
-        s.open.set()
-
     async def _take_out(self, s: ServerState, reason: str) -> None:
         log.warning("policy server %s out of rotation: %s", s.url, reason)
         s.out = reason
@@ -698,21 +460,6 @@ class PolicyFleet:
         s.out, s.doubt, s.asked = None, None, True
         self.router.put_back(s.url)
 
-    async def _send(
-        self,
-        s: ServerState,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None,
-        *,
-        params: dict[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> httpx.Response:
-        timeout = self.control_timeout_s if timeout is None else timeout
-        return await self._http().request(
-            method, s.url + path, json=body, params=params, timeout=timeout
-        )
-
 
 def _unseen_straddle_free(s: ServerState, mode: PauseMode) -> PauseMode:
     """The pause mode to use on `s` for `mode`: `keep` would freeze requests on a server that
@@ -734,21 +481,3 @@ def _refuse_local_non_checkpoint(field: str, path: str) -> None:
         raise WeightsRefused(f"{field}: {path!r} is a file, not a folder of weights", field)
     if not any(os.path.isfile(os.path.join(path, n)) for n in os.listdir(path)):
         raise WeightsRefused(f"{field}: {path!r} holds no files", field)
-
-
-def _check(r: httpx.Response) -> None:
-    if r.status_code != 200:
-        what = f"{r.request.method} {r.request.url.path}"
-        raise ControlError(f"{what}: HTTP {r.status_code}: {r.text[:300]}")
-
-
-def _parse(model: type[M], r: httpx.Response) -> M:
-    _check(r)
-    try:
-        return model.model_validate_json(r.content)
-    except ValidationError as e:
-        raise ControlError(f"{r.request.url.path}: unexpected answer {r.text[:200]!r}: {e}") from e
-
-
-def _describe(e: BaseException) -> str:
-    return str(e) or type(e).__name__

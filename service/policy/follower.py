@@ -12,7 +12,8 @@ are the policy client's, as for the service's own servers.
 
 from __future__ import annotations
 
-from service.policy.fleet import PolicyFleet, ServerState, parse_version
+from service.policy.fleet import PolicyFleet
+from service.policy.servers import ServerState, parse_version
 
 
 class FollowerFleet(PolicyFleet):

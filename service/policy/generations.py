@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from service.policy.fleet import Window, parse_version
+from service.policy.servers import Window, parse_version
 from service.policy.vllm_wire import (
     CompletionResponse,
     ErrorResponse,

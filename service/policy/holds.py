@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 
-from service.policy.fleet import PolicyFleet, ServerState
+from service.policy.servers import PolicyServers, ServerState
 
 
 class Holds:
     """One sample's generation requests: the one out now (its server, and that server's paused
     clock when it was sent), and the seconds the finished ones were held."""
 
-    def __init__(self, fleet: PolicyFleet) -> None:
+    def __init__(self, fleet: PolicyServers) -> None:
         self.fleet = fleet
         self.done_s = 0.0
         self._out: tuple[ServerState, float] | None = None
@@ -62,7 +62,7 @@ class PauseProbe:
     """Asks a server whether someone else paused it (`/is_paused`), at most once per `poll_s`
     however many samples wait on it: the fleet's paused clock then runs from the answer on."""
 
-    def __init__(self, fleet: PolicyFleet, poll_s: float) -> None:
+    def __init__(self, fleet: PolicyServers, poll_s: float) -> None:
         self.fleet = fleet
         self.poll_s = poll_s
         self._asked: dict[str, tuple[float, asyncio.Task[bool]]] = {}

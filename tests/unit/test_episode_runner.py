@@ -21,7 +21,7 @@ from sandboxes.tasks import load_tasks
 from service.agent.prompt import SYSTEM_PROMPT, first_user_message
 from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
-from service.policy.fleet import ServerState
+from service.policy.servers import ServerState
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import RETRYABLE_STATUSES, Status, Trajectory
 from standin.background import BackgroundServer

@@ -359,7 +359,7 @@ def test_update_counters_and_tokens_by_version_reach_metrics() -> None:
     from prometheus_client import generate_latest
 
     from service.metrics import Metrics
-    from service.policy.fleet import PolicyStats
+    from service.policy.servers import PolicyStats
     from service.trajectory import Status, Trajectory
 
     stats = PolicyStats(pauses=2, pause_seconds=1.5, in_flight_at_pause=3, discarded_tokens=0)

@@ -19,7 +19,7 @@ import pytest
 from live_service import EXAMPLES
 from scheduler_fakes import StepRunner, key, settle, until
 
-import service.scheduler
+import service.outcomes
 from benchmarks.chunk_dispatch import ChunkScheduler
 from sandboxes.tasks import load_tasks
 from service.metrics import Metrics
@@ -212,7 +212,7 @@ async def test_re_runs_are_bounded_and_the_request_can_turn_them_off(
 async def test_a_re_run_waits_until_the_service_is_ready(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service.scheduler, "RERUN_READY_POLL_S", 0.01)
+    monkeypatch.setattr(service.outcomes, "RERUN_READY_POLL_S", 0.01)
     runner = StepRunner(
         lambda spec: (Status.policy_error, None, 0) if spec.attempt == 1 else (Status.ok, 1, 0),
         auto=True,

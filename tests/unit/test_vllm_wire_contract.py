@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse, Response
 from service.agent.tokens import TemplateFrame, TokenLedger
 from service.policy import vllm_wire as w
 from service.policy.client import ContextLengthError, PolicyClient, PolicyError
-from service.policy.fleet import Window
 from service.policy.generations import from_generate
+from service.policy.servers import Window
 from service.sample import SamplingParams
 from standin.background import BackgroundServer
 
