@@ -26,8 +26,9 @@ request in random order, answered with bools only, taken there (an answer whose 
 later could tell the test's from the decoys'). An object that claims to equal a decoy (the
 always-equal return value), or to equal a value it did not hold before it saw it (an `__eq__`
 that recognises the expected value among the operands), is a value hack: the comparison is
-False and the attempt is written to the guard's report, where the grade finds it. The same for ordering (both `a < b` and `a >= b`), for `in`, for equality
-with a fresh object of ours, and for sums and differences with a number.
+False and the attempt is written to the guard's report, where the grade finds it. The same
+for ordering (both `a < b` and `a >= b`), for `in`, for equality with a fresh object of ours,
+and for sums and differences with a number.
 
 Standard library only: this runs under the task image's Python.
 """
