@@ -183,7 +183,8 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         await until(lambda: len(runner.in_episode) == 4)  # level 4: the ceiling
         await settle()
         assert control.level == 4 and len(runner.started) == 8
-        assert _gauge(metrics, "rollouts_concurrency_level") == 4
+        # The level as /metrics and the web view's concurrency card (the stats event) show it.
+        assert _gauge(metrics, "rollouts_concurrency_level") == 4 == scheduler.concurrency
         failing.update(range(4, 6))  # two sandbox failures: a window of failures
         runner.end(*keys[4:6])
         await until(lambda: control.level == 2)
@@ -198,6 +199,7 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         await until(lambda: scheduler.running_samples == 0 and len(runner.started) == 14)
         assert runner.most_in_episode == 4
         assert _gauge(metrics, "rollouts_concurrency_level") == control.level
+        assert scheduler.concurrency == control.level
     finally:
         await scheduler.aclose()
 
