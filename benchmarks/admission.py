@@ -188,8 +188,10 @@ def run(
     repeats: int,
     log: Callable[[str], None],
     warm_up: bool = True,
+    on_repeat: Callable[[dict[str, list[Round]]], None] = lambda rounds: None,
 ) -> dict[str, list[Round]]:
-    """Every configuration's rounds, interleaved per repeat in a rotated order."""
+    """Every configuration's rounds, interleaved per repeat in a rotated order; `on_repeat`
+    hears them after each repeat (the results so far are kept should a long run be stopped)."""
     configs = [Config(False, c) for c in levels] + [Config(True, c) for c in ceilings]
     rounds: dict[str, list[Round]] = {c.name: [] for c in configs}
     with tempfile.TemporaryDirectory(prefix="bench-admission-") as tmp_name:
@@ -208,6 +210,7 @@ def run(
                         f"  rep {rep + 1} {config.name}: {r.per_min:.1f} trials/min "
                         f"({r.seconds:.1f} s){settled}"
                     )
+                on_repeat(rounds)
     return rounds
 
 
@@ -244,6 +247,7 @@ def summarise(rounds: dict[str, list[Round]], levels: list[int], ceilings: list[
             "grow": s.grow,
             "gain": s.gain,
             "hold_windows": s.hold_windows,
+            "warmup_windows": s.warmup_windows,
         },
     }
 
@@ -287,12 +291,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     asyncio.run(ensure_base_image())
-    rounds = run(tasks, ids, ns.n_samples, ns.levels, ns.ceilings, ns.repeats, log, not ns.quick)
-    summary = {**started, **summarise(rounds, ns.levels, ns.ceilings)}
-    summary["load_after"] = round(os.getloadavg()[0], 1)
-    ns.out.parent.mkdir(parents=True, exist_ok=True)
-    ns.out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(markdown(summary))
+
+    def write(rounds: dict[str, list[Round]]) -> dict[str, Any]:
+        done = min(len(rs) for rs in rounds.values())
+        summary = {**started, "repeats": done}
+        summary.update(
+            summarise({n: rs[:done] for n, rs in rounds.items()}, ns.levels, ns.ceilings)
+        )
+        summary["load_after"] = round(os.getloadavg()[0], 1)
+        ns.out.parent.mkdir(parents=True, exist_ok=True)
+        ns.out.write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    args = (tasks, ids, ns.n_samples, ns.levels, ns.ceilings, ns.repeats, log, not ns.quick)
+    print(markdown(write(run(*args, on_repeat=write))))
     return 0
 
 

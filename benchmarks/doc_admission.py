@@ -40,6 +40,15 @@ def _table(a: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _warmup(n: int) -> str:
+    if not n:
+        return ""
+    return (
+        f"The first {'window only measures' if n == 1 else f'{n} windows only measure'}: a "
+        "fresh service's first samples find no warm sandbox and all start at once."
+    )
+
+
 def _reading(a: dict[str, Any], ceilings: list[str], missed: list[str]) -> str:
     far = all(a["adaptive"][c]["highest_level"] < int(c) for c in ceilings)
     if not missed and far:
@@ -48,10 +57,14 @@ def _reading(a: dict[str, Any], ceilings: list[str], missed: list[str]) -> str:
             "raises past the knee bought no throughput."
         )
     if missed:
+        best = a["trials_per_min"][a["best_fixed"]]
+        spread = (best["max"] - best["min"]) / best["median"]
         return (
-            "Where it falls short, read the traces in the results file: a raise kept on one "
-            "noisy window holds the level one step too high until a later window shows the "
-            "loss, and a short round ends before it does."
+            "Where it falls short, set the ratio against the noise: the best fixed level's own "
+            f"rounds differ by {spread:.0%} of their median in this run, more than the "
+            f"{a['controller']['gain']:.0%} a raise must gain, so on a machine this busy a "
+            "window can keep or undo a raise on load that is not its own (the traces are in "
+            "the results file)."
         )
     return ""
 
@@ -105,7 +118,9 @@ def admission_section(path: Path = ADMISSION_RESULTS) -> list[str]:
         f"{ctl['window']} finished samples (and at least {ctl['min_window_s']:g} s); a raise",
         f"(x{ctl['grow']:g}, at least one) stays only if the next window's throughput beats",
         f"the last by {ctl['gain']:.0%}, else the level goes back and holds for",
-        f"{ctl['hold_windows']} windows. A round of {trials} trials gives it at most {windows}",
+        f"{ctl['hold_windows']} windows.",
+        _warmup(ctl.get("warmup_windows", 0)),
+        f"A round of {trials} trials gives the controller at most {windows}",
         "windows: enough to probe a level or two above where it starts and come back, not to",
         f"climb far. The best fixed level here is {a['best_fixed'].split('-')[1]}; the highest",
         f"level admission reached was {reached}.",
