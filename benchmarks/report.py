@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.doc_admission import admission_section
 from benchmarks.doc_boundary import boundary_section
 from benchmarks.doc_gvisor import gvisor_section
 from benchmarks.doc_method import method_sections
@@ -52,6 +53,7 @@ def render_doc(r: dict[str, Any]) -> str:
     blocks += boundary_section()
     blocks += targets_section(r)
     blocks += gvisor_section(r)  # and its own results file (benchmarks/gvisor_settings.py)
+    blocks += admission_section()  # its own results file (benchmarks/admission.py)
     return "\n\n".join(blocks) + "\n"
 
 

@@ -15,6 +15,9 @@ level moves under it by hill climbing on what the service observes of finished s
   a lower level) or a failure share over `max_failures` cuts the level by
   `backoff`, whatever throughput says: the machine is overloaded.
 - Otherwise the level grows by `grow` (at least one), up to the ceiling.
+- The first `warmup_windows` windows only measure: they open when the service starts, before
+  any request, and their samples find no warm sandbox and all start at once, so their
+  throughput is no baseline (taken as one, it made the first raise look like a gain).
 
 Plain arithmetic on observations, no clock of its own and no I/O: the scheduler feeds it
 finished samples and applies the level it answers (service/scheduler.py), and unit tests drive
@@ -41,6 +44,7 @@ class ConcurrencySettings:
     cliff: float = 2.5
     max_failures: float = 0.25
     hold_windows: int = 4
+    warmup_windows: int = 1
 
 
 @dataclass
@@ -61,7 +65,7 @@ class WindowResult:
     start_s: float  # median sandbox start
     verify_s: float  # median verification
     failures: float  # share of sandbox failures
-    decision: str  # grow | keep | revert | backoff | hold
+    decision: str  # warmup | grow | keep | revert | backoff | hold
     next_level: int
 
 
@@ -73,6 +77,7 @@ class ConcurrencyController:
         self._previous: tuple[int, float] | None = None  # (level, throughput) of the last window
         self._raised = False  # the last decision raised the level
         self._hold = 0  # windows left before probing up again
+        self._warmup = settings.warmup_windows  # windows left that set no baseline
         # The best (lowest) median latencies seen at each level: the reference for a cliff.
         self._best_start: dict[int, float] = {}
         self._best_verify: dict[int, float] = {}
@@ -112,12 +117,16 @@ class ConcurrencyController:
     def _decide(
         self, level: int, throughput: float, start: float, verify: float, failures: float
     ) -> str:
-        previous, self._previous = self._previous, (level, throughput)
+        warming = self._warmup > 0
+        self._warmup -= warming
+        previous, self._previous = self._previous, (None if warming else (level, throughput))
         raised, self._raised = self._raised, False
         if failures > self.s.max_failures or self._cliff(level, start, verify):
             self._set(math.floor(level * self.s.backoff))
             self._hold = self.s.hold_windows
             return "backoff"
+        if warming:
+            return "warmup"
         if raised and previous is not None and throughput < previous[1] * (1 + self.s.gain):
             # The last raise bought nothing: go back, and stay there a while.
             self._set(previous[0])

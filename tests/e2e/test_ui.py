@@ -165,6 +165,8 @@ def test_live_view_of_a_collecting_service(service: Service) -> None:
         assert _text(driver, f"{row} .groups") == "1 / 1"
         assert _text(driver, f"{row} .samples") == "4 / 4"
         assert int(_text(driver, "#throughput .card-value")) > 0
+        # The level samples are admitted to: --max-concurrent-samples, this service's fixed one.
+        assert _text(driver, "#concurrency .card-value") == "4"
         assert service.status(rid)["status"] == "completed"
         screenshot(driver, "live-overview")
         failed = _failed_sample(driver, "live")

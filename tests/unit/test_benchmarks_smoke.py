@@ -307,3 +307,45 @@ async def test_every_system_gets_the_same_warm_up(monkeypatch: pytest.MonkeyPatc
     assert {(ids, c) for _, ids, c in warm} == {(tuple(t.id for t in tasks[:2]), 2)}
     measured = calls[4:]
     assert len(measured) == 2 * 4 and {s for s, _, _ in measured} == {"ours", "cold", "floor"}
+
+
+@pytest.mark.docker
+def test_admission_quick_run(tmp_path: Path) -> None:
+    """`python -m benchmarks.admission --quick`: one fixed round and one adaptive round of two
+    trials each through `rollouts serve`, seconds in all. Every figure is a number, the adaptive
+    round's level was read from the service's /metrics and stayed under its ceiling, and the
+    performance doc's section renders from the file."""
+    from benchmarks.doc_admission import admission_section
+
+    out = tmp_path / "admission.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.admission", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["mode"] == "quick" and result["best_fixed"] == "fixed-2"
+    for name, f in result["trials_per_min"].items():
+        assert math.isfinite(f["median"]) and f["median"] > 0, name
+    adaptive = result["adaptive"]["4"]
+    assert math.isfinite(adaptive["vs_best_fixed"]["median"])
+    assert 1 <= adaptive["settled_level"]["median"] <= adaptive["highest_level"] <= 4
+    [trace] = adaptive["traces"]
+    assert trace and all(1 <= level <= 4 for _, level in trace)
+    section = "\n\n".join(admission_section(out))
+    assert "| adaptive-4 |" in section and "fixed-2 (best fixed)" in section
+
+
+def test_settled_level_is_the_time_weighted_median_of_the_second_half() -> None:
+    from benchmarks.admission import settled_level
+
+    # Level 4 from 0 s, 5 from 4 s, 4 again from 7 s, 6 from 9 s, to the end at 10 s: over
+    # [5, 10], 4 holds 2 s, 5 holds 2 s, 6 holds 1 s: the median second is at level 5.
+    trace = [(0.0, 4), (4.0, 5), (7.0, 4), (9.0, 6)]
+    assert settled_level(trace, 10.0) == 5
+    assert settled_level([(0.0, 4), (4.0, 5), (7.0, 4)], 10.0) == 4  # 4 holds 3 s of the 5
+    assert settled_level([(0.0, 4), (6.0, 7)], 10.0) == 7  # 7 holds 4 s of the 5
+    assert settled_level([(0.0, 3)], 10.0) == 3

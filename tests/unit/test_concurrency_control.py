@@ -116,12 +116,27 @@ def test_it_recovers_after_failures_stop() -> None:
     assert c.level >= 12, [w.next_level for w in c.history[-20:]]
 
 
+def test_a_slow_start_is_not_taken_for_a_gain() -> None:
+    """A service's first window is slower than any after it: it opens when the service starts
+    (before any request), its first samples find no warm sandbox and all start at once. The
+    benchmark's traces showed it (benchmarks/admission.py, every adaptive round: 4 -> 5 -> 7 ->
+    5): taken as the baseline, it made the first raise look like a gain, and the level stayed
+    a step above where throughput stops growing. The first window is a warm-up now."""
+    m = Machine(cores=4)  # past 4 samples, every extra one costs throughput
+    c = ConcurrencyController(settings(ceiling=32), now=0.0)
+    drive(c, m, 600, now=30.0)  # no request for the first 30 s
+    assert c.history[0].decision == "warmup" and c.history[0].next_level == 4
+    tail = [w.level for w in c.history[-30:]]
+    assert min(tail) == 4 and max(tail) <= 5, tail  # at the knee, probing one step above
+
+
 def test_a_window_needs_its_samples_and_its_seconds() -> None:
     c = ConcurrencyController(ConcurrencySettings(ceiling=64, window=8, min_window_s=5.0), now=0.0)
     for i in range(7):
         assert c.finished(now=10.0 + i, start_s=0.1, verify_s=0.5, failed=False) is None
     # Eight samples, but only 4 s since the window opened at 0: not closed yet.
-    c2 = ConcurrencyController(ConcurrencySettings(ceiling=64, window=8, min_window_s=5.0), now=0.0)
+    no_warmup = ConcurrencySettings(ceiling=64, window=8, min_window_s=5.0, warmup_windows=0)
+    c2 = ConcurrencyController(no_warmup, now=0.0)
     for i in range(8):
         assert c2.finished(now=0.5 * i, start_s=0.1, verify_s=0.5, failed=False) is None
     result = c2.finished(now=6.0, start_s=0.1, verify_s=0.5, failed=False)
@@ -151,7 +166,8 @@ def _request(n: int) -> RolloutRequest:
 async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: Store) -> None:
     """Two finished samples close a window; the level grows 2 -> 3 -> 4 (the ceiling); then a
     window of sandbox failures cuts it to 2: no new sample starts until only one is left in its
-    episode. (gain -1: every raise is kept, so the decisions do not depend on the clock.)"""
+    episode. (gain -1: every raise is kept, so the decisions do not depend on the clock; no
+    warm-up window.)"""
     failing: set[int] = set()
 
     def outcome(spec: SampleSpec) -> tuple[Status, float | None, int]:
@@ -162,7 +178,10 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
     runner = StepRunner(outcome)
     metrics = Metrics()
     control = ConcurrencyController(
-        ConcurrencySettings(ceiling=4, start=2, window=2, min_window_s=0.0, gain=-1.0), 0.0
+        ConcurrencySettings(
+            ceiling=4, start=2, window=2, min_window_s=0.0, gain=-1.0, warmup_windows=0
+        ),
+        0.0,
     )
     scheduler = Scheduler(
         store, runner, lambda *a: TASKS, max_concurrent_samples=4, max_queued_samples=16,
@@ -183,7 +202,8 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         await until(lambda: len(runner.in_episode) == 4)  # level 4: the ceiling
         await settle()
         assert control.level == 4 and len(runner.started) == 8
-        assert _gauge(metrics, "rollouts_concurrency_level") == 4
+        # The level as /metrics and the web view's concurrency card (the stats event) show it.
+        assert _gauge(metrics, "rollouts_concurrency_level") == 4 == scheduler.concurrency
         failing.update(range(4, 6))  # two sandbox failures: a window of failures
         runner.end(*keys[4:6])
         await until(lambda: control.level == 2)
@@ -198,6 +218,7 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         await until(lambda: scheduler.running_samples == 0 and len(runner.started) == 14)
         assert runner.most_in_episode == 4
         assert _gauge(metrics, "rollouts_concurrency_level") == control.level
+        assert scheduler.concurrency == control.level
     finally:
         await scheduler.aclose()
 

@@ -1,0 +1,136 @@
+"""docs/performance.md's "Adaptive admission" section, from benchmarks/results/admission.json
+(written by `python -m benchmarks.admission`): fixed concurrency levels and adaptive admission
+at ceilings far past the cores, side by side through the real service, and the level
+admission settled at."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.doc_text import para
+
+ADMISSION_RESULTS = Path(__file__).parent / "results" / "admission.json"
+TARGET = 1.0  # issue 37, target 3: adaptive at a high ceiling gives at least the best fixed
+
+
+def _fig(f: dict[str, Any], fmt: str = "{:.2f}") -> str:
+    if f["runs"] == 1 or f["min"] == f["max"]:
+        return fmt.format(f["median"])
+    return f"{fmt.format(f['median'])} ({fmt.format(f['min'])}–{fmt.format(f['max'])})"
+
+
+def _table(a: dict[str, Any]) -> str:
+    lines = [
+        "| configuration | trials/min | adaptive / best fixed | level (settled) "
+        "| seconds a round |",
+        "|---|---|---|---|---|",
+    ]
+    for name, f in a["trials_per_min"].items():
+        kind, c = name.split("-")
+        ad = a["adaptive"].get(c) if kind == "adaptive" else None
+        ratio = _fig(ad["vs_best_fixed"]) if ad else "–"
+        level = f"{_fig(ad['settled_level'], '{:g}')}, up to {ad['highest_level']}" if ad else c
+        best = " (best fixed)" if name == a["best_fixed"] else ""
+        lines.append(
+            f"| {name}{best} | {_fig(f, '{:.1f}')} | {ratio} | {level} "
+            f"| {_fig(a['seconds'][name], '{:.0f}')} |"
+        )
+    return "\n".join(lines)
+
+
+def _warmup(n: int) -> str:
+    if not n:
+        return ""
+    return (
+        f"The first {'window only measures' if n == 1 else f'{n} windows only measure'}: a "
+        "fresh service's first samples find no warm sandbox and all start at once."
+    )
+
+
+def _reading(a: dict[str, Any], ceilings: list[str]) -> str:
+    parts = []
+    if all(a["adaptive"][c]["highest_level"] < int(c) for c in ceilings):
+        parts.append("The level stayed far below the ceiling.")
+    best = a["trials_per_min"][a["best_fixed"]]
+    spread = (best["max"] - best["min"]) / best["median"]
+    if spread > a["controller"]["gain"]:
+        parts.append(
+            f"The best fixed level's own rounds differ by {spread:.0%} of their median in this "
+            f"run, more than the {a['controller']['gain']:.0%} a raise must gain: on a machine "
+            "this busy a window can keep or undo a raise on load that is not its own, and a "
+            "ratio far from 1 says more about the load's drift and the finishing slots above "
+            "than about the level (the traces are in the results file)."
+        )
+    return " ".join(parts)
+
+
+def admission_section(path: Path = ADMISSION_RESULTS) -> list[str]:
+    """The blocks of the section; a line saying how to measure when there is no results file."""
+    blocks = ["## Adaptive admission"]
+    if not path.exists():
+        blocks.append(para("Not measured yet: `python -m benchmarks.admission`."))
+        return blocks
+    a = json.loads(path.read_text())
+    ctl = a["controller"]
+    trials = len(a["tasks"]) * a["n_samples"]
+    ceilings = sorted(a["adaptive"], key=int)
+    blocks.append(para(
+        "With `--adaptive-concurrency`, `--max-concurrent-samples` is a ceiling and the number",
+        "of samples in their episode finds its own level under it (service/concurrency.py):",
+        "it grows while the throughput of finished samples grows, goes back when a raise buys",
+        "nothing, and backs off on a sandbox-start or verify latency cliff or on sandbox",
+        "failures. `python -m benchmarks.admission` runs the same rollout (the stand-in policy,",
+        "instant and always right; real Docker sandboxes and verifier) through `rollouts serve`",
+        "at fixed levels and under admission at ceilings far past the cores, taking turns within",
+        "each repeat (order rotated per repeat); a round is a fresh service, timed from the",
+        "rollout's submission to its completion. The level is read from the service's",
+        "`/metrics` (`rollouts_concurrency_level`, also the web view's concurrency card) while",
+        "the round runs; the settled level is its time-weighted median over the round's second",
+        "half. Target: admission at every ceiling gives at least the best fixed level's",
+        f"throughput (adaptive / best fixed ≥ {TARGET:g}, paired by repeat).",
+    ))  # fmt: skip
+    blocks.append(para(
+        "Read the ratio with what the level bounds (service/scheduler.py): samples in their",
+        "episode. A sample whose episode ended verifies in one of `--max-concurrent-samples`",
+        "finishing slots, so at a fixed level K at most K verify at once (and a sample whose",
+        "episode ends while all K are taken keeps its episode slot until one frees), while",
+        "under admission the finishing slots are the ceiling's: at the same level, an adaptive",
+        "round may verify more samples at once than a fixed one, and its episodes never wait",
+        "behind verification. The comparison is the service as an operator runs it in each",
+        "mode, not the controller's level alone.",
+    ))  # fmt: skip
+    blocks.append(para(
+        f"The committed run: {a['date']}, {a['cores']} cores, {len(a['tasks'])} tasks x",
+        f"{a['n_samples']} samples = {trials} trials a round, {a['repeats']} repeat(s); load",
+        f"average {a['load_before']} before and {a['load_after']} after (a busy machine gives",
+        "noisy rates: read the ratios, paired by repeat).",
+    ))  # fmt: skip
+    blocks.append(_table(a))
+    ratios = {c: a["adaptive"][c]["vs_best_fixed"]["median"] for c in ceilings}
+    met = [c for c in ceilings if ratios[c] >= TARGET]
+    missed = [c for c in ceilings if ratios[c] < TARGET]
+    verdict = (
+        f"The target holds at ceiling {' and '.join(met)}"
+        + (f" and is missed at {', '.join(missed)}." if missed else ".")
+        if met
+        else f"The target is missed at ceiling {', '.join(missed)}."
+    )
+    windows = trials // ctl["window"]
+    reached = ", ".join(f"{a['adaptive'][c]['highest_level']} under {c}" for c in ceilings)
+    blocks.append(para(
+        verdict,
+        f"The controller starts at level {ctl['start']} and closes a window every",
+        f"{ctl['window']} finished samples (and at least {ctl['min_window_s']:g} s); a raise",
+        f"(x{ctl['grow']:g}, at least one) stays only if the next window's throughput beats",
+        f"the last by {ctl['gain']:.0%}, else the level goes back and holds for",
+        f"{ctl['hold_windows']} windows.",
+        _warmup(ctl.get("warmup_windows", 0)),
+        f"A round of {trials} trials gives the controller at most {windows}",
+        "windows: enough to probe a level or two above where it starts and come back, not to",
+        f"climb far. The best fixed level here is {a['best_fixed'].split('-')[1]}; the highest",
+        f"level admission reached was {reached}.",
+        _reading(a, ceilings),
+    ))  # fmt: skip
+    return blocks
