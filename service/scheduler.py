@@ -211,6 +211,7 @@ class Scheduler:
 
     async def start(self) -> None:
         """Start dispatching, first re-queueing samples a previous process left unfinished."""
+        self._update_gauges()  # /metrics tells the level from the start, not after a request
         self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="scheduler")
         pending = await self.store.pending_groups()
         if pending:

@@ -189,6 +189,8 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
     )  # fmt: skip
     await scheduler.start()
     try:
+        # An idle service already shows its level (the starting one), not 0.
+        assert _gauge(metrics, "rollouts_concurrency_level") == 2 == scheduler.concurrency
         rid = await scheduler.submit(_request(14), TASKS)
         keys = [key(rid, 0, k) for k in range(14)]
         await until(lambda: len(runner.started) == 2)
