@@ -362,8 +362,10 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             if not isinstance(entry, list) or len(entry) != 3:
                 raise ProtocolError("ra")
             oid, n, ended = entry
+            if type(oid) is not int or type(n) is not int or type(ended) is not bool:
+                raise ProtocolError("ra")
             it, taken, to_end = peeked.pop(oid, None) or (None, -1, False)
-            if type(n) is not int or not 0 <= n <= taken or ended not in (True, False):
+            if not 0 <= n <= taken:
                 raise ProtocolError("ra: more than was read ahead")
             if ended and not (to_end and n == taken):
                 raise ProtocolError("ra: past the end read ahead")

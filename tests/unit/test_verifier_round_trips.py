@@ -277,6 +277,17 @@ def test_an_iterator_that_runs_code_is_never_read_ahead():
     assert readahead.take(readahead.clone(iter([1, Thing(), 3])), 10) == ([1], False)
 
 
+def test_a_count_of_used_items_is_checked_against_what_was_read_ahead():
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    refused = sys.modules["_rollouts_codec"].ProtocolError
+    it = iter(range(10))
+    assert solution.take(it, 1) == [0]
+    for forged in ([[ep.export_ids.get(id(it), 1), 1, False]], [[1, 1, 1]], [["x", 0, False]], {}):
+        with pytest.raises(refused):
+            ep._advance_used(forged)  # (nothing was read ahead since the last message)
+    assert next(it) == 1
+
+
 def test_a_module_function_is_one_exchange_per_call():
     solution.helper()
     before = requests()
@@ -316,4 +327,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "16 passed" in run.output, run.output
+    assert "17 passed" in run.output, run.output
