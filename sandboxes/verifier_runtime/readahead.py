@@ -26,6 +26,12 @@ yields exactly those items (nothing else could have moved it meanwhile, and thes
 make each item from their state alone). What it did not use is dropped on its side. The
 copy never leaves this process and no request can name it.
 
+The count is the other side's word, checked only against what was read ahead: an asking side
+that lies can see up to a chunk ahead and leave the iterator anywhere between where it was
+and the end of that chunk. Code in this process could do as much to an iterator it holds with
+`copy.copy(it)` and `next()` (each type here is one that `copy` copies, by the same
+`__reduce__`), so a lie wins nothing that plain pytest would not grant.
+
 Standard library only, Python >= 3.8.
 """
 
