@@ -12,7 +12,8 @@ repeats, and both outcomes (a task whose tests fail through the boundary says so
 Tasks: the real-package ones of tests/real_tasks.py (inflection, parse, six, more-itertools:
 their projects' own tests, from the pinned PyPI sdists in the cache that module fills), and
 `synthetic-calls`, made here: thousands of small calls, iterators and generators passed both
-ways, callbacks, a parametrized suite.
+ways (the tests' pure iterators walked item by item by the solution too), callbacks, a
+parametrized suite.
 
     python -m benchmarks.boundary_calls [--repeats N] [--only TASK ...] [--json PATH]
 """
@@ -70,6 +71,13 @@ def keep(pred, iterable):
     return (x for x in iterable if pred(x))
 
 
+def count_items(iterable):
+    n = 0
+    for _ in iterable:
+        n += 1
+    return n
+
+
 class Counter:
     def __init__(self):
         self.n = 0
@@ -80,6 +88,8 @@ class Counter:
 """
 
 SYNTHETIC_TESTS = """
+import itertools
+
 import pytest
 
 import solution
@@ -103,6 +113,11 @@ def test_tests_iterators_consumed_by_the_solution():
 def test_iterators_both_ways():
     got = list(solution.pairs(solution.keep(lambda x: x % 3, iter(range(1500)))))
     assert len(got) == 500
+
+
+def test_the_solution_walks_the_tests_iterators_item_by_item():
+    assert solution.count_items(iter(range(20000))) == 20000
+    assert solution.count_items(itertools.permutations(range(7))) == 5040
 
 
 def test_callbacks():

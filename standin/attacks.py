@@ -7,9 +7,13 @@ adversarial tests also run each as a solve.sh (see docs/reliability.md).
 from __future__ import annotations
 
 import base64
+import os
 
-# A port the reliability tests listen on (on the host); sandboxes must never reach it.
-HOST_PROBE_PORT = 47631
+# A port the reliability tests listen on (on the host); sandboxes must never reach it. The
+# attack corpus picks a free one per run (tests/adversarial/conftest.py), so two runs on one
+# machine do not collide; this process and the stand-in it starts read it from the
+# environment.
+HOST_PROBE_PORT = int(os.environ.get("ROLLOUTS_HOST_PROBE_PORT") or 47631)
 
 
 def _plant_solution(source: str) -> str:

@@ -94,6 +94,9 @@ def _next(self):
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead:
         return _next_of_buffer(self, ahead)
+    peek = self.__dict__.get("_rollouts_peeked")
+    if peek is not None and (peek[0] or peek[2] is not None):
+        return _next_of_peek(peek)
     frame = sys._getframe(1)
     bulk = self.__dict__.get("_rollouts_bulk")
     if bulk is not None:
@@ -106,7 +109,7 @@ def _next(self):
             object.__setattr__(self, "_rollouts_bulk", at)
             return _from_chunk(self, True)
         del self.__dict__["_rollouts_iter_at"]
-    return self._rollouts_ep.request("op", "next", self)
+    return _from_peek(self)
 
 
 # Builtins that, called with the iterator as their one argument, consume it whole and run no
@@ -181,7 +184,7 @@ def _from_chunk(self, plain):
     consumer may ask it something, and must find the iterator where it was then)."""
     size = self.__dict__.get("_rollouts_chunk", CHUNK_FIRST)
     object.__setattr__(self, "_rollouts_chunk", min(size * 4, CHUNK_LARGEST))
-    items, end = self._rollouts_ep.request("chunk", self, size, plain)
+    items, end, _ = self._rollouts_ep.request("chunk", self, size, plain)
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead is None:
         ahead = collections.deque()
@@ -201,3 +204,43 @@ def _next_of_buffer(self, ahead):
         self.__dict__.pop("_rollouts_iter_at", None)
         raise end
     return value
+
+
+def _from_peek(self):
+    """The next item, from items the other side read ahead where it can (readahead.py), else
+    the one item it took for real."""
+    ep = self._rollouts_ep
+    size = self.__dict__.get("_rollouts_peek_size", CHUNK_FIRST)
+    items, end, peeked = ep.request("peek", self, size)
+    if not peeked:
+        if end is not None:
+            raise end
+        if len(items) != 1:
+            raise RuntimeError("a next() answered with %d items" % len(items))
+        return items[0]
+    object.__setattr__(self, "_rollouts_peek_size", min(size * 4, CHUNK_LARGEST))
+    # [items left, how many used, the end (None once used or if none), whether it was used]
+    peek = [collections.deque(items), 0, end, False]
+    object.__setattr__(self, "_rollouts_peeked", peek)
+    ep.peeking[id(self)] = self
+    return _next_of_peek(peek)
+
+
+def _next_of_peek(peek):
+    if peek[0]:
+        peek[1] += 1
+        return peek[0].popleft()
+    end, peek[2], peek[3] = peek[2], None, True
+    raise end
+
+
+def stop_peeking(proxy, used):
+    """`proxy`'s items read ahead dropped (the endpoint is about to send a message, after
+    which they may not hold); [oid, used, ended] appended to `used` where it used any."""
+    peek = proxy.__dict__.pop("_rollouts_peeked", None)
+    if peek is None:
+        return
+    if peek[0] or peek[2] is not None:  # some unused: the next ones start small again
+        proxy.__dict__.pop("_rollouts_peek_size", None)
+    if peek[1] or peek[3]:
+        used.append([proxy.__dict__["_rollouts_oid"], peek[1], peek[3]])

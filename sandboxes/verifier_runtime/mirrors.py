@@ -14,21 +14,11 @@ Standard library only, Python >= 3.8.
 """
 
 import builtins
-import importlib.util
 import os
 import sys
 import traceback
 
-
-def _load(name):
-    key = "_rollouts_" + name
-    if key not in sys.modules:
-        here = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location(key, os.path.join(here, name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 
 
 codec = _load("codec")

@@ -10,10 +10,14 @@ Messages (JSON frames, values encoded by codec.py; "t" is a message's table of c
   {"q": n, "op": name, "a": [args], "t": [...]}            a request (n counts up per sender)
   {"r": n, "v": value, "t": [...]} or {"r": n, "e": exc}   its answer; "u": copy-back
   {"r": n, "k": [items], "z": exc}                         the answer to "chunk" (iterators.py)
+  {"r": n, "k": [items], "z": exc, "p": 1}                 ... to "peek": items read ahead
+                                                           of a copy (readahead.py); with
+                                                           "f": plain JSON, not nodes
   {"w": 1 | 2, "s": text}                                  the tested code's output (one way)
   {"log": [name, level, message]}                          its log records (one way)
 A getattr's answer with "c" may be kept; any message's "inv" lists kept answers that no
-longer hold (bindings.py).
+longer hold (bindings.py); any request or answer's "ra" lists [oid, used, ended] of the
+items read ahead that the sender used (readahead.py).
 
 Plain values and standard library values travel by value. A list, dict, set or bytearray
 sent as an argument comes back in the answer ("u") with what the callee did to it and is
@@ -37,23 +41,13 @@ Standard library only, Python >= 3.8: it runs under the task image's interpreter
 from __future__ import annotations
 
 import collections
-import importlib.util
 import os
 import socket
 import sys
 import threading
 import weakref
 
-
-def _load(name):
-    key = "_rollouts_" + name
-    if key not in sys.modules:
-        here = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location(key, os.path.join(here, name + ".py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 
 
 codec = _load("codec")
@@ -63,6 +57,7 @@ iterators = _load("iterators")
 mirrors = _load("mirrors")
 references = _load("references")
 records = _load("records")
+readahead = _load("readahead")
 Bindings = bindings.Bindings
 _UNKNOWN = bindings.UNKNOWN
 ProtocolError = codec.ProtocolError
@@ -107,6 +102,8 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
+        self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
+        self.peeked = {}  # oid -> [our iterator, items read ahead of it, whether to its end]
 
     def send(self, msg):
         with self.send_lock:
@@ -132,6 +129,7 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             nodes = [self.encode(a, memo) for a in args]
             msg = {"q": q, "op": op, "a": nodes, "t": memo.table}
             self.before_request(msg)
+            self._tell_used(msg)
             try:
                 self.send(msg)
                 answer = {}
@@ -157,6 +155,7 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             if "r" in msg:
                 if msg["r"] != q:
                     raise ProtocolError("answer %r to request %r" % (msg["r"], q))
+                self._advance_used(msg.get("ra"))
                 self.after_answer(msg)
                 memo = self._built(msg, sent)
                 if "c" in msg:
@@ -214,18 +213,28 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             self.serve_one(msg)
 
     def _decoded_chunk(self, msg, memo):
-        """(items, the exception that ended the iterator or None) of a "chunk" answer."""
-        items, end = msg["k"], msg.get("z")
+        """(items, the exception that ended the iterator or None, whether they were read
+        ahead) of a "chunk" or "peek" answer."""
+        items, end, flat = msg["k"], msg.get("z"), msg.get("f")
         if not isinstance(items, list):
             raise ProtocolError("chunk")
-        values = [self.decode(node, memo) for node in items]
-        return values, (None if end is None else self.decode_exception(end, memo))
+        if flat is None:
+            values = [self.decode(node, memo) for node in items]
+        elif flat == "t" and all(type(v) is list for v in items):
+            values = [tuple(v) for v in items]
+        elif flat == "s" and not any(type(v) in (list, dict) for v in items):
+            values = items
+        else:
+            raise ProtocolError("chunk")
+        end = None if end is None else self.decode_exception(end, memo)
+        return values, end, msg.get("p") == 1
 
     def serve_one(self, msg):
         q, op, raw = msg.get("q"), msg.get("op"), msg.get("a")
         if type(q) is not int or not isinstance(op, str) or not isinstance(raw, list):
             raise ProtocolError("malformed request")
         self.served += 1
+        self._advance_used(msg.get("ra"))
         self.on_request(msg)
         memo = self._built(msg)
         args = [self.decode(a, memo) for a in raw]
@@ -236,6 +245,8 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         try:
             if op == "chunk":
                 self._serve_chunk(args, out, reply)
+            elif op == "peek":
+                self._serve_peek(args, out, reply)
             else:
                 reply["v"] = self.encode(self.dispatch(op, args), out)
                 if op == "getattr" and self.bindings.watch(args, self.export_ids):
@@ -251,6 +262,7 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         if back:
             reply["u"] = back
         self.before_answer(reply)
+        self._tell_used(reply)
         self.send(reply)
 
     def _serve_chunk(self, args, out, reply):
@@ -286,6 +298,78 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             out.described.clear()
             if len(out.table) > CHUNK_TABLE or (plain and referenced[0]):
                 return
+
+    def _serve_peek(self, args, out, reply):
+        """The next items of an iterator of ours read ahead of a copy ("k", "p"; readahead.py),
+        and StopIteration ("z") where the copy ended; where it may not be read ahead, or its
+        next item is not pure, that one item taken for real, as "next" would answer it."""
+        if len(args) != 2 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
+            raise ProtocolError("peek")
+        it = args[0]
+        self.check_target(it)
+        oid = self.export_ids.get(id(it))
+        copy = readahead.clone(it) if oid is not None and oid not in self.peeked else None
+        if copy is not None:
+            items, ended = readahead.take(copy, args[1])
+            if items:
+                kind = readahead.flat(items)
+                if kind is not None:
+                    reply["k"], reply["f"] = items, kind
+                else:
+                    nodes = reply["k"] = []
+                    for item in items:
+                        nodes.append(codec.encode(item, out, _no_reference))
+                        out.ids.clear()  # each its own copy, as its own answer would carry it
+                        out.described.clear()
+                reply["p"] = 1
+                if ended:
+                    reply["z"] = self.encode_exception(StopIteration(), out)
+                self.peeked[oid] = [it, len(items), ended]
+                return
+        try:
+            item = next(it)
+        except (PeerGone, ProtocolError):
+            raise
+        except BaseException as e:  # the iterator's end, or its own exception
+            reply["k"] = []
+            reply["z"] = self.encode_exception(e, out)
+            codec.drain(out, self._reference_encoder(out))
+            return
+        reply["k"] = [codec.encode(item, out, self._reference_encoder(out))]
+
+    def _tell_used(self, msg):
+        """Into an outgoing request or answer: how many of the items read ahead of the other
+        side's iterators we used ("ra"), before any code of the other side can run again.
+        What we did not use is dropped (it may not hold once that code has run)."""
+        if not self.peeking:
+            return
+        used = []
+        for proxy in self.peeking.values():
+            iterators.stop_peeking(proxy, used)
+        self.peeking = {}
+        if used:
+            msg["ra"] = used
+
+    def _advance_used(self, used):
+        """Our iterators moved past the items the other side used of what we read ahead (and
+        forgotten: what we read ahead holds only until the other side's next message)."""
+        peeked, self.peeked = self.peeked, {}
+        if used is None:
+            return
+        if not isinstance(used, list):
+            raise ProtocolError("ra")
+        for entry in used:
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise ProtocolError("ra")
+            oid, n, ended = entry
+            if type(oid) is not int or type(n) is not int or type(ended) is not bool:
+                raise ProtocolError("ra")
+            it, taken, to_end = peeked.pop(oid, None) or (None, -1, False)
+            if not 0 <= n <= taken:
+                raise ProtocolError("ra: more than was read ahead")
+            if ended and not (to_end and n == taken):
+                raise ProtocolError("ra: past the end read ahead")
+            readahead.advance(it, n, ended)
 
     def _copy_back(self, request, out):
         """[n, entry] for each of the caller's containers that the call changed."""
@@ -376,6 +460,10 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
 
     def dispatch_other(self, op, args):
         raise ProtocolError("unknown request %r" % op)
+
+
+def _no_reference(v):
+    raise ProtocolError("an item read ahead holds a reference")  # (readahead.pure excludes it)
 
 
 def _same_entry(new, old):

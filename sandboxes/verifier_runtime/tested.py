@@ -34,16 +34,19 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 WRITABLE = ("/tmp", "/var/tmp", "/root", "/dev")
 
 
-def _load(name):
-    key = "_rollouts_" + name
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(_HERE, name + ".py"))
+def _loader():
+    """The runtime's loader.py (the runtime is never on sys.path: by its path, once)."""
+    module = sys.modules.get("_rollouts_loader")
+    if module is None:
+        path = os.path.join(_HERE, "loader.py")
+        spec = importlib.util.spec_from_file_location("_rollouts_loader", path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
+        sys.modules["_rollouts_loader"] = module
         spec.loader.exec_module(module)
-    return sys.modules[key]
+    return module
 
 
+_load = _loader().load
 rpc = _load("rpc")
 
 # Linux Landlock ABI (include/uapi/linux/landlock.h); syscall numbers are the same on x86_64

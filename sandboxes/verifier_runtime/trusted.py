@@ -54,20 +54,21 @@ import warnings
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load(name):
-    """A sibling module of the runtime, by path (the runtime is never on sys.path)."""
-    key = "_rollouts_" + name
-    module = sys.modules.get(key)
+def _loader():
+    """The runtime's loader.py (the runtime is never on sys.path: by its path, once)."""
+    module = sys.modules.get("_rollouts_loader")
     if module is None:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(_HERE, name + ".py"))
+        path = os.path.join(_HERE, "loader.py")
+        spec = importlib.util.spec_from_file_location("_rollouts_loader", path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
+        sys.modules["_rollouts_loader"] = module
         spec.loader.exec_module(module)
     return module
 
 
-import importlib.util  # noqa: E402  (used by _load at import time of the stubs)
+import importlib.util  # noqa: E402  (used by _loader at import time of the stubs)
 
+_load = _loader().load
 rpc = _load("rpc")
 access = _load("access")
 

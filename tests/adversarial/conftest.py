@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -28,8 +29,13 @@ from sandboxes.task import Task
 
 # The helpers sit beside this file (tests/ is not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import CaseLog, copy_task, run_stand_in  # noqa: E402
+from harness import CaseLog, copy_task, free_port, run_stand_in  # noqa: E402
 from results_log import append_result  # noqa: E402
+
+# The port the corpus's host listener takes and its network attacks aim at
+# (standin/attacks.py reads it on import; the stand-in processes inherit it): a free one, so
+# two runs on one machine do not collide.
+os.environ.setdefault("ROLLOUTS_HOST_PROBE_PORT", str(free_port()))
 
 from tests.runtimes import usable_runtime  # noqa: E402
 

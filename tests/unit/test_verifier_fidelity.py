@@ -568,11 +568,16 @@ def test_a_record_class_with_loose_comparisons_is_never_rebuilt() -> None:
     the other side must not pick an importable class whose equality is loose."""
     import dataclasses
     import importlib.util
+    import sys
     import urllib.parse
 
-    spec = importlib.util.spec_from_file_location("_rollouts_rpc_test", RUNTIME / "rpc.py")
-    rpc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rpc)
+    loader = sys.modules.get("_rollouts_loader")
+    if loader is None:  # (the runtime's modules find each other through it)
+        spec = importlib.util.spec_from_file_location("_rollouts_loader", RUNTIME / "loader.py")
+        loader = importlib.util.module_from_spec(spec)
+        sys.modules["_rollouts_loader"] = loader
+        spec.loader.exec_module(loader)
+    rpc = loader.load("rpc")
 
     @dataclasses.dataclass(frozen=True)
     class Honest:

@@ -61,6 +61,26 @@ def first(iterable):
         return x
 
 
+def walk(iterable):
+    n = 0
+    for _ in iterable:
+        n += 1
+    return n
+
+
+def take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def take_then_call(it, n, fn):
+    got = take(it, n)
+    return got, fn()
+
+
+def alternate(it, fn):
+    return [(x, fn()) for x in it]
+
+
 def helper():
     return "old"
 
@@ -91,6 +111,7 @@ def start_drawing():
 """
 
 TESTS = '''
+import itertools
 import random
 import sys
 
@@ -178,6 +199,95 @@ def test_the_tests_iterators_are_read_only_as_far_as_the_solution_reads():
     assert requests() - before < 30  # its list() took them in chunks
 
 
+COPIES_ITERTOOLS = sys.version_info < (3, 12)  # (readahead.py: their copies are deprecated)
+
+
+def test_the_tests_pure_iterators_are_read_ahead_under_next():
+    before = requests()
+    assert solution.walk(iter(range(3000))) == 3000
+    assert solution.walk(iter([(i, str(i)) for i in range(3000)])) == 3000
+    assert solution.walk(reversed("x" * 3000)) == 3000
+    assert requests() - before < 40  # one request per item before
+    before = requests()
+    assert solution.walk(itertools.permutations(range(6))) == 720
+    assert solution.walk(itertools.product("ab", repeat=9)) == 512
+    assert (requests() - before < 30) == COPIES_ITERTOOLS
+
+
+def test_what_the_solution_did_not_use_stays_in_the_tests_iterator():
+    it = iter(range(100))
+    assert solution.first(it) == 0 and next(it) == 1
+    assert solution.take(it, 5) == [2, 3, 4, 5, 6] and next(it) == 7
+    values = [1, 2, 3]
+    it = iter(values)
+    assert solution.take(it, 2) == [1, 2]
+    values.append(4)  # a list iterator reads the list as it is when asked
+    assert list(it) == [3, 4]
+    it = iter(values)
+    assert solution.walk(it) == 4
+    values.append(5)  # ... and once it ended, it stays ended
+    assert list(it) == []
+    perms = itertools.permutations("abc")
+    assert solution.take(perms, 2) == [("a", "b", "c"), ("a", "c", "b")]
+    assert next(perms) == ("b", "a", "c") and len(list(perms)) == 3
+    counter = itertools.count(10)
+    assert solution.take(counter, 3) == [10, 11, 12] and next(counter) == 13
+    mixed = [[1], (2, 3.5), 4.5, None, 1 << 60, ("x", 1 << 60), frozenset({1})]
+    assert solution.take(iter(mixed), 7) == mixed  # items as they are, whichever encoding
+
+
+def test_the_tests_code_sees_its_iterator_where_the_solution_left_it():
+    it = iter(range(10))
+    pairs = solution.alternate(it, lambda: next(it, None))
+    assert pairs == [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+    it = iter(range(50))
+    got, seen = solution.take_then_call(it, 3, lambda: next(it))
+    assert got == [0, 1, 2] and seen == 3 and next(it) == 4
+
+
+def test_an_iterator_that_runs_code_is_never_read_ahead():
+    pulled = []
+
+    def numbers():
+        for i in range(100):
+            pulled.append(i)
+            yield i
+
+    assert solution.take(numbers(), 3) == [0, 1, 2] and pulled == [0, 1, 2]
+    del pulled[:]
+    mapped = map(lambda i: pulled.append(i) or i, range(100))
+    assert solution.take(mapped, 3) == [0, 1, 2] and pulled == [0, 1, 2]
+    del pulled[:]
+    got, seen = solution.take_then_call(numbers(), 4, lambda: list(pulled))
+    assert seen == [0, 1, 2, 3]
+    before = requests()
+    assert solution.walk(numbers()) == 100
+    assert requests() - before == 102  # the call, and one request per item and the end
+
+    class Items(list):
+        pass
+
+    class Thing:
+        pass
+
+    readahead = sys.modules["_rollouts_readahead"]
+    assert readahead.clone(iter(Items([1, 2]))) is None  # a subclass's methods are code
+    assert readahead.clone(numbers()) is None and readahead.clone(map(abs, [1])) is None
+    assert readahead.clone(zip([1], [2])) is None and readahead.clone(iter({1: 2})) is None
+    assert readahead.take(readahead.clone(iter([1, Thing(), 3])), 10) == ([1], False)
+
+
+def test_a_count_of_used_items_is_checked_against_what_was_read_ahead():
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    refused = sys.modules["_rollouts_codec"].ProtocolError
+    it = iter(range(10))
+    assert solution.take(it, 1) == [0]
+    for forged in ([[ep.export_ids.get(id(it), 1), 1, False]], [[1, 1, 1]], [["x", 0, False]], {}):
+        with pytest.raises(refused):
+            ep._advance_used(forged)  # (nothing was read ahead since the last message)
+    assert next(it) == 1
+
+
 def test_a_module_function_is_one_exchange_per_call():
     solution.helper()
     before = requests()
@@ -217,4 +327,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "12 passed" in run.output, run.output
+    assert "17 passed" in run.output, run.output
