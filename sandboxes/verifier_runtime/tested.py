@@ -29,6 +29,7 @@ import runpy
 import sys
 import threading
 import types
+import warnings
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 WRITABLE = ("/tmp", "/var/tmp", "/root", "/dev")
@@ -118,6 +119,7 @@ class TestedEndpoint(rpc.Endpoint):
         super().__init__(sock)
         self.bindings.watching = True  # its modules' functions and classes may be kept
         self.random_stale = True  # the tests' random state may have moved since it was taken
+        self.quiet = set()  # warnings the tests' filters will not show again in this request
         self.serving = 0  # requests of the tests being served (nested ones too)
         self.main_thread = threading.get_ident()
         self.landlock = None
@@ -170,6 +172,7 @@ class TestedEndpoint(rpc.Endpoint):
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in env.items()})
         self.random_stale = True
+        self.quiet.clear()  # the tests may have changed their filters since
 
     def serve_one(self, msg):
         self.serving += 1
@@ -415,9 +418,47 @@ def _sync_random(ep):
             setattr(random, name, synced(value))
 
 
+def _forward_warnings(ep):
+    """Every warning of the tested code goes to the tests' process, whose filters decide, as
+    in one process: shown, recorded (`pytest.warns`, `recwarn`), ignored, or an error, which
+    the tests' side raises and which is then raised here, at the `warnings.warn` call. Only
+    the main thread during a call asks (else the warning is shown here, to the forwarded
+    stderr); one the tests' filters will not show again is not asked about twice in a request
+    (a loop that warns costs one exchange, not one per item)."""
+    original = warnings.showwarning
+    modules = {}  # file -> module name, for the filters' `module` patterns
+
+    def module_of(filename):
+        if filename not in modules:
+            for name, m in list(sys.modules.items()):
+                if getattr(m, "__file__", None) == filename:
+                    modules[filename] = name
+                    break
+            else:
+                modules[filename] = os.path.splitext(os.path.basename(filename))[0]
+        return modules[filename]
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        filename = str(filename)
+        # (A warning with stacklevel=2 names our runtime, the tested code's caller here.)
+        if file is not None or not ep.may_ask():
+            return original(message, category, filename, lineno, file, line)
+        key = (str(message), category, filename, lineno)
+        if key in ep.quiet:
+            return None
+        again = ep.request("warn", str(message), category, filename, lineno, module_of(filename))
+        if again is not True:
+            ep.quiet.add(key)
+        return None
+
+    warnings.showwarning = show
+    warnings.simplefilter("always")  # the tests' filters decide, not this process's
+
+
 def serve(fd):
     ep = TestedEndpoint(rpc.socket_from_fd(fd))
     _sync_random(ep)
+    _forward_warnings(ep)
     sys.stdout = _Output(ep, 1)
     sys.stderr = _Output(ep, 2)
     root = logging.getLogger()

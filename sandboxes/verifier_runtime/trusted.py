@@ -81,6 +81,7 @@ TESTED_UID = int(os.environ.get("ROLLOUTS_TESTED_UID") or 64000)
 # limit (256): the tests, their killer of the tested user and PID 1 can always fork.
 TESTED_NPROC = 128
 OUTPUT_CAP = 16 << 20  # the tested code's forwarded output, per process
+_WARNING_TEXT = 8 << 10
 _PR_SET_DUMPABLE = 4
 _rng = random.SystemRandom()  # decoys: neither the tests' seeds nor the tested code sway it
 
@@ -264,6 +265,7 @@ class TrustedEndpoint(rpc.Endpoint):
         self.manifest = manifest
         self.values = set()  # oids the other side may use: handed over, and never forbidden
         self.output_left = OUTPUT_CAP
+        self.warning_registries = {}  # the tested code's modules' __warningregistry__, here
         self.env_sent = None  # the environment the tested process has (endpoint() sets it)
         self.env_seen = None  # ours as last seen (bytes as the OS has them: cheap to copy)
         self.random_sent = None
@@ -328,7 +330,22 @@ class TrustedEndpoint(rpc.Endpoint):
     def dispatch_other(self, op, args):
         if op == "random" and not args:
             return self.random_state()
+        if op == "warn" and len(args) == 5:
+            return self.warn(*args)
         raise rpc.ProtocolError("the tested process asked for %r" % op)
+
+    def warn(self, text, category, filename, lineno, module):
+        """A warning of the tested code, put through our filters as if it were raised here
+        (tested.py `_forward_warnings`): an error raises (and is raised there). True: the
+        filters would show it again, so ask again next time."""
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            raise rpc.ProtocolError("warn: not a warning category")
+        if not (type(lineno) is int and all(type(v) is str for v in (text, filename, module))):
+            raise rpc.ProtocolError("warn")
+        text = text[:_WARNING_TEXT]
+        registry = self.warning_registries.setdefault(module, {})
+        warnings.warn_explicit(text, category, filename, lineno, module, registry)
+        return (text, category, lineno) not in registry and (text, category, 0) not in registry
 
     def describe(self, v):
         # A named tuple the tests made (collections.namedtuple, nothing added) is data: it

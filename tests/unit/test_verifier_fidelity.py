@@ -277,6 +277,28 @@ def read_in(folder):
     with open(os.path.join(folder, "out.txt"), "w") as f:
         f.write(text.upper())
     return text
+
+
+class OwnWarning(UserWarning):
+    pass
+
+
+def warns(times, category=DeprecationWarning):
+    import warnings
+
+    for _ in range(times):
+        warnings.warn("old api", category, stacklevel=2)
+    return times
+
+
+def caught_warning():
+    import warnings
+
+    try:
+        warnings.warn("old api", DeprecationWarning)
+    except DeprecationWarning as e:
+        return "caught " + str(e)
+    return "not raised"
 '''
 
 TESTS = """
@@ -502,6 +524,46 @@ def test_a_package_run_by_its_path_runs_as_python_would():
     # tabulate's tests run `python tabulate/__init__.py` in /app
     out = subprocess.run([sys.executable, "tool/__init__.py", "x"], capture_output=True, text=True)
     assert out.stdout == "tool ['x'] True\\n", out.stderr
+
+
+def test_warnings_reach_pytest_warns():
+    with pytest.warns(DeprecationWarning, match="old api"):
+        assert solution.warns(1) == 1
+    with pytest.warns(solution.OwnWarning):
+        solution.warns(1, solution.OwnWarning)
+
+
+def test_a_warning_in_a_loop_is_recorded_each_time_and_asked_once_when_shown_once():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        solution.warns(3)
+    assert len(seen) == 3 and all(w.category is DeprecationWarning for w in seen)
+    ep = sys.modules["_rollouts_trusted"].endpoint()
+    ops = []
+    send = ep.send
+    ep.send = lambda msg: (ops.append(msg.get("op")), send(msg))[1]
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            solution.warns(500)
+    finally:
+        del ep.send
+    assert len(seen) == 1 and len(ops) < 10, (len(seen), ops)
+
+
+def test_an_error_filter_raises_at_the_warn_call_in_the_solution():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert solution.caught_warning() == "caught old api"
+        with pytest.raises(DeprecationWarning):
+            solution.warns(1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", module="solution")
+        assert solution.caught_warning() == "caught old api"
 
 
 def test_runner_outcome_skip_from_the_solution():
