@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "mode": "quick" if ns.quick else "full",
         "cores": os.cpu_count() or 0,
+        # Since the scheduler sizes its finishing (verify) slots to the level too: what the
+        # doc's reading of the ratio depends on (benchmarks/doc_admission.py).
+        "finishing_follows_level": True,
         "load_before": round(os.getloadavg()[0], 1),
         "tasks": ids,
         "n_samples": ns.n_samples,

@@ -200,11 +200,12 @@ class Scheduler:
         self._queue: asyncio.PriorityQueue[tuple[int, int, int, Work]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
         self.concurrency_control = concurrency_control
-        # Samples in their episode: the controller's level when there is one.
-        self._slots = _Slots(
-            concurrency_control.level if concurrency_control else max_concurrent_samples
-        )
-        self._finishing = _Slots(max_concurrent_samples)  # samples verifying or committing
+        # Samples in their episode, and samples verifying or committing: each as many as the
+        # controller's level when there is one (so a level bounds what a fixed setting of that
+        # number bounds: episodes and verifications both).
+        level = concurrency_control.level if concurrency_control else max_concurrent_samples
+        self._slots = _Slots(level)
+        self._finishing = _Slots(level)
         self._dispatcher: asyncio.Task[None] | None = None
 
     # -- lifecycle
@@ -522,6 +523,7 @@ class Scheduler:
         )
         if control.level != before:
             await self._slots.resize(control.level)
+            await self._finishing.resize(control.level)
         self._update_gauges()
 
     def _update_gauges(self) -> None:

@@ -204,6 +204,7 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         await until(lambda: len(runner.in_episode) == 4)  # level 4: the ceiling
         await settle()
         assert control.level == 4 and len(runner.started) == 8
+        assert scheduler._finishing.total == 4  # verifications follow the level too
         # The level as /metrics and the web view's concurrency card (the stats event) show it.
         assert _gauge(metrics, "rollouts_concurrency_level") == 4 == scheduler.concurrency
         failing.update(range(4, 6))  # two sandbox failures: a window of failures
