@@ -127,6 +127,17 @@ class ToolVenv:
             return python
 
 
+def on_python312(venv: ToolVenv) -> Callable[[], None]:
+    """A builder for `prefetch`: `venv` on this machine's Python 3.12, where there is one."""
+
+    def build() -> None:
+        python312 = find_python312()
+        if python312 is not None:
+            venv.ensure(python312)
+
+    return build
+
+
 PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.tool_venv import CACHE, ToolVenv, find_python312
+from tests.tool_venv import CACHE, ToolVenv, find_python312, on_python312
 
 # Installed with --no-deps: their declared dependencies include torch, ray, vllm, flash-attn.
 NO_DEPS = ["skyrl-train==0.3.1", "skyrl==0.4.0", "skyrl-gym==0.4.0", "torchdata==0.11.0"]
@@ -50,8 +50,4 @@ def ensure_venv(python312: str) -> Path:
     return VENV.ensure(python312)
 
 
-def ensure_if_available() -> None:
-    """Builds the venv where a Python 3.12 is found (tool_venv.prefetch)."""
-    python312 = find_python312()
-    if python312 is not None:
-        ensure_venv(python312)
+ensure_if_available = on_python312(VENV)

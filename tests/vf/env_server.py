@@ -49,8 +49,8 @@ def serve_env(python: Path, service_url: str, api_key: str, *args: str) -> Itera
         stop_process(proc)
 
 
-def judge(python: Path, *args: str, stdin: dict[str, Any], timeout_s: float = 900) -> dict:
-    proc = subprocess.run(
+def _run_judge(python: Path, args: tuple[str, ...], stdin: dict[str, Any], timeout_s: float):
+    return subprocess.run(
         [str(python), str(JUDGE), *args],
         input=json.dumps(stdin) + "\n",
         capture_output=True,
@@ -59,21 +59,17 @@ def judge(python: Path, *args: str, stdin: dict[str, Any], timeout_s: float = 90
         env=vf_env(),
         timeout=timeout_s,
     )
+
+
+def judge(python: Path, *args: str, stdin: dict[str, Any], timeout_s: float = 900) -> dict:
+    proc = _run_judge(python, args, stdin, timeout_s)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def judge_fails(python: Path, *args: str, stdin: dict[str, Any]) -> str:
     """The judge's error output, where it must fail (a run the server refuses)."""
-    proc = subprocess.run(
-        [str(python), str(JUDGE), *args],
-        input=json.dumps(stdin) + "\n",
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=vf_env(),
-        timeout=300,
-    )
+    proc = _run_judge(python, args, stdin, 300)
     assert proc.returncode != 0, proc.stdout[-2000:]
     return proc.stderr
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.tool_venv import CACHE, ToolVenv, find_python312
+from tests.tool_venv import CACHE, ToolVenv, on_python312
 
 NO_DEPS = ["verifiers==0.4.0", "renderers==0.1.12"]
 # What verifiers.v1.serve.{server,client,delta,types}, .trace and .episode import.
@@ -47,8 +47,4 @@ def ensure_venv(python312: str) -> Path:
     return VENV.ensure(python312)
 
 
-def ensure_if_available() -> None:
-    """Builds the venv where a Python 3.12 is found (tool_venv.prefetch)."""
-    python312 = find_python312()
-    if python312 is not None:
-        ensure_venv(python312)
+ensure_if_available = on_python312(VENV)
