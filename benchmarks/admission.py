@@ -2,9 +2,13 @@
 fixed concurrency, through the real service.
 
 A round is one `rollouts serve` process (real Docker sandboxes and verifier, the stand-in policy:
-instant, always right, never malformed) running one rollout of the same tasks x n samples; its
-figure is trials per minute from the rollout's submission to its completion (the service's own
-start is not counted, and every trial must score 1, or the run fails). The configurations are
+instant, always right, never malformed) running `LEAD_IN` rollouts of the same tasks x n samples
+and then one more, back to back, as a long collection runs one batch after another. Its figure is
+the last rollout's trials per minute, from its submission to its completion (every trial must
+score 1, or the run fails): a batch of a collection under way, which admission enters at the
+level the batches before it found, not a fresh service's first minute (where it starts at its
+starting level and a fixed setting has no such cost); the lead-in's drain and the pause before
+the next submission are what a synchronous RL loop shows it between batches. The configurations are
 `--fixed-concurrency` at each of `levels` and `--adaptive-concurrency` at each of `ceilings`;
 they take turns within each repeat, in an order rotated per repeat, so load from the machine's
 other users falls on all of them alike. Only ratios from the same run mean anything on a shared
@@ -14,7 +18,7 @@ the highest median over the repeats).
 While a round runs, the service's /metrics is read every `POLL_S`: `rollouts_concurrency_level`
 is the level the service admits to now, so an adaptive round's trace is what the controller
 (service/concurrency.py) decided, read where an operator reads it. The level a round settles at
-is the time-weighted median of that trace over the round's second half.
+is the time-weighted median of that trace over the measured rollout.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ RESULTS = Path(__file__).parent / "results" / "admission.json"
 POLL_S = 0.25
 API_KEY = "bench-admission"
 LEVEL_METRIC = "rollouts_concurrency_level"
+LEAD_IN = 1  # unmeasured rollouts a round runs before the measured one
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,8 @@ class Round:
     config: str
     trials: int
     seconds: float
-    trace: list[tuple[float, int]] = field(default_factory=list)  # (s since submit, level)
+    # (s since the measured rollout's submission, level): the lead-in's readings are negative
+    trace: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def per_min(self) -> float:
@@ -83,12 +89,11 @@ class RoundFailed(RuntimeError):
 
 
 def settled_level(trace: list[tuple[float, int]], seconds: float) -> float:
-    """The time-weighted median level over [seconds / 2, seconds] of a step trace (each level
-    holds from its reading to the next)."""
-    half = seconds / 2
+    """The time-weighted median level over [0, seconds] of a step trace (each level holds from
+    its reading to the next; readings before 0 are the lead-in's)."""
     spans: dict[int, float] = {}
     for (t, level), (t_next, _) in zip(trace, [*trace[1:], (seconds, 0)], strict=True):
-        lo, hi = max(t, half), min(t_next, seconds)
+        lo, hi = max(t, 0.0), min(t_next, seconds)
         if hi > lo:
             spans[level] = spans.get(level, 0.0) + hi - lo
     if not spans:
@@ -141,42 +146,53 @@ def serving(tmp: Path, tasks: str, policy_url: str, config: Config) -> Iterator[
 
 
 def run_round(
-    tmp: Path, tasks: str, ids: list[str], n: int, policy_url: str, config: Config
+    tmp: Path,
+    tasks: str,
+    ids: list[str],
+    n: int,
+    policy_url: str,
+    config: Config,
+    lead_in: int = LEAD_IN,
 ) -> Round:
+    """`lead_in` rollouts, then the measured one, each submitted once the one before is done."""
     body = {
         "tasks": {"path": tasks, "ids": ids},
         "n_samples": n,
         "sampling": {"seed": 0},
         "advantage": {"estimator": "rloo", "min_group_size": 1},
     }
+    trace: list[tuple[float, int]] = []  # times since the first submission until rebased
     with serving(tmp, tasks, policy_url, config) as (url, log_path):
         client = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
         )
         with client:
-            r = client.post("/v1/rollouts", json=body)
-            t0 = time.monotonic()
-            if r.status_code != 202:
-                raise RoundFailed(f"submit: {r.status_code} {r.text}")
-            rid = r.json()["id"]
-            trace: list[tuple[float, int]] = []
-            while True:
-                level = int(read_metric(client.get("/metrics").text, LEVEL_METRIC))
-                now = time.monotonic() - t0
-                if not trace or trace[-1][1] != level:
-                    trace.append((round(now, 2), level))
-                status = client.get(f"/v1/rollouts/{rid}").json()
-                if status["status"] != "running":
-                    seconds = time.monotonic() - t0
-                    break
-                time.sleep(POLL_S)
-    expected = len(ids) * n
-    if status["samples_completed"] != expected or status["mean_reward"] != 1.0:
-        raise RoundFailed(
-            f"{config.name}: {status['counts']}, mean reward {status['mean_reward']}\n"
-            + log_path.read_text()[-2000:]
-        )
-    return Round(config.name, expected, seconds, trace)
+            t_first = time.monotonic()
+            for _ in range(lead_in + 1):
+                r = client.post("/v1/rollouts", json=body)
+                t0 = time.monotonic()
+                if r.status_code != 202:
+                    raise RoundFailed(f"submit: {r.status_code} {r.text}")
+                rid = r.json()["id"]
+                while True:
+                    level = int(read_metric(client.get("/metrics").text, LEVEL_METRIC))
+                    now = time.monotonic() - t_first
+                    if not trace or trace[-1][1] != level:
+                        trace.append((now, level))
+                    status = client.get(f"/v1/rollouts/{rid}").json()
+                    if status["status"] != "running":
+                        seconds = time.monotonic() - t0
+                        break
+                    time.sleep(POLL_S)
+                expected = len(ids) * n
+                if status["samples_completed"] != expected or status["mean_reward"] != 1.0:
+                    raise RoundFailed(
+                        f"{config.name}: {status['counts']}, mean reward "
+                        f"{status['mean_reward']}\n" + log_path.read_text()[-2000:]
+                    )
+    shift = t0 - t_first  # the measured rollout's submission is 0
+    rebased = [(round(t - shift, 2), level) for t, level in trace]
+    return Round(config.name, expected, seconds, rebased)
 
 
 def run(
@@ -199,7 +215,7 @@ def run(
         extra = ["--p-malformed", "0"]
         with stand_in_policy(tasks, p_correct=1.0, extra_args=extra) as policy:
             if warm_up:  # images, page cache, the engine's first containers: unmeasured
-                run_round(tmp, tasks, ids, 1, policy.url, Config(False, 2))
+                run_round(tmp, tasks, ids, 1, policy.url, Config(False, 2), lead_in=0)
             for rep in range(repeats):
                 shift = rep % len(configs)
                 for config in configs[shift:] + configs[:shift]:
@@ -238,15 +254,17 @@ def summarise(rounds: dict[str, list[Round]], levels: list[int], ceilings: list[
         "seconds": {n: figure([r.seconds for r in rs]).as_dict(1) for n, rs in rounds.items()},
         "best_fixed": best,
         "adaptive": adaptive,
-        # The controller's settings the service ran with (its defaults): what a short run
-        # gives it to work with.
+        # The controller's settings the service ran with (its defaults): what a round gives
+        # it to work with.
         "controller": {
             "start": s.start,
             "window": s.window,
             "min_window_s": s.min_window_s,
+            "saturated": s.saturated,
             "grow": s.grow,
             "gain": s.gain,
             "hold_windows": s.hold_windows,
+            "max_hold_windows": s.max_hold_windows,
             "warmup_windows": s.warmup_windows,
         },
     }
@@ -270,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="examples/tasks", help="task folder")
     parser.add_argument("--n-tasks", type=int, default=6)
     parser.add_argument("--n-samples", type=int, default=8, help="samples per task per round")
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8])
+    # Not 1: one sample at a time leaves a core idle while its sandbox starts (the sandbox
+    # benchmark's concurrency 1 runs well under its best, docs/performance.md), and its rounds
+    # are the longest: they would cost the run minutes to show a level that cannot be best.
+    parser.add_argument("--levels", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ceilings", type=int, nargs="+", default=[16, 32])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -290,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": round(os.getloadavg()[0], 1),
         "tasks": ids,
         "n_samples": ns.n_samples,
+        "lead_in": LEAD_IN,
         "repeats": ns.repeats,
     }
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731

@@ -223,7 +223,7 @@ async def main_async(args: argparse.Namespace) -> None:
                         task, arm.backend, solve_script=None, labels=labels, plain=arm.plain
                     )
                     if r.reward != 1.0:
-                        raise SystemExit(f"{arm.name} {task.id}: {r.status} {r.output[-2000:]}")
+                        raise SystemExit(f"{arm.name} {task.id}: {r.verdict} {r.output[-2000:]}")
                     if rep > 0:
                         _record_marks(arm.marks, r.output)
                     await _settle(arm.backend)

@@ -7,12 +7,12 @@ oracle trials through `DockerBackend` under one runtime; the runtimes take turns
 repeat, in an order rotated per repeat, so load from the machine's other users falls on all of
 them alike. Only ratios to runc from the same run mean anything on a shared machine.
 
-CPU per trial here is the containers' own (sentry, gofer, ptrace stubs and the tasks'
-processes: every process in the containers' cgroups), read from a cgroup parent that each
-runtime's containers get in this run (cgroup v1 cpuacct), so other users' containers are not
-counted, nor is it lost when a container exits before it is removed; the engine's
-share (dockerd, containerd, the shims and the `runsc` commands they run) is shared with them
-and left out.
+CPU per trial here is the containers' own (sentry, gofer, the platform's stub processes and
+the tasks' processes: every process in the containers' cgroups), read from a cgroup parent
+that each runtime's containers get in this run (cgroup v1 cpuacct), so other users'
+containers are not counted, nor is it lost when a container exits before it is removed; the
+engine's share (dockerd, containerd, the shims and the `runsc` commands they run) is shared
+with them and left out.
 
 The probes (`--probes`) split a trial's cost under each runtime: one bare container lifecycle
 (create, start, remove; its wall time and CPU), and, inside one started container, the cost of
@@ -191,8 +191,8 @@ def _proc_cpu_s(pid: str) -> tuple[str, float]:
 def process_split(group: str, cid: str) -> dict[str, float] | None:
     """The container's CPU so far by process kind: under gVisor the sentry (runsc-sandbox: the
     user-space kernel, which serves every system call), the gofer (runsc-gofer: the root file
-    system's files) and the rest (the ptrace stubs, in which the tasks' own code runs, and the
-    processes already gone). None under runc (no such split) or where unreadable."""
+    system's files) and the rest (the platform's stub processes, in which the tasks' own code
+    runs, and the processes already gone). None under runc (no such split) or where unreadable."""
     folder = CPUACCT / group.lstrip("/") / cid
     try:
         pids = (folder / "cgroup.procs").read_text().split()
@@ -226,15 +226,20 @@ async def _mount_count(adapter: TimedAdapter, cid: str) -> dict[str, int]:
 KVM_BOOT_S = 30  # a sandbox that has not run `true` by then on the KVM platform never will
 
 
+def runsc_version(runsc: str) -> str:
+    """The first line of `runsc --version` (e.g. "runsc version 0.0~20240729.0")."""
+    return subprocess.run(
+        [runsc, "--version"], capture_output=True, text=True, timeout=30
+    ).stdout.splitlines()[0]
+
+
 def runsc_accepts(runsc: str = "runsc") -> dict[str, Any]:
     """What this runsc release and this kernel offer beyond the flags measured as runtimes:
     the release, the platforms its help lists, whether it has the newer file-system and
     platform options (directfs, systrap), and whether a sandbox boots on KVM (`runsc do`, as
     root, outside Docker: a hang there would hang every container of such a runtime)."""
     try:
-        version = subprocess.run(
-            [runsc, "--version"], capture_output=True, text=True, timeout=30
-        ).stdout.splitlines()[0]
+        version = runsc_version(runsc)
         flags = subprocess.run([runsc, "flags"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired, IndexError) as e:
         return {"unavailable": f"runsc: {e}"}
@@ -453,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = {
             k: list(v.get("runtimeArgs") or []) for k, v in (info.get("Runtimes") or {}).items()
         }
+        paths = {k: v["path"] for k, v in (info.get("Runtimes") or {}).items() if is_gvisor(k)}
         runtimes = ns.runtimes or ["runc", *(r for r in offered if is_gvisor(r))]
         missing = [r for r in runtimes if r != "runc" and r not in offered]
         if missing:
@@ -475,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         summary.update(started, load_after=round(os.getloadavg()[0], 1))
         summary["flags"] = {rt: flags.get(rt, []) for rt in runtimes}
+        # A candidate may be another runsc release (runsc-bookworm): each one's own version.
+        summary["releases"] = {rt: runsc_version(paths[rt]) for rt in runtimes if rt in paths}
         summary["runsc_accepts"] = runsc_accepts()
         return summary, flags
 

@@ -1,5 +1,5 @@
-"""The sandbox interface the service talks to. Docker is the first backend (docker_backend.py);
-a Ray backend driving remote Docker Engines is the planned second one."""
+"""The sandbox interface the service talks to: Docker (docker_backend.py), and Ray driving the
+Docker Engines of many machines (ray_backend.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ from typing import Protocol
 
 from sandboxes.task import Task
 from sandboxes.workspace_snapshot import KnownBlobs, Snapshot
+
+# The label of a sandbox that grades a task's oracle (sandboxes/calibration.py). The task's
+# samples wait for that grade holding their own sandboxes, so a backend that bounds its
+# sandboxes by slots (Ray) must never make this one wait for theirs.
+LABEL_CALIBRATION = "rollouts.calibration"
 
 
 class Verdict(StrEnum):

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sandboxes.backend import SandboxBackend, Verdict
+from sandboxes.backend import LABEL_CALIBRATION, SandboxBackend, Verdict
 from sandboxes.oracle import OracleResult, run_oracle
 from sandboxes.task import Task
 
@@ -225,7 +225,11 @@ class Calibrator:
 
     async def _run(self, task: Task, key: str) -> Calibration | None:
         async with self._limit:
-            labels = {"rollouts.rollout_id": "calibration", "rollouts.task_id": task.id}
+            labels = {
+                "rollouts.rollout_id": "calibration",
+                "rollouts.task_id": task.id,
+                LABEL_CALIBRATION: "true",
+            }
             result = await run_oracle(task, self.backend, solve_script=None, labels=labels)
         cal = judge(task, key, result, self.grader_version, self.setting)
         if cal is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import posixpath
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -46,12 +47,14 @@ from sandboxes.workspace_tar import (
 log = logging.getLogger(__name__)
 
 DEFAULT_EXEC_OUTPUT_CAP = 64 << 10
-# `bash -c _EXEC rollouts-exec COMMAND DEST`: unpack the upload on stdin into DEST (if any),
-# then run COMMAND in /app with stdin from /dev/null and stderr merged into stdout.
+# `sh -c _EXEC rollouts-exec COMMAND DEST`: unpack the upload on stdin (if DEST is set: a tar
+# whose members carry DEST in their names, so tar makes the folders) under /, then run COMMAND
+# in /app with stdin from /dev/null and stderr merged into stdout. sh, and no mkdir: every
+# program started here is a few CPU-ms of each request (the command's own shell is bash -l).
 _UNPACK_FAILED = 92
 _UNPACK_MARKER = "[rollouts] upload failed"
 _EXEC = f"""
-if [ -n "$2" ] && ! err=$({{ mkdir -p -- "$2" && tar -x --no-same-owner -C "$2" -f -; }} 2>&1)
+if [ -n "$2" ] && ! err=$(tar -x --no-same-owner -C / -f - 2>&1)
 then
   echo "{_UNPACK_MARKER}: $err"
   exit {_UNPACK_FAILED}
@@ -114,10 +117,11 @@ class DockerSandbox:
                 raise ValueError(f"dest_dir must be absolute, got {upload.dest_dir!r}")
             # Streamed in with the command: the engine's archive API cannot write into tmpfs
             # mounts on a read-only root filesystem.
-            dest, stdin = upload.dest_dir, build_tar(upload.files)
+            dest = upload.dest_dir
+            stdin = build_tar(upload.files, prefix=posixpath.normpath(dest).lstrip("/"))
         # At the limit PID 1 kills the command's process group, its background children too.
         result = await self._control.run(
-            ["bash", "-c", _EXEC, "rollouts-exec", command, dest],
+            ["sh", "-c", _EXEC, "rollouts-exec", command, dest],
             limit_s=timeout_s,
             stdin=stdin,
             max_output=self._settings.exec_output_cap,

@@ -12,7 +12,10 @@ the node may run at once) gets one executor actor (`ray_executor.py`), pinned to
 - **places** each sample on a node with a free slot, preferring a node that already has the
   task's image, then the least loaded; when every slot is taken it waits (up to
   `placement_timeout_s`) for one to free or for a node to join; a workspace kept on its node
-  holds its slot until verified (or `workspace_ttl_s`);
+  holds its slot until verified (or `workspace_ttl_s`). A calibration's sandbox (the task's
+  oracle, `LABEL_CALIBRATION`) is placed beyond the slots when none is free: the task's
+  samples wait for its result holding their slots, so waiting for theirs would deadlock (a
+  few at a time: the calibrator bounds them);
 - bounds every remote call with a timeout (its own timeout plus a margin), so nothing hangs,
   and turns an executor's outcome into its value or the exception it stands for.
 
@@ -111,13 +114,13 @@ class SandboxNode:
     def free(self) -> int:
         return self.capacity - self.in_use
 
-    def usable(self, now: float) -> bool:
+    def usable(self, now: float, beyond_capacity: bool = False) -> bool:
         return (
             self.alive
             and self.ready
             and self.healthy
             and self.error is None
-            and self.free() > 0
+            and (beyond_capacity or self.free() > 0)
             and now >= self.cooldown_until
         )
 
@@ -407,10 +410,12 @@ class RayCluster:
 
     # ---- slots ----------------------------------------------------------------------------
 
-    def pick(self, key: str | None, now: float) -> SandboxNode | None:
-        """The best node with a free slot for image `key`: one that has it, then the least
-        loaded."""
-        usable = [n for n in self.nodes.values() if n.usable(now)]
+    def pick(
+        self, key: str | None, now: float, beyond_capacity: bool = False
+    ) -> SandboxNode | None:
+        """The best node with a free slot (any node, with `beyond_capacity`) for image `key`:
+        one that has it, then the least loaded."""
+        usable = [n for n in self.nodes.values() if n.usable(now, beyond_capacity)]
         if not usable:
             return None
         return min(
@@ -422,8 +427,11 @@ class RayCluster:
             ),
         )
 
-    async def acquire(self, key: str | None, node: SandboxNode | None = None) -> SandboxNode:
-        """A slot: on `node` if given (it must be alive), else on the best node."""
+    async def acquire(
+        self, key: str | None, node: SandboxNode | None = None, beyond_capacity: bool = False
+    ) -> SandboxNode:
+        """A slot: on `node` if given (it must be alive), else on the best node.
+        `beyond_capacity`: taken even where every slot is (a calibration's sandbox)."""
         await self.start()
         assert self._changed is not None
         deadline = time.monotonic() + self.settings.placement_timeout_s
@@ -436,9 +444,9 @@ class RayCluster:
                 if node is not None:
                     if not node.alive:
                         raise SandboxLost(f"node {node.node_id[:12]} is gone")
-                    chosen = node if node.free() > 0 else None
+                    chosen = node if beyond_capacity or node.free() > 0 else None
                 else:
-                    chosen = self.pick(key, now)
+                    chosen = self.pick(key, now, beyond_capacity)
                 if chosen is not None:
                     chosen.in_use += 1
                     return chosen

@@ -36,7 +36,7 @@ PROMPT_HOOK = (
 )
 # How often the prompt counter is read (a builtin, no process), and the log's size while it
 # settles (one `wc -c <` each: it takes the size from fstat; coreutils' stat uses statx, which
-# gVisor answers with EINVAL).
+# runsc before 2024 answers with EINVAL).
 TICK_S = 0.003
 SETTLE_TICK_S = 0.002
 MAX_WAIT_S = 60.0

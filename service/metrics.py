@@ -65,6 +65,11 @@ class Metrics:
             "controller's level with --adaptive-concurrency, else --max-concurrent-samples)",
             registry=r,
         )  # fmt: skip
+        self.concurrency_windows = Counter(
+            "rollouts_concurrency_windows", "Windows the concurrency controller closed, by "
+            "what it decided (service/concurrency.py: short, warmup, grow, keep, revert, lower, "
+            "hold, backoff)", ["decision"], registry=r,
+        )  # fmt: skip
         self.groups_by_state = Gauge(
             "rollouts_groups", "Groups by state (refreshed on scrape)", ["state"], registry=r
         )

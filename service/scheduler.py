@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from sandboxes.task import Task
-from service.concurrency import ConcurrencyController
+from service.concurrency import ConcurrencyController, WindowResult
 from service.errors import Busy, InvalidRequest
 from service.events import EventHub
 from service.metrics import Metrics
@@ -145,6 +145,28 @@ class _Slots:
             self.free += total - self.total
             self.total = total
             self._cond.notify_all()
+
+
+class _HeldSlots:
+    """When each sample of a group took its episode slot and gave it back; called with a
+    sample, how long it held it (None: it never held one). The concurrency controller's measure
+    (service/concurrency.py)."""
+
+    def __init__(self, holding: list[str]) -> None:
+        now = time.monotonic()
+        self._took = dict.fromkeys(holding, now)
+        self._gave: dict[str, float] = {}
+
+    def took(self, trajectory_id: str) -> None:
+        self._took[trajectory_id] = time.monotonic()
+
+    def gave(self, trajectory_id: str) -> None:
+        self._gave[trajectory_id] = time.monotonic()
+
+    def __call__(self, trajectory_id: str) -> float | None:
+        if trajectory_id not in self._took:
+            return None
+        return self._gave.get(trajectory_id, time.monotonic()) - self._took[trajectory_id]
 
 
 class Scheduler:
@@ -429,11 +451,13 @@ class Scheduler:
         spec_of = {s.trajectory_id: s for s in specs}
         # owed (no slot yet) -> running (a slot) -> finishing (a finishing slot) -> done
         state = {s.trajectory_id: "running" if i < slotted else "owed" for i, s in enumerate(specs)}
+        held_s = _HeldSlots([s.trajectory_id for s in specs[:slotted]])
 
         async def on_start(trajectory_id: str) -> None:
             if state.get(trajectory_id) != "owed":
                 return
             await self._slots.take_owed()
+            held_s.took(trajectory_id)
             state[trajectory_id] = "running"
             self.queued_samples -= 1
             self.running_samples += 1
@@ -447,6 +471,8 @@ class Scheduler:
                 await self._slots.forgive()
             else:
                 self.running_samples -= 1
+                if held == "running":
+                    held_s.gave(trajectory_id)
                 await (self._finishing if held == "finishing" else self._slots).release(1)
 
         async def on_episode_end(trajectory_id: str) -> None:
@@ -461,6 +487,7 @@ class Scheduler:
                 self.running_samples += 1
                 await self._slots.forgive()
             else:
+                held_s.gave(trajectory_id)
                 await self._slots.release(1)
 
         async def on_trajectory(t: Trajectory) -> None:
@@ -472,7 +499,7 @@ class Scheduler:
             # wait, or encoded payloads (~140 KB each) pile up unbounded (1.2 GiB RSS at 2k
             # pending in the data-path benchmark, docs/performance.md).
             try:
-                await self._report(ctx, work, spec, t)
+                await self._report(ctx, work, spec, t, held_s(t.trajectory_id))
             finally:
                 await leave(t.trajectory_id)
 
@@ -494,12 +521,16 @@ class Scheduler:
         if left and not ctx.cancelled:
             why = f"runner error: {error!r}" if error else "runner returned without this sample"
             for spec in left:
-                await self._report(ctx, work, spec, _failed(spec, self.current_version(), why))
+                failed = _failed(spec, self.current_version(), why)
+                await self._report(ctx, work, spec, failed, held_s(spec.trajectory_id))
 
-    async def _report(self, ctx: Rollout, work: Work, spec: SampleSpec, t: Trajectory) -> None:
-        """A finished sample: the concurrency controller hears of it, then it is committed or
-        queued to run again (service/outcomes.py)."""
-        await self._follow_level(t)
+    async def _report(
+        self, ctx: Rollout, work: Work, spec: SampleSpec, t: Trajectory, slot_s: float | None
+    ) -> None:
+        """A finished sample, which held its episode slot for `slot_s` (None: never held one):
+        the concurrency controller hears of it, then it is committed or queued to run again
+        (service/outcomes.py)."""
+        await self._follow_level(t, slot_s)
         await self._outcomes.report(ctx, work, spec, t)
 
     @property
@@ -507,20 +538,22 @@ class Scheduler:
         """Samples allowed in their episode at once now."""
         return self._slots.total
 
-    async def _follow_level(self, t: Trajectory) -> None:
+    async def _follow_level(self, t: Trajectory, slot_s: float | None) -> None:
         """A finished sample, for the concurrency controller; the slots follow its level.
-        Samples that never reached a sandbox (cancelled, or the policy failed first) say nothing
-        of the sandboxes' load."""
+        Samples that never reached a sandbox (cancelled, or the policy failed first) or never
+        held a slot say nothing of the sandboxes' load."""
         control = self.concurrency_control
-        if control is None or t.status in (Status.cancelled, Status.policy_error):
+        if control is None or slot_s is None or t.status in (Status.cancelled, Status.policy_error):
             return
         before = control.level
-        control.finished(
+        window = control.finished(
             now=time.monotonic(),
+            slot_s=slot_s,
             start_s=t.timings.create_s,
             verify_s=t.timings.verify_s,
             failed=t.status == Status.sandbox_error,
         )
+        _said(window, self.metrics)
         if control.level != before:
             await self._slots.resize(control.level)
             await self._finishing.resize(control.level)
@@ -531,6 +564,24 @@ class Scheduler:
             self.metrics.queued_samples.set(self.queued_samples)
             self.metrics.running_samples.set(self.running_samples)
             self.metrics.concurrency_level.set(self._slots.total)
+        if self.concurrency_control is not None:
+            # Samples waiting for a slot: the level, not the demand, bounds what runs now.
+            self.concurrency_control.demand(now=time.monotonic(), waiting=self.queued_samples > 0)
+
+
+def _said(window: WindowResult | None, metrics: Metrics | None) -> None:
+    """A closed window's decision (None: none closed), in the log and in /metrics: the level
+    alone shows where the controller went, not why (a cliff, a raise that bought nothing)."""
+    if window is None:
+        return
+    log.info(
+        "concurrency window at level %d: %.2f samples/s, start %.2f s, verify %.2f s, "
+        "failures %.0f%%, waited %.0f%% of it: %s -> level %d",
+        window.level, window.throughput, window.start_s, window.verify_s,
+        100 * window.failures, 100 * window.saturated, window.decision, window.next_level,
+    )  # fmt: skip
+    if metrics is not None:
+        metrics.concurrency_windows.labels(window.decision).inc()
 
 
 def _failed(spec: SampleSpec, version: int, why: str) -> Trajectory:

@@ -20,6 +20,22 @@ process made is granted (changed since it started): a test may pass on a string 
 code chose, and the folders test.sh made before it (`mktemp -d` for a JUnit report) must stay
 closed whatever the tests pass.
 
+What the tested user may do beside a file handed over stops at the tests' own files, and at
+what the tests' process opens. The folder of a path handed over (an output to be made) is
+granted sticky, so the tested user cannot unlink a file of the tests there (their expected data
+beside its output), nor (under runc) rename its own over one; not where a file of the tests was
+handed over there (a task may move, delete or atomically replace it, which sticky would
+forbid), nor a folder handed over whole (what it holds is the tested code's to manage: an
+"organize these files" task). There, and under gVisor, the tests' process refuses to read a
+file of theirs (one it wrote, or had beside a file it handed over) that another user's file now
+stands for. The tests' process opens nothing through a symbolic link another user made under a
+temporary root (`guard_links`, an audit hook): not to write (a link planted at a name the tests
+write later would send their expected value into the tested code's output), and not to read
+what the link's maker could not open itself (/tests, /logs, another test's folder). Each
+refusal is reported (`open_refused`; reward.py flags a positive reward `unguarded`). The
+kernel's protection of links (fs.protected_symlinks) is not relied on: a host sysctl (0 on some
+hosts), absent under gVisor, and only for world-writable sticky folders.
+
 Standard library only: this runs under the task image's Python.
 """
 
@@ -27,7 +43,9 @@ import errno
 import os
 import stat
 import struct
+import sys
 import tempfile
+import threading
 import time
 
 _ACL = "system.posix_acl_access"
@@ -39,6 +57,14 @@ _NO_ID = 0xFFFFFFFF
 R, W, X = 4, 2, 1
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+# In the tests' process: the paths of files it wrote under a temporary root, or had beside a
+# file it handed over, oldest first (at most _THEIRS_CAP; _FOLDER_CAP a folder); and the
+# paths it handed over (files, and folders whole), which the tested code may replace.
+# (The process that runs a program keeps its own, unused.)
+_theirs, _handed = {}, {}
+_moved = {}  # folders where a file of the tests was handed over: never sticky
+_THEIRS_CAP, _FOLDER_CAP = 10000, 1000
 
 
 def temporary_roots():
@@ -148,9 +174,21 @@ def grant(path, uid, roots, since):
         for fd in folders[:-1]:
             _allow(fd, uid, X)
         _allow(folders[-1], uid, R | W | X)
+        granted = os.sep.join([root] + parts[: len(folders)])
         if len(folders) < len(parts):  # a file handed over, or one to be made
-            _allow_file(folders[-1], parts[-1], uid)
-        return os.sep.join([root] + parts[: len(folders)])
+            if _allow_file(folders[-1], parts[-1], uid):
+                _moved[granted] = None  # the tests' file: the tested code may move it
+            _handed[granted + os.sep + parts[-1]] = None
+            # Its siblings stay the tests': sticky, unless a file of the tests handed over
+            # there may have to move (or the folder was handed over whole).
+            on = granted not in _handed and granted not in _moved
+            _sticky(folders[-1], on)
+            if granted not in _handed:
+                _remember_files(granted, folders[-1])
+        else:  # the folder handed over whole: what it holds is the tested code's to manage
+            _handed[granted] = None
+            _sticky(folders[-1], False)
+        return granted
     except OSError:
         return None
     finally:
@@ -158,15 +196,46 @@ def grant(path, uid, roots, since):
             os.close(fd)
 
 
+def _sticky(fd, on):
+    """Whether only a file's owner (or the folder's) may unlink or rename it in folder `fd`:
+    on, the tested user keeps its own files and cannot replace the tests'."""
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    want = mode | stat.S_ISVTX if on else mode & ~stat.S_ISVTX
+    if want != mode:
+        os.fchmod(fd, want)
+
+
+def _remember_files(path, fd):
+    """Note the files of ours in the folder `path` (open as `fd`) as the tests' own: one
+    another user's file stands for later is refused to this process (`check_open`)."""
+    ours = os.getuid()
+    for name in os.listdir(fd)[:_FOLDER_CAP]:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == ours:
+            _note(_theirs, path + os.sep + name)
+
+
+def _note(theirs, path):
+    theirs[path] = None
+    while len(theirs) > _THEIRS_CAP:
+        del theirs[next(iter(theirs))]
+
+
 def _allow_file(folder, name, uid):
+    """Let user `uid` read and write the file `name` of ours in `folder`; whether it is one."""
     try:
         fd = os.open(name, _READ, dir_fd=folder)
     except OSError:
-        return  # to be made: the folder's grant lets the tested user make it
+        return False  # to be made: the folder's grant lets the tested user make it
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
             _allow(fd, uid, R | W)
+            return True
+        return False
     finally:
         os.close(fd)
 
@@ -198,3 +267,184 @@ def argument_paths(args, cwd, roots):
                 if os.path.normpath(path).startswith(tuple(r + os.sep for r in roots)):
                     found.append(path)
     return found
+
+
+# ---- links another user made, met by the tests' process --------------------------------------
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_installed = []
+_busy = threading.local()  # the hook's own opens (the report, the fork's check)
+
+
+def foreign_link(path, flags, roots):
+    """The first symbolic link on `path` (absolute), below one of `roots`, whose owner is not
+    this process's user and which opening `path` with `flags` would follow: (the link's
+    path, its lstat) or None. Each prefix is looked up as the kernel would (links before it
+    followed), so `..` after a link is not skipped."""
+    root = next((r for r in roots if path.startswith(r + os.sep)), None)
+    if root is None:
+        return None
+    ours = os.getuid()
+    parts = [p for p in path[len(root) + 1 :].split(os.sep) if p and p != "."]
+    at = root
+    for i, part in enumerate(parts):
+        at = at + os.sep + part
+        try:
+            st = os.lstat(at)
+        except OSError:
+            return None  # nothing there (a file to be made), or not ours to look into
+        if stat.S_ISLNK(st.st_mode) and st.st_uid != ours:
+            if i == len(parts) - 1 and flags & os.O_NOFOLLOW:
+                return None  # the open fails on the link itself
+            return at, st
+    return None
+
+
+def maker_may_open(path, uid, gid):
+    """Whether user `uid` (group `gid`, no others) can open `path` to read: asked of a fork
+    switched to that user (this process must be root with the capability to switch; else
+    no). It only makes system calls, then exits; the answer comes through a pipe, since the
+    tests may have set SIGCHLD ignored (and with it lost the exit status)."""
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return False
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            os.write(w, b"1")
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        return os.read(r, 1) == b"1"
+    finally:
+        os.close(r)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped already (the tests ignore SIGCHLD)
+            pass
+
+
+def _flags(mode, flags):
+    if isinstance(flags, int):
+        return flags
+    if isinstance(mode, str) and any(c in mode for c in "wax+"):
+        return os.O_WRONLY
+    return os.O_RDONLY
+
+
+def check_open(path, mode, flags, roots, written=None):
+    """Why the tests' process may not open `path` (an "open" audit event's arguments), or
+    None: a write through another user's link, a read through one of what its maker could
+    not open itself, or a read of a file of the tests (a path in `written`, kept in order:
+    those this process opened to write, and noted when their folder was handed over) that
+    another user's file now stands for (renamed over it: gVisor lets the tested user do so
+    in a sticky folder, runc does not). Writes are noted in `written`."""
+    if isinstance(path, int):
+        return None
+    try:
+        path = os.fsdecode(path)
+    except TypeError:
+        return None
+    if not path.startswith(os.sep):
+        try:
+            path = os.path.join(os.getcwd(), path)
+        except OSError:
+            return None
+    flags = _flags(mode, flags)
+    found = foreign_link(path, flags, roots)
+    if found is None:
+        if written is None:
+            return None
+        if flags & _WRITES:
+            try:
+                if os.lstat(path).st_uid != os.getuid():
+                    return None  # the tested user's file, written by the tests: theirs still
+            except OSError:
+                pass  # to be made: ours
+            _note(written, path)
+            return None
+        if path in written and path not in _handed and os.path.dirname(path) not in _handed:
+            try:
+                owner = os.lstat(path).st_uid
+            except OSError:
+                return None
+            if owner != os.getuid():
+                return "read %s, which this process wrote, now a file of user %d" % (path, owner)
+        return None
+    link, st = found
+    if flags & _WRITES:
+        return "written through %s, a link of user %d" % (link, st.st_uid)
+    if not maker_may_open(path, st.st_uid, st.st_gid):
+        return "read through %s, a link of user %d, which that user cannot read" % (
+            link,
+            st.st_uid,
+        )
+    return None
+
+
+def _named_beyond_its_user(path, uid):
+    """Why the tests' process may not open `path`, a text the tested code sent, or None: its
+    user cannot open it itself (a path under /tests, /logs)."""
+    if uid is None:
+        return None
+    if not path.startswith(os.sep):
+        path = os.path.join(os.getcwd(), path)
+    if maker_may_open(path, uid, uid):
+        return None
+    return "opened %s, a path the tested code named, which its user cannot open" % path
+
+
+def guard_links(report, named, tested_uid):
+    """Install (once) the audit hook that refuses the tests' process the opens `check_open`
+    names, and the opens of a path the tested code named (`named(text)`: it sent that text)
+    that the tested user (`tested_uid()`, None: no other user) could not open itself: a
+    solution that returns the tests' own expected file as its output's path reads nothing of
+    theirs. Each refusal is reported as `open_refused` through `report(event, **fields)`."""
+    if _installed:
+        return
+    _installed.append(report)
+    roots = temporary_roots()
+    prefixes = tuple(r + os.sep for r in roots)
+    reported = set()
+
+    def audit(event, args):
+        if event != "open" or not args:
+            return
+        path = args[0]
+        # Cheap for what is not under a temporary root (an import's files): a prefix test,
+        # and a lookup among the texts the tested code sent.
+        outside = isinstance(path, str) and path.startswith(os.sep)
+        outside = outside and not path.startswith(prefixes)
+        chosen = isinstance(path, str) and named(path)
+        if outside and not chosen:
+            return
+        if getattr(_busy, "on", False):
+            return
+        _busy.on = True
+        try:
+            mode = args[1] if len(args) > 1 else None
+            try:
+                why = _named_beyond_its_user(path, tested_uid()) if chosen else None
+                if why is None and not outside:
+                    flags = args[2] if len(args) > 2 else None
+                    why = check_open(path, mode, flags, roots, _theirs)
+            except (OSError, ValueError):  # a path the open itself will refuse
+                why = None
+            if why is not None and why not in reported and len(reported) < 20:
+                reported.add(why)
+                report("open_refused", why=why)
+        finally:
+            _busy.on = False
+        if why is None:
+            return
+        raise PermissionError(errno.EACCES, "refused to the tests' process: " + why)
+
+    sys.addaudithook(audit)

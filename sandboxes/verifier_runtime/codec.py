@@ -12,6 +12,11 @@ A frame is a 4-byte big-endian length and one JSON object. Values inside a messa
   and shared and cyclic references come out as they went in. Both directions are loops,
   never recursion;
 - ["R", n] (only in a copy-back) is the receiver's own container n of the request;
+- ["K", handle] is a list, dict or set both sides share (shares.py): the receiver's own;
+- an object of a subclass of a builtin value type (str, int, tuple, dict, ...; `BASE_TYPES`)
+  is a table entry ["S", reference, base, value]: the object by reference and the value its
+  builtin base holds (`BASE_VALUES`, the builtin's own code), items as leaves; the receiver
+  makes it its mirror class's instance holding that value (based.py);
 - records, when the endpoint describes a value as one (rpc.py: named tuples, dataclasses and
   namespaces of the standard library or installed packages), are table entries too:
   [kind, [module, qualname], fields, values, reference], kind "N" or "D" immutable, "M"
@@ -187,6 +192,38 @@ def _values():
     return _loaded
 
 
+# The builtin value types an object of another class may derive from, and the value it holds
+# as one, taken by the builtin's own code whatever its class overrides (a `class Color(str,
+# Enum)` member holds "red", though str() of it is "Color.RED").
+BASE_TYPES = {
+    "str": str, "bytes": bytes, "int": int, "float": float, "complex": complex,
+    "tuple": tuple, "frozenset": frozenset, "list": list, "dict": dict, "set": set,
+}  # fmt: skip
+BASE_VALUES = {
+    "str": str.__str__,
+    "bytes": lambda v: bytes.__getitem__(v, slice(None)),
+    "int": int.__index__,
+    "float": float.__float__,
+    "complex": lambda v: complex.__add__(v, 0j),
+    "list": lambda v: list.__getitem__(v, slice(None)),
+    "tuple": lambda v: tuple.__getitem__(v, slice(None)),
+    "dict": lambda v: dict(dict.items(v)),  # (dict.copy would ask an overriding keys())
+    "set": lambda v: set(set.__iter__(v)),
+    "frozenset": lambda v: frozenset(frozenset.__iter__(v)),
+}
+
+
+def builtin_base(cls):
+    """The name of the builtin value type (`BASE_TYPES`) that class `cls` derives from, None
+    for the builtin itself or a class derived from none."""
+    if cls.__module__ == "builtins":
+        return None
+    for name, base in BASE_TYPES.items():
+        if issubclass(cls, base):
+            return name
+    return None
+
+
 _FACTORIES = {"list": list, "dict": dict, "set": set, "int": int, "str": str}
 # Composites whose items may refer back to them: made empty first, filled last.
 MUTABLE = (
@@ -226,6 +263,7 @@ class Memo:
     def __init__(self, table=None, records=None):
         self.records = records  # describe(v) and rebuild(...) of records (rpc.Endpoint)
         self.described = {}  # id(record) -> what `records.describe` said of it (encoding)
+        self.based = {}  # n -> the builtin base of entry n, a subclass's object (encoding)
         self.unfilled = set()  # n of mutable records built empty, to fill (decoding)
         self.ids = {}  # id(composite) -> n (encoding)
         self.objects = {}  # n -> composite: sent (encoding) or built (decoding)
@@ -233,6 +271,10 @@ class Memo:
         self.table = [] if table is None else table
         self.refs = None  # id(container) -> n: encoded as ["R", n] (a copy-back)
         self.originals = {}  # n -> our own container of the request (decoding a copy-back)
+        self.shared = None  # id(container) -> handle: encoded as ["K", handle] (shares.py)
+        self.shares = {}  # handle -> our shared container (decoding)
+        self.uses = {}  # n -> references to entry n that decoding made (decoding)
+        self.op = None  # the request's operation (encoding a request)
 
 
 def encode(v, memo, reference):
@@ -252,6 +294,8 @@ def leaf(v, memo, reference):
         key = id(v)
         if memo.refs is not None and key in memo.refs:
             return ["R", memo.refs[key]]
+        if memo.shared is not None and key in memo.shared:
+            return ["K", memo.shared[key]]
         n = memo.ids.get(key)
         return ["@", n] if n is not None else _entry(memo, key, v)
     if t is bytes:
@@ -288,13 +332,18 @@ def leaf(v, memo, reference):
     if record is not None:
         memo.described[key] = record
         return _entry(memo, key, v)
+    base = memo.records.based(v) if memo.records is not None else None
+    if base is not None:
+        return _entry(memo, key, v, base)
     return reference(v)
 
 
-def _entry(memo, key, v):
+def _entry(memo, key, v, base=None):
     """A new entry of the message's table for composite `v` (filled when the memo drains)."""
     memo.table.append(None)
     n = len(memo.table)
+    if base is not None:
+        memo.based[n] = base
     memo.ids[key] = n
     memo.objects[n] = v
     memo.pending.append((n, v))
@@ -304,7 +353,7 @@ def _entry(memo, key, v):
 def drain(memo, reference):
     while memo.pending:
         n, v = memo.pending.pop()
-        memo.table[n - 1] = composite(v, memo, reference)
+        memo.table[n - 1] = composite(v, memo, reference, memo.based.get(n))
 
 
 def entry(v, memo, reference):
@@ -317,8 +366,9 @@ def entry(v, memo, reference):
     return composite(v, memo, reference)
 
 
-def composite(v, memo, reference):
-    """The table entry of composite `v` (its items as leaves)."""
+def composite(v, memo, reference, base=None):
+    """The table entry of composite `v` (its items as leaves); `base`: `v` is an object of a
+    subclass of that builtin."""
     t = type(v)
 
     def one(x):
@@ -326,6 +376,16 @@ def composite(v, memo, reference):
 
     def pairs():
         return [[one(k), one(x)] for k, x in v.items()]
+
+    if base is not None:
+        value = BASE_VALUES[base](v)
+        if base == "dict":
+            data = [[one(k), one(x)] for k, x in value.items()]
+        elif base in ("tuple", "frozenset", "list", "set"):
+            data = [one(x) for x in value]
+        else:
+            data = one(value)
+        return ["S", reference(v), base, data]
 
     record = memo.described.get(id(v))
     if record is not None:
@@ -364,7 +424,11 @@ def decode_leaf(node, memo, reference):
     tag = node[0]
     try:
         if tag == "@":
-            return memo.objects[node[1]]
+            found = memo.objects[node[1]]
+            memo.uses[node[1]] = memo.uses.get(node[1], 0) + 1
+            return found
+        if tag == "K":
+            return memo.shares[node[1]]
         if tag == "R":
             return memo.originals[node[1]]
         if tag == "b":
@@ -405,6 +469,8 @@ def build(memo, reference, extra=()):
             raise ProtocolError("table entry %d" % i)
         if node[0] == "M":
             memo.objects[i] = _empty_record(i, node, memo, reference)
+        elif node[0] == "S" and len(node) == 4 and node[2] in _MUTABLE_BASES:
+            memo.objects[i] = _based(memo).based_object(node, None)
         elif node[0] in _MUTABLE_TAGS:
             memo.objects[i] = _empty(node)
     for i in range(1, len(raw) + 1):
@@ -415,6 +481,14 @@ def build(memo, reference, extra=()):
             if i in memo.unfilled:
                 values = [decode_leaf(x, memo, reference) for x in node[3]]
                 memo.records.fill(memo.objects[i], node[2], values)
+        elif node[0] == "S":
+            if node[2] in _MUTABLE_BASES:
+                items = [
+                    [decode_leaf(x, memo, reference) for x in pair] if node[2] == "dict"
+                    else decode_leaf(pair, memo, reference)
+                    for pair in node[3]
+                ]  # fmt: skip
+                memo.records.based_fill(memo.objects[i], node[2], items)
         elif node[0] in _MUTABLE_TAGS:
             _fill(memo.objects[i], node, memo, reference)
     return [memo.objects[i] for i in range(len(memo.table) + 1, len(raw) + 1)]
@@ -472,6 +546,8 @@ def _build_immutable(start, raw, memo, reference):
         values = [decode_leaf(x, memo, reference) for x in items]
         if node[0] in ("N", "D"):
             memo.objects[i] = _record(node, values, memo, reference)
+        elif node[0] == "S":
+            memo.objects[i] = _based(memo).based_object(node, values)
         else:
             try:
                 memo.objects[i] = tuple(values) if node[0] == "t" else frozenset(values)
@@ -499,7 +575,22 @@ def _immutable_items(node):
         return node[1]
     if node[0] in ("N", "D"):
         return _record_items(node)
+    if node[0] == "S" and len(node) == 4 and node[2] in BASE_TYPES:
+        if node[2] in ("tuple", "frozenset"):
+            if isinstance(node[3], list):
+                return node[3]
+        elif node[2] not in _MUTABLE_BASES:
+            return [node[3]]
     raise ProtocolError("bad table entry %r" % (node[0],))
+
+
+_MUTABLE_BASES = ("list", "dict", "set")
+
+
+def _based(memo):
+    if memo.records is None:
+        raise ProtocolError("an 'S' entry where none is expected")
+    return memo.records
 
 
 def _record_items(node):

@@ -46,6 +46,7 @@ Standard library only, Python >= 3.8.
 import builtins
 import collections
 import dis
+import operator
 import sys
 
 _SELF_ITER_MODULES = ("builtins", "itertools", "_collections", "collections")
@@ -95,8 +96,10 @@ def _next(self):
     if ahead:
         return _next_of_buffer(self, ahead)
     peek = self.__dict__.get("_rollouts_peeked")
-    if peek is not None and (peek[0] or peek[2] is not None):
-        return _next_of_peek(peek)
+    if peek is not None:
+        item = _next_of_peek(peek)
+        if item is not _ASK:
+            return item
     frame = sys._getframe(1)
     bulk = self.__dict__.get("_rollouts_bulk")
     if bulk is not None:
@@ -155,6 +158,10 @@ def _callee(code, offset):
     keyword, an attribute)."""
     instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
     at = next(n for n, i in enumerate(instrs) if i.offset == offset)
+    if instrs[at].opname == "PRECALL":
+        # 3.11: once the call is specialized (after a few runs), the callee is called by its
+        # first half, PRECALL, where the frame then stands
+        at += 1
     call = instrs[at]
     if call.opname not in _CALLS or call.arg != 1:
         return None
@@ -184,7 +191,10 @@ def _from_chunk(self, plain):
     consumer may ask it something, and must find the iterator where it was then)."""
     size = self.__dict__.get("_rollouts_chunk", CHUNK_FIRST)
     object.__setattr__(self, "_rollouts_chunk", min(size * 4, CHUNK_LARGEST))
-    items, end, _ = self._rollouts_ep.request("chunk", self, size, plain)
+    ep = self._rollouts_ep
+    items, end, rebuilt = ep.request("chunk", self, size, plain, ep.rebuilds)
+    if rebuilt:  # (a chunk is only ever read ahead as a copy this side made: a recipe)
+        return _peeking(self, items, end)
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead is None:
         ahead = collections.deque()
@@ -211,7 +221,7 @@ def _from_peek(self):
     the one item it took for real."""
     ep = self._rollouts_ep
     size = self.__dict__.get("_rollouts_peek_size", CHUNK_FIRST)
-    items, end, peeked = ep.request("peek", self, size)
+    items, end, peeked = ep.request("peek", self, size, ep.rebuilds)
     if not peeked:
         if end is not None:
             raise end
@@ -219,17 +229,33 @@ def _from_peek(self):
             raise RuntimeError("a next() answered with %d items" % len(items))
         return items[0]
     object.__setattr__(self, "_rollouts_peek_size", min(size * 4, CHUNK_LARGEST))
-    # [items left, how many used, the end (None once used or if none), whether it was used]
-    peek = [collections.deque(items), 0, end, False]
+    return _peeking(self, items, end)
+
+
+def _peeking(self, items, end):
+    """The next item of `items` (a list read ahead, or a copy this side made of the other
+    side's iterator: readahead.py), which serve the next `next()`s until a message goes."""
+    # [their iterator, how many used, the end (None once used or if none), whether it was used]
+    peek = [iter(items), 0, end, False]
     object.__setattr__(self, "_rollouts_peeked", peek)
-    ep.peeking[id(self)] = self
-    return _next_of_peek(peek)
+    self._rollouts_ep.peeking[id(self)] = self
+    item = _next_of_peek(peek)
+    if item is _ASK:
+        raise RuntimeError("nothing read ahead, and no end")
+    return item
+
+
+_ASK = object()  # what `_next_of_peek` gives when the items read ahead are used up
+_builtin_next, _length_hint_of = builtins.next, operator.length_hint  # (not a test's patch)
 
 
 def _next_of_peek(peek):
-    if peek[0]:
+    item = _builtin_next(peek[0], _ASK)
+    if item is not _ASK:
         peek[1] += 1
-        return peek[0].popleft()
+        return item
+    if peek[2] is None:
+        return _ASK
     end, peek[2], peek[3] = peek[2], None, True
     raise end
 
@@ -240,7 +266,7 @@ def stop_peeking(proxy, used):
     peek = proxy.__dict__.pop("_rollouts_peeked", None)
     if peek is None:
         return
-    if peek[0] or peek[2] is not None:  # some unused: the next ones start small again
+    if peek[2] is not None or _length_hint_of(peek[0]):  # some unused: start small again
         proxy.__dict__.pop("_rollouts_peek_size", None)
     if peek[1] or peek[3]:
         used.append([proxy.__dict__["_rollouts_oid"], peek[1], peek[3]])

@@ -24,6 +24,7 @@ _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loade
 codec = _load("codec")
 proxies = _load("proxies")
 iterators = _load("iterators")
+based = _load("based")
 ProtocolError = codec.ProtocolError
 PeerExit = proxies.PeerExit
 RemoteObject = proxies.RemoteObject
@@ -80,6 +81,7 @@ class Mirrors:
         }
         if iterators.iterates_itself(cls):
             facts["I"] = 1
+        facts.update(based.facts(cls))
         named = None if self._defined_here(cls) else _qualified(cls)
         if named:
             facts["g"] = named
@@ -128,6 +130,17 @@ class Mirrors:
         if type(oid) is not int or not isinstance(meta, dict):
             raise ProtocolError("class node")
         bases = [self._base(b) for b in meta.get("b") or []]
+        name, qualname, module = str(meta.get("n")), str(meta.get("q")), str(meta.get("m"))
+        doc = meta.get("d")
+        self.heard_text(doc)
+        names = {
+            "__module__": module,
+            "__qualname__": qualname,
+            "__doc__": doc if isinstance(doc, str) else None,
+        }
+        cls = based.make(meta, bases, dict(names)) if meta.get("x") is None else None
+        if cls is not None:  # a subclass of a builtin value type, or an enum class
+            return self._made(cls, oid, meta)
         builtin = self.exception_base(meta.get("x"))
         if builtin is not None and not any(issubclass(b, builtin) for b in bases):
             bases.append(builtin)
@@ -135,15 +148,9 @@ class Mirrors:
             # After a base of _DERIVED (whose own __new__ must make the proxy), else first.
             derived = any(_qualified(b) in _DERIVED for b in bases)
             bases.insert(len(bases) if derived else 0, RemoteObject)
-        name, qualname, module = str(meta.get("n")), str(meta.get("q")), str(meta.get("m"))
-        doc = meta.get("d")
         specials = meta.get("s")
         specials = set(specials) if isinstance(specials, list) else set()
-        namespace = {
-            "__module__": module,
-            "__qualname__": qualname,
-            "__doc__": doc if isinstance(doc, str) else None,
-        }
+        namespace = dict(names)
         namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
         iterators.adapt(namespace, meta)
         fields = meta.get("f")
@@ -159,6 +166,10 @@ class Mirrors:
             namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback))
             iterators.adapt(namespace, meta)
             cls = RemoteClassMeta(name, fallback, namespace)
+        return self._made(cls, oid, meta)
+
+    def _made(self, cls, oid, meta):
+        """Mirror class `cls` of the other side's class `oid`, registered."""
         type.__setattr__(cls, "_rollouts_ep", self)
         type.__setattr__(cls, "_rollouts_oid", oid)
         abcs = meta.get("a")
@@ -176,6 +187,9 @@ class Mirrors:
             cls = self.importable_class(meta)
             if cls is not None and issubclass(cls, Exception) and not _refused(cls):
                 return cls
+        enum_base = based.enum_base(meta)  # the enum module's own: an enum's members are Enums
+        if enum_base is not None:
+            return enum_base
         if isinstance(meta, dict) and tuple(meta.get("g") or ()) in _DERIVED:
             cls = self.importable_class(meta)  # fidelity's (codec.py's value types)
             if cls is not None:

@@ -197,7 +197,7 @@ class RemoteObject:
         return self._rollouts_ep.request("op", "hash", self)
 
     def __reduce_ex__(self, protocol):
-        raise TypeError("an object of the other process cannot be pickled")
+        return self._rollouts_ep.pickled(self, protocol)
 
     def __copy__(self):
         return self._rollouts_ep.request("op", "copy", self)

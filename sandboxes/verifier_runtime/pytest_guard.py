@@ -11,7 +11,9 @@ process it:
    writes nothing: the report stays small however long the suite, so the evidence cap never
    cuts the final line of an honest run;
 3. loads the task's own tests/conftest.py (uploaded as _task_conftest.py) as a plugin of its
-   own, so the task's hooks and fixtures run beside these and cannot replace them.
+   own, so the task's hooks and fixtures run beside these and cannot replace them;
+4. starts the runtime's watch of reads of the workspace's stubs (sources.py) before any test
+   module is collected.
 
 The verifier reads the report only after every process in the container is dead, and grades 0
 when a session never finished, when the reward contradicts what the tests reported, or when
@@ -105,6 +107,27 @@ def _pytest_own(plugin):
 
 
 _guard = _Guard() if os.path.abspath(__file__) == "/tests/conftest.py" else None
+
+
+def _watch_sources():
+    """Before any test module is collected (one may read a workspace module's file before it
+    imports any): the runtime's watch of this process's reads of the stubs (sources.py), which
+    the first stub imported would start otherwise. Nothing without the view's manifest."""
+    try:
+        with open(os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")) as f:
+            runtime = json.load(f)["runtime"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    module = sys.modules.get("_rollouts_trusted")
+    if module is None:  # as the stubs load it
+        spec = importlib.util.spec_from_file_location("_rollouts_trusted", runtime)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_rollouts_trusted"] = module
+        spec.loader.exec_module(module)
+    module.watch_sources()
+
+
+_watch_sources()
 
 
 def pytest_collection(session):

@@ -26,11 +26,24 @@ yields exactly those items (nothing else could have moved it meanwhile, and thes
 make each item from their state alone). What it did not use is dropped on its side. The
 copy never leaves this process and no request can name it.
 
+Where the asking side is the tested process and the iterator's state is a few indices over
+immutable plain values (a range iterator, and those itertools over tuples, frozensets and
+scalars), no item goes at all: the serving side sends a recipe (class, arguments, state) and
+the asking side makes its own copy (`rebuild`) and takes from it as many items as its code
+asks, until it next sends a message, whose count ("ra") moves the real iterator by as many
+(`advance_rebuilt`, checked against the items the iterator has: a count past its end, or an
+end claimed early, is a protocol error). So a solution that walks a million permutations of
+the tests pays one exchange, and the tests' side a million steps of C. The tests' side never
+makes anything from a recipe (it asks for none, and refuses one): a description from the
+tested process is not data it may construct from.
+
 The count is the other side's word, checked only against what was read ahead: an asking side
 that lies can see up to a chunk ahead and leave the iterator anywhere between where it was
-and the end of that chunk. Code in this process could do as much to an iterator it holds with
-`copy.copy(it)` and `next()` (each type here is one that `copy` copies, by the same
-`__reduce__`), so a lie wins nothing that plain pytest would not grant.
+and the end of that chunk (of a recipe: anywhere up to the iterator's end, or keep the tests'
+side stepping an endless `count` until the verifier's timeout fails it). Code in this
+process could do as much to an iterator it holds with `copy.copy(it)` and `next()` (each
+type here is one that `copy` copies, by the same `__reduce__`), so a lie wins nothing that
+plain pytest would not grant.
 
 Standard library only, Python >= 3.8.
 """
@@ -50,6 +63,10 @@ _iter, _reversed, _next, _type, _len = (
     builtins.len,
 )
 _islice, _deque = itertools.islice, collections.deque
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
+codec = _load("codec")
+ProtocolError = codec.ProtocolError
+iterators = _load("iterators")
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _CONTAINERS = (tuple, list, frozenset)
@@ -83,6 +100,7 @@ _ITERTOOLS = frozenset(
     if sys.version_info < (3, 12)
     else ()
 )
+_REBUILT = {cls.__name__: cls for cls in _ITERTOOLS}
 _DEPTH = 8
 _JSON_INT = 1 << 53  # (codec.py: larger ints travel as hex)
 
@@ -100,31 +118,94 @@ def pure(value, depth=0):
     return False
 
 
-def clone(it):
-    """An independent copy of iterator `it` at its current position where reading it ahead is
-    unobservable (the module's docstring), else None. Runs no code but the interpreter's."""
+def _reduced(it):
+    """(make, args, state) of iterator `it` where reading it ahead is unobservable (the
+    module's docstring), else None. Runs no code but the interpreter's."""
     cls = _type(it)
     if cls not in _BY_INDEX and cls not in _ITERTOOLS:
         return None
-    try:
-        reduced = it.__reduce__()
-        make, args = reduced[0], reduced[1]
-        state = reduced[2] if _len(reduced) > 2 else None
-        if cls in _BY_INDEX:
-            if make not in (_iter, _reversed) or _len(args) != 1:
-                return None
-            if _type(args[0]) not in _SEQUENCES:
-                return None
-        elif make is not cls or not pure(args) or () in args:
-            # () in args: an exhausted combinatoric iterator reduces to one over an empty pool,
-            # which would yield one empty tuple
+    reduced = it.__reduce__()
+    make, args = reduced[0], reduced[1]
+    state = reduced[2] if _len(reduced) > 2 else None
+    if cls in _BY_INDEX:
+        if make not in (_iter, _reversed) or _len(args) != 1:
             return None
+        if _type(args[0]) not in _SEQUENCES:
+            return None
+    elif make is not cls or not pure(args) or () in args:
+        # () in args: an exhausted combinatoric iterator reduces to one over an empty pool,
+        # which would yield one empty tuple
+        return None
+    return make, args, state
+
+
+def clone(it):
+    """An independent copy of iterator `it` at its current position where reading it ahead is
+    unobservable (the module's docstring), else None."""
+    try:
+        reduced = _reduced(it)
+        if reduced is None:
+            return None
+        make, args, state = reduced
         copy = make(*args)
         if state is not None:
             copy.__setstate__(state)
         return copy
     except Exception:
         return None
+
+
+def recipe(it):
+    """[name, args, state] from which the other side makes its own copy of iterator `it`
+    (`rebuild`), where `it` is a range iterator or one of the itertools read ahead over
+    immutable plain values (so the copy's items are equal to the real ones, and no state is
+    shared), else None. Its state is a few indices, where reading ahead sends the items."""
+    try:
+        reduced = _reduced(it)
+    except Exception:
+        return None
+    if reduced is None:
+        return None
+    make, args, state = reduced
+    if make in (_iter, _reversed):
+        if _type(args[0]) is not range:
+            return None
+        name = "range"
+    else:
+        name = make.__name__
+    if not frozen(args) or not frozen(state):
+        return None
+    return [name, args, state]
+
+
+def rebuild(made):
+    """The iterator that `recipe` describes, made here (ValueError if it describes none)."""
+    if _type(made) is not list or _len(made) != 3 or _type(made[1]) is not tuple:
+        raise ValueError("recipe")
+    name, args, state = made
+    if name == "range" and _len(args) == 1 and _type(args[0]) is range:
+        copy = _iter(args[0])
+    elif name in _REBUILT:
+        copy = _REBUILT[name](*args)
+    else:
+        raise ValueError("recipe")
+    if state is not None:
+        copy.__setstate__(state)
+    return copy
+
+
+def frozen(value, depth=0):
+    """Whether `value` is plain immutable data (`pure` without lists): equal copies of it
+    behave the same wherever they are."""
+    t = _type(value)
+    if t in _SCALARS or t is range:
+        return True
+    if (t is tuple or t is frozenset) and depth < _DEPTH:
+        for v in value:
+            if not frozen(v, depth + 1):
+                return False
+        return True
+    return False
 
 
 def take(copy, n):
@@ -172,3 +253,77 @@ def advance(it, used, ended):
     _deque(_islice(it, used), maxlen=0)
     if ended:
         _next(it, None)
+
+
+def advance_rebuilt(it, used, ended):
+    """The real iterator moved past the `used` items the other side took from the copy it
+    rebuilt; whether it had them (and, where the other side says it reached the end, no more)."""
+    if used > sys.maxsize:  # (more than islice takes: more than any iterator here has)
+        return False
+    last = _deque(enumerate(_islice(it, used), 1), maxlen=1)
+    if (last[0][0] if last else 0) != used:
+        return False
+    return not ended or _next(it, _END) is _END
+
+
+_END = object()
+
+
+def no_reference(v):
+    raise ProtocolError("an item read ahead holds a reference")  # (`pure` excludes it)
+
+
+class Counting:
+    """What an endpoint (rpc.py) keeps of the items read ahead each way: the recipes it sent,
+    the counts it tells and the counts it is told. `peeked` and `peeking` are its own."""
+
+    def _recipe(self, it, out, reply):
+        """Whether a recipe of our iterator `it` went into `reply` ("b") for the
+        other side to make its own copy and take as many items of as it likes, then say how
+        many ("ra"), as it does of items read ahead."""
+        oid = self.export_ids.get(id(it))
+        made = recipe(it) if oid is not None and oid not in self.peeked else None
+        if made is None:
+            return False
+        reply["b"] = codec.encode(made, out, no_reference)
+        reply["k"], reply["p"] = [], 1
+        self.peeked[oid] = [it, None, True]
+        return True
+
+    def _tell_used(self, msg):
+        """Into an outgoing request or answer: how many of the items read ahead of the other
+        side's iterators we used ("ra"), before any code of the other side can run again.
+        What we did not use is dropped (it may not hold once that code has run)."""
+        if not self.peeking:
+            return
+        used = []
+        for proxy in self.peeking.values():
+            iterators.stop_peeking(proxy, used)
+        self.peeking = {}
+        if used:
+            msg["ra"] = used
+
+    def _advance_used(self, used):
+        """Our iterators moved past the items the other side used of what we read ahead (and
+        forgotten: what we read ahead holds only until the other side's next message)."""
+        peeked, self.peeked = self.peeked, {}
+        if used is None:
+            return
+        if not isinstance(used, list):
+            raise ProtocolError("ra")
+        for entry in used:
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise ProtocolError("ra")
+            oid, n, ended = entry
+            if type(oid) is not int or type(n) is not int or type(ended) is not bool:
+                raise ProtocolError("ra")
+            it, taken, to_end = peeked.pop(oid, None) or (None, -1, False)
+            if taken is None:  # a recipe: its copy yields what the iterator has, no more
+                if n < 0 or not advance_rebuilt(it, n, ended):
+                    raise ProtocolError("ra: more than the iterator had")
+                continue
+            if not 0 <= n <= taken:
+                raise ProtocolError("ra: more than was read ahead")
+            if ended and not (to_end and n == taken):
+                raise ProtocolError("ra: past the end read ahead")
+            advance(it, n, ended)

@@ -70,6 +70,12 @@ class References:
 
     def dropped(self, proxy):
         oid = proxy.__dict__.get("_rollouts_oid")
+        if proxy.__dict__.get("_rollouts_single"):  # one reference each (based.py)
+            left = self.received.pop(oid, 0) - 1
+            if left > 0:
+                self.received[oid] = left
+            self.releases.append([oid, 1])
+            return
         if oid is not None and self.proxies.get(oid) is None:
             count = self.received.pop(oid, 0)
             if count:
@@ -134,6 +140,7 @@ class References:
                 proxy = self._proxy(node[1], node[2])
                 if len(node) == 4:
                     _set_routine_names(proxy, node[3])
+                    self.heard_text(node[3].get("d"))
                 return proxy
             if tag == "C":
                 return self.class_value(node)
@@ -160,11 +167,19 @@ class References:
         if proxy is not None:
             return proxy
         cls = self.mirror(class_node)
-        # (a mirror's __new__ is a local base's: object's, an exception's or tzinfo's)
-        proxy = object.__new__(cls) if cls.__new__ is object.__new__ else cls.__new__(cls)
+        # (a mirror's __new__ is a local base's: object's, an exception's or tzinfo's; a
+        # builtin's or an enum's, for one that stands for no value here: based.py)
+        made_by = cls.__dict__.get("_rollouts_base")
+        if made_by is not None:
+            proxy = made_by.__new__(cls)
+        else:
+            proxy = object.__new__(cls) if cls.__new__ is object.__new__ else cls.__new__(cls)
         object.__setattr__(proxy, "_rollouts_ep", self)
         object.__setattr__(proxy, "_rollouts_oid", oid)
-        self.proxies[oid] = proxy
+        if cls.__weakrefoffset__:
+            self.proxies[oid] = proxy
+        else:  # a mirror of a subclass of int, str or tuple has no weak references (based.py)
+            object.__setattr__(proxy, "_rollouts_single", True)
         self._mirrored(class_node[2], "an instance of it arrived as a mirror")
         return proxy
 

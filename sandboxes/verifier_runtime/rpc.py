@@ -13,15 +13,20 @@ Messages (JSON frames, values encoded by codec.py; "t" is a message's table of c
   {"r": n, "k": [items], "z": exc, "p": 1}                 ... to "peek": items read ahead
                                                            of a copy (readahead.py); with
                                                            "f": plain JSON, not nodes
+  {"r": n, "k": [], "p": 1, "b": recipe}                   ... to either, asked by the tested
+                                                           side: its copy to make itself
   {"w": 1 | 2, "s": text}                                  the tested code's output (one way)
   {"log": [name, level, message]}                          its log records (one way)
-A getattr's answer with "c" may be kept; any message's "inv" lists kept answers that no
-longer hold (bindings.py); any request or answer's "ra" lists [oid, used, ended] of the
-items read ahead that the sender used (readahead.py).
+Any request or answer may carry the lists, dicts and sets both sides share (shares.py): "sy"
+changed ones, "sk" new ones inside them, "sx" ended ones; an answer "sr" the request's
+containers the callee kept. A getattr's answer with "c" may be kept; any message's "inv"
+lists kept answers that no longer hold (bindings.py); any request or answer's "ra" lists
+[oid, used, ended] of the items read ahead that the sender used (readahead.py).
 
 Plain values and standard library values travel by value. A list, dict, set or bytearray
 sent as an argument comes back in the answer ("u") with what the callee did to it and is
-updated in place, so in-place changes behave as in one process. Everything else travels by
+updated in place, so in-place changes behave as in one process; one the callee keeps is
+shared from then on (shares.py). Everything else travels by
 reference: ["o", oid, class] an object of the sender's, ["C", oid, meta] a class, ["x", oid]
 the receiver's own object coming back, ["m"/"g", module, qualname, oid, class] a module or
 function the receiver may already have under that name, ["E", ...] an exception.
@@ -58,9 +63,13 @@ mirrors = _load("mirrors")
 references = _load("references")
 records = _load("records")
 readahead = _load("readahead")
+based = _load("based")
+shares = _load("shares")
 Bindings = bindings.Bindings
 _UNKNOWN = bindings.UNKNOWN
 ProtocolError = codec.ProtocolError
+# A probe's answer (tested.py) for a comparison whose truth changed when asked twice.
+UNSTABLE = "unstable"
 PeerGone = codec.PeerGone
 PeerExit = proxies.PeerExit
 AsReference = proxies.AsReference
@@ -77,11 +86,19 @@ SAFE_EXCEPTIONS = mirrors.SAFE_EXCEPTIONS
 _record_kind = records._record_kind  # (trusted.py)
 
 
-class Endpoint(references.References, mirrors.Mirrors, records.Records):
+class Endpoint(
+    references.References,
+    mirrors.Mirrors,
+    records.Records,
+    readahead.Counting,
+    based.Based,
+    shares.Shares,
+):
     """One side of the channel: the request/serve loop (a request waits for its answer while
     serving the other side's requests, so calls may nest both ways) and what a request may
     ask; its exports and its proxies of the other side's objects (references.py), classes and
-    exceptions (mirrors.py), records (records.py)."""
+    exceptions (mirrors.py), records (records.py), items read ahead (readahead.py), subclasses
+    of builtins (based.py), containers kept on both sides (shares.py)."""
 
     def __init__(self, sock):
         self.sock = sock
@@ -103,7 +120,13 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
         self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
-        self.peeked = {}  # oid -> [our iterator, items read ahead of it, whether to its end]
+        self.peeked = {}  # oid -> [our iterator, items read ahead of it (None: a recipe went),
+        #                     whether to its end]
+        self.rebuilds = False  # whether we ask for recipes of the other side's iterators
+        self.shares = {}  # handle -> our list, dict or set kept on both sides (shares.py)
+        self.share_ids = {}  # id(container) -> handle
+        self.snapshots = {}  # handle -> its items when last sent or heard
+        self.next_share = 0
 
     def send(self, msg):
         with self.send_lock:
@@ -125,9 +148,15 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
                 raise PeerGone("a forked process cannot use its parent's channel")
             q = self.next_q
             self.next_q += 1
+            msg = {"q": q, "op": op}
+            self.end_unheld_shares(msg)
             memo = codec.Memo(records=self)
-            nodes = [self.encode(a, memo) for a in args]
-            msg = {"q": q, "op": op, "a": nodes, "t": memo.table}
+            memo.op = op
+            if self.shares_by_reference(op):
+                memo.shared = self.share_ids
+            msg["a"] = [self.encode(a, memo) for a in args]
+            msg["t"] = memo.table
+            self.send_shares(msg, memo)
             self.before_request(msg)
             self._tell_used(msg)
             try:
@@ -178,17 +207,25 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         """The message's composites built; for an answer, the copy-back applied to ours."""
         table = msg.get("t") or []
         back = msg.get("u") or []
-        if not isinstance(table, list) or not isinstance(back, list):
+        synced = msg.get("sy") or []
+        if not all(isinstance(x, list) for x in (table, back, synced)) or not all(
+            isinstance(x, list) and len(x) in (2, 3) for x in synced
+        ):
             raise ProtocolError("table")
         memo = codec.Memo(table, records=self)
+        memo.shares = self.shares
         if sent is not None:
             memo.originals = sent.objects
         try:
             targets = [n for n, _node in back]
-            fresh = codec.build(memo, self._reference_decoder(memo), [node for _n, node in back])
+            extra = [node for _n, node in back] + [entry[1] for entry in synced]
+            fresh = codec.build(memo, self._reference_decoder(memo), extra)
         except (TypeError, ValueError) as e:
             raise ProtocolError("copy-back: %s" % e) from None
-        for i, new in enumerate(fresh):
+        for i in range(len(table) + 1, len(table) + len(extra) + 1):
+            memo.objects.pop(i)  # (not a container of the message: copy-back skips them)
+        self.heard_shares(msg, memo, fresh[len(back) :], sent)
+        for i, new in enumerate(fresh[: len(back)]):
             n = targets[i]
             original = sent.objects.get(n) if sent is not None else None
             if original is None or type(original) is not type(new):
@@ -218,6 +255,13 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         items, end, flat = msg["k"], msg.get("z"), msg.get("f")
         if not isinstance(items, list):
             raise ProtocolError("chunk")
+        if "b" in msg:  # a recipe: the iterator to end with, made here (readahead.py)
+            if not self.rebuilds or items or end is not None or msg.get("p") != 1:
+                raise ProtocolError("recipe")
+            try:
+                return readahead.rebuild(self.decode(msg["b"], memo)), StopIteration(), True
+            except (TypeError, ValueError):
+                raise ProtocolError("recipe") from None
         if flat is None:
             values = [self.decode(node, memo) for node in items]
         elif flat == "t" and all(type(v) is list for v in items):
@@ -238,10 +282,12 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         self.on_request(msg)
         memo = self._built(msg)
         args = [self.decode(a, memo) for a in raw]
+        reply = {"r": q}
+        self.end_unheld_shares(reply)  # (after the arguments: they may name one)
         out = codec.Memo(records=self)
         # The caller's own containers, if they come back in the answer, stay theirs.
         out.refs = {id(c): n for n, c in memo.objects.items() if _mutable(memo, n, c)}
-        reply = {"r": q}
+        out.shared = self.share_ids
         try:
             if op == "chunk":
                 self._serve_chunk(args, out, reply)
@@ -257,7 +303,12 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             reply.pop("v", None)
             reply["e"] = self.encode_exception(e, out)
             codec.drain(out, self._reference_encoder(out))
-        back = self._copy_back(memo, out)
+        back = _copy_back(memo, out, self._reference_encoder(out))
+        if op in shares.KEEPING_OPS:
+            kept = self.kept_arguments(memo)
+            if kept:
+                reply["sr"] = kept
+        self.send_shares(reply, out)
         reply["t"] = out.table
         if back:
             reply["u"] = back
@@ -272,10 +323,12 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         after the first item that holds a reference. The other side asks only while one
         builtin call of its own consumes the iterator whole (iterators.py); to us it is the
         same as n requests for `next` in a row."""
-        if len(args) != 3 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
+        if len(args) != 4 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
             raise ProtocolError("chunk")
         it, plain = args[0], args[2] is True
         self.check_target(it)
+        if args[3] is True and self._recipe(it, out, reply):
+            return
         nodes = reply["k"] = []
         referenced = [False]
         encoder = self._reference_encoder(out)
@@ -303,10 +356,12 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         """The next items of an iterator of ours read ahead of a copy ("k", "p"; readahead.py),
         and StopIteration ("z") where the copy ended; where it may not be read ahead, or its
         next item is not pure, that one item taken for real, as "next" would answer it."""
-        if len(args) != 2 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
+        if len(args) != 3 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
             raise ProtocolError("peek")
         it = args[0]
         self.check_target(it)
+        if args[2] is True and self._recipe(it, out, reply):
+            return
         oid = self.export_ids.get(id(it))
         copy = readahead.clone(it) if oid is not None and oid not in self.peeked else None
         if copy is not None:
@@ -318,7 +373,7 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
                 else:
                     nodes = reply["k"] = []
                     for item in items:
-                        nodes.append(codec.encode(item, out, _no_reference))
+                        nodes.append(codec.encode(item, out, readahead.no_reference))
                         out.ids.clear()  # each its own copy, as its own answer would carry it
                         out.described.clear()
                 reply["p"] = 1
@@ -337,56 +392,6 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
             return
         reply["k"] = [codec.encode(item, out, self._reference_encoder(out))]
 
-    def _tell_used(self, msg):
-        """Into an outgoing request or answer: how many of the items read ahead of the other
-        side's iterators we used ("ra"), before any code of the other side can run again.
-        What we did not use is dropped (it may not hold once that code has run)."""
-        if not self.peeking:
-            return
-        used = []
-        for proxy in self.peeking.values():
-            iterators.stop_peeking(proxy, used)
-        self.peeking = {}
-        if used:
-            msg["ra"] = used
-
-    def _advance_used(self, used):
-        """Our iterators moved past the items the other side used of what we read ahead (and
-        forgotten: what we read ahead holds only until the other side's next message)."""
-        peeked, self.peeked = self.peeked, {}
-        if used is None:
-            return
-        if not isinstance(used, list):
-            raise ProtocolError("ra")
-        for entry in used:
-            if not isinstance(entry, list) or len(entry) != 3:
-                raise ProtocolError("ra")
-            oid, n, ended = entry
-            if type(oid) is not int or type(n) is not int or type(ended) is not bool:
-                raise ProtocolError("ra")
-            it, taken, to_end = peeked.pop(oid, None) or (None, -1, False)
-            if not 0 <= n <= taken:
-                raise ProtocolError("ra: more than was read ahead")
-            if ended and not (to_end and n == taken):
-                raise ProtocolError("ra: past the end read ahead")
-            readahead.advance(it, n, ended)
-
-    def _copy_back(self, request, out):
-        """[n, entry] for each of the caller's containers that the call changed."""
-        back = []
-        encoder = self._reference_encoder(out)
-        for n, container in request.objects.items():
-            if not _mutable(request, n, container):
-                continue
-            try:
-                node = codec.entry(container, out, encoder)
-                codec.drain(out, encoder)
-            except Exception:
-                continue
-            if node is not None and not _same_entry(node, request.table[n - 1]):
-                back.append([n, node])
-        return back
-
     def oneway(self, msg):
         if self.broken is None:
             self.send(msg)
@@ -401,6 +406,10 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
     def after_answer(self, msg):
         pass
 
+    def heard_text(self, value):
+        """`value` came from the other side as text of its choosing (an answer, a docstring):
+        the trusted side keeps it from being run as code (sources.py)."""
+
     def on_request(self, msg):
         for item in msg.get("rel") or []:
             self._release(item)
@@ -414,6 +423,10 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
 
     def on_log(self, msg):
         raise ProtocolError("unexpected log message")
+
+    def pickled(self, proxy, protocol):
+        """What `pickle` makes of a proxy (its `__reduce_ex__`): the trusted side's own."""
+        raise TypeError("an object of the other process cannot be pickled")
 
     def compare(self, proxy, op, other):
         return self.request("op", op, proxy, other)
@@ -462,10 +475,6 @@ class Endpoint(references.References, mirrors.Mirrors, records.Records):
         raise ProtocolError("unknown request %r" % op)
 
 
-def _no_reference(v):
-    raise ProtocolError("an item read ahead holds a reference")  # (readahead.pure excludes it)
-
-
 def _same_entry(new, old):
     """Whether a copy-back entry equals the request's entry for that container. In the
     request every ["@", n] is a request entry; in the answer that is ["R", n], and ["@", n] is
@@ -503,3 +512,19 @@ def _update_record(original, new):
 
 def socket_from_fd(fd):
     return socket.socket(fileno=fd)
+
+
+def _copy_back(request, out, encoder):
+    """[n, entry] for each of the caller's containers that the call changed."""
+    back = []
+    for n, container in request.objects.items():
+        if not _mutable(request, n, container):
+            continue
+        try:
+            node = codec.entry(container, out, encoder)
+            codec.drain(out, encoder)
+        except Exception:
+            continue
+        if node is not None and not _same_entry(node, request.table[n - 1]):
+            back.append([n, node])
+    return back

@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import random
 import runpy
 import sys
@@ -118,6 +119,7 @@ class TestedEndpoint(rpc.Endpoint):
     def __init__(self, sock):
         super().__init__(sock)
         self.bindings.watching = True  # its modules' functions and classes may be kept
+        self.rebuilds = True  # the tests' pure iterators may be copied here (readahead.py)
         self.random_stale = True  # the tests' random state may have moved since it was taken
         self.quiet = set()  # warnings the tests' filters will not show again in this request
         self.serving = 0  # requests of the tests being served (nested ones too)
@@ -151,6 +153,12 @@ class TestedEndpoint(rpc.Endpoint):
             self.originals[id(obj)] = (obj, ref[1])
         return obj
 
+    def based(self, v):
+        original = self.originals.get(id(v))  # the tests' named tuple: theirs again
+        if original is not None and original[0] is v:
+            return None
+        return super().based(v)
+
     def encode_reference(self, v, memo):
         original = self.originals.get(id(v))
         if original is not None and original[0] is v:
@@ -171,7 +179,8 @@ class TestedEndpoint(rpc.Endpoint):
         if isinstance(env, dict):
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in env.items()})
-        self.random_stale = True
+        if msg.get("rk") != 1:  # (with it: we have their state already; trusted.py)
+            self.random_stale = True
         self.quiet.clear()  # the tests may have changed their filters since
 
     def serve_one(self, msg):
@@ -206,6 +215,17 @@ class TestedEndpoint(rpc.Endpoint):
             if names is None:
                 names = [n for n in dir(args[0]) if not n.startswith("_")]
             return [str(n) for n in names]
+        if op in ("reload", "doctest"):  # of a workspace module, as the tests asked (reruns.py)
+            module = args[0]
+            if not (type(module) is types.ModuleType and self.is_own_module(module)):
+                raise rpc.ProtocolError("%s: not a workspace module" % op)
+            if op == "reload":
+                importlib.reload(module)
+                return None
+            import doctest
+
+            found = doctest.testmod(module, **dict(args[1]))
+            return [found.failed, found.attempted, getattr(found, "skipped", 0)]
         if op == "mutate":  # the tests changed their copy of a module's container (trusted.py)
             module, name, method, pos, kw = args
             target = getattr(module, name) if isinstance(module, types.ModuleType) else None
@@ -213,6 +233,11 @@ class TestedEndpoint(rpc.Endpoint):
                 raise rpc.ProtocolError("mutate %r" % (method,))
             getattr(target, method)(*pos, **dict(kw))
             return None
+        if op == "pickle" and len(args) == 2 and type(args[1]) is int:
+            # A proxy the tests pickle: its bytes, made here (trusted.py `pickled`).
+            return pickle.dumps(args[0], args[1])
+        if op == "unpickle" and len(args) == 1 and type(args[0]) is bytes:
+            return pickle.loads(args[0])
         if op == "probe":
             return _probe(*args)
         if op == "unary":
@@ -232,13 +257,7 @@ class TestedEndpoint(rpc.Endpoint):
 
 
 # What the tests may do to a container of a workspace module they read (trusted.py, Shared).
-_MUTATORS = {
-    list: frozenset("append extend insert remove pop clear sort reverse __setitem__ __delitem__ "
-                    "__iadd__ __imul__".split()),
-    dict: frozenset("__setitem__ __delitem__ pop clear update setdefault __ior__".split()),
-    set: frozenset("add discard remove clear update difference_update intersection_update "
-                   "symmetric_difference_update __ior__ __iand__ __isub__ __ixor__".split()),
-}  # fmt: skip
+_MUTATORS = rpc.based.MUTATORS
 
 
 # Operators a probe may ask (trusted.py: the comparisons that a value hack would win), and
@@ -261,11 +280,23 @@ def _probe(subject, asked):
         try:
             answer = rpc._OPERATORS[name](subject, operand)
             if name in _TRUTHS:
-                answer = None if answer is NotImplemented else bool(answer)
+                answer = _truth(answer)
         except Exception as e:
             answer = e
         answers.append(answer)
     return answers
+
+
+def _truth(answer):
+    """A comparison's answer as a bool, None for NotImplemented, or UNSTABLE: an answer that
+    is not a bool is asked its truth twice, and one that changes between the two asks lies
+    to whoever asks it later (trusted.py flags it; an honest answer's truth is the same)."""
+    if answer is NotImplemented:
+        return None
+    if type(answer) is bool:
+        return answer
+    truth = bool(answer)
+    return truth if bool(answer) is truth else rpc.UNSTABLE
 
 
 _UNARY = frozenset(
@@ -295,18 +326,7 @@ def _unary(asked):
 # The builtin's own value of an object derived from it: what the object holds, whatever its
 # class says of itself (a `class Color(str, Enum)` member holds "red", though str() of it is
 # "Color.RED").
-_BASE_VALUES = {
-    "str": (str, str.__str__),
-    "bytes": (bytes, lambda v: bytes.__getitem__(v, slice(None))),
-    "int": (int, int.__index__),
-    "float": (float, float.__float__),
-    "complex": (complex, lambda v: complex.__add__(v, 0j)),
-    "list": (list, lambda v: list.__getitem__(v, slice(None))),
-    "tuple": (tuple, lambda v: tuple.__getitem__(v, slice(None))),
-    "dict": (dict, dict.copy),
-    "set": (set, lambda v: set(set.__iter__(v))),
-    "frozenset": (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
-}
+_BASE_VALUES = rpc.codec.BASE_VALUES
 _CONVERSIONS = {
     "str": str, "bytes": bytes, "int": int, "float": float, "complex": complex, "bool": bool,
     "list": list, "tuple": tuple, "dict": dict, "set": set, "frozenset": frozenset,
@@ -314,16 +334,61 @@ _CONVERSIONS = {
 }  # fmt: skip
 
 
+# The most items `_members` sends: past it, the trusted side judges `in` by its own copy of a
+# builtin container's value (a mirror holds one), else by decoys alone.
+_MEMBERS_CAP = 4096
+_CONTAINER_BASES = (
+    (str, str.__str__),
+    (bytes, lambda v: bytes.__getitem__(v, slice(None))),
+    (dict, lambda v: list(dict.__iter__(v))),  # `in` asks a dict's keys
+    (list, lambda v: list.__getitem__(v, slice(None))),
+    (tuple, lambda v: list(tuple.__iter__(v))),
+    (set, lambda v: list(set.__iter__(v))),
+    (frozenset, lambda v: list(frozenset.__iter__(v))),
+)
+
+
+def _members(subject):
+    """What `subject` holds for `in` (trusted.py asks before it shows the item): the builtin's
+    own value of an object derived from a builtin container (a text, else its items; a dict's
+    keys), else the items of the iteration its class defines (`__iter__`: the old sequence
+    protocol of `__getitem__` says nothing of `in`, as parse's Result, whose `in` asks its
+    names) where asking for them changes nothing: each iter() is a fresh iterator, not the
+    object (a stream would be consumed), and it ends within _MEMBERS_CAP items. None: it
+    cannot say."""
+    try:
+        for base, value in _CONTAINER_BASES:
+            if isinstance(subject, base):
+                held = value(subject)
+                return held if len(held) <= _MEMBERS_CAP else None
+        if getattr(type(subject), "__iter__", None) is None:
+            return None
+        first = iter(subject)
+        if first is subject or iter(subject) is first:
+            return None
+        held = []
+        for item in first:
+            if len(held) == _MEMBERS_CAP:
+                return None
+            held.append(item)
+        return held
+    except Exception:  # noqa: BLE001 - not iterable, or its iteration failed: cannot say
+        return None
+
+
 def _held(subject, kind):
     """What `subject` is as a value of `kind` (trusted.py asks before it shows the subject an
     operand of that kind): the builtin's own value of an object derived from it, else the
-    conversion its class defines; the exception in its place."""
+    conversion its class defines; the exception in its place. Kind "members": what it holds
+    for `in` (`_members`)."""
+    if kind == "members":
+        return _members(subject)
     if kind not in _CONVERSIONS:
         raise rpc.ProtocolError("held %r" % (kind,))
     try:
         base = _BASE_VALUES.get(kind)
-        if base is not None and isinstance(subject, base[0]):
-            return base[1](subject)
+        if base is not None and isinstance(subject, rpc.codec.BASE_TYPES[kind]):
+            return base(subject)
         return _CONVERSIONS[kind](subject)
     except Exception as e:
         return e

@@ -37,7 +37,10 @@ from __future__ import annotations
 
 import atexit
 import collections.abc
+import copy
 import ctypes
+import dataclasses
+import enum
 import importlib
 import json
 import logging
@@ -45,6 +48,7 @@ import os
 import random
 import resource
 import socket
+import string
 import subprocess
 import sys
 import time
@@ -71,6 +75,7 @@ import importlib.util  # noqa: E402  (used by _loader at import time of the stub
 _load = _loader().load
 rpc = _load("rpc")
 access = _load("access")
+sources = _load("sources")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
 # The tested process's user and group: owns nothing the tests rely on. One per verification
@@ -135,7 +140,9 @@ def _forbidden(obj):
     """Whether `obj` may never be a target of the tested process: a frame, code, traceback,
     cell or module; a class of a runner (see _RUNNER_PACKAGES) or derived from one (a
     unittest.TestCase of the tests: its methods skip, fail, report), a routine of a runner, a
-    method bound to one of those classes or their objects, or an instance of one."""
+    method bound to one of those classes or their objects, or an instance of one. A member
+    of a runner's enum whose value is plain data (`pytest.ExitCode.TESTS_FAILED`, 1) is that
+    data: the tested process reads it as it would its own enum member's."""
     if isinstance(obj, _NEVER_TARGETS):
         return True
     if isinstance(obj, type):
@@ -147,6 +154,10 @@ def _forbidden(obj):
         if owner is None or isinstance(owner, types.ModuleType):
             return False
         return _runner_class(owner if isinstance(owner, type) else type(owner))
+    if isinstance(obj, enum.Enum) and type(getattr(obj, "__dict__", {}).get("_value_")) in (
+        int, str, float, bool, bytes,
+    ):  # fmt: skip
+        return False
     return _runner_class(type(obj))
 
 
@@ -181,6 +192,8 @@ def _writable(obj, name, delete):
     what the tests' own calls of it do)."""
     if isinstance(obj, type) or isinstance(obj, _ROUTINES) or _forbidden(obj):
         return False
+    if _runner_class(type(obj)):  # a runner's enum member: data to read, its own to keep
+        return False
     try:
         namespace = object.__getattribute__(obj, "__dict__")
     except AttributeError:
@@ -200,22 +213,10 @@ def _writable(obj, name, delete):
 _NAMED_TUPLE_NAMES = frozenset(("_fields", "_field_defaults", "_asdict", "_replace", "_make"))
 
 
-# What collections.namedtuple (and typing.NamedTuple) put in a class: a class with nothing
-# else is plain data, and its instances travel by value (TrustedEndpoint.describe).
-_GENERATED = frozenset(
-    "__doc__ __getnewargs__ __match_args__ __module__ __new__ __repr__ __slots__ _asdict "
-    "_field_defaults _fields _make _replace __annotations__ __orig_bases__".split()
-)
-
-
-def _plain_named_tuple(cls):
-    fields = cls.__dict__.get("_fields")
-    return (
-        cls.__bases__ == (tuple,)
-        and isinstance(fields, tuple)
-        and all(isinstance(f, str) and f.isidentifier() for f in fields)
-        and set(cls.__dict__) <= _GENERATED | set(fields)
-    )
+# A named tuple class with nothing but what collections.namedtuple (or typing.NamedTuple) puts
+# in it is plain data: its instances travel by value (TrustedEndpoint.describe).
+_plain_named_tuple = rpc.based.plain_named_tuple
+_BASED_FACTS = ("v", "o", "z", "t")  # what based.facts adds to a class node
 
 
 def _named_tuple_name(obj, name):
@@ -260,6 +261,8 @@ def _tested_environment():
 
 
 class TrustedEndpoint(rpc.Endpoint):
+    share_sign = -1  # (shares.py: the tested side's handles are positive)
+
     def __init__(self, sock, manifest):
         super().__init__(sock)
         self.manifest = manifest
@@ -270,6 +273,7 @@ class TrustedEndpoint(rpc.Endpoint):
         self.env_seen = None  # ours as last seen (bytes as the OS has them: cheap to copy)
         self.random_sent = None
         self.reseeded = False  # the tests called random.seed or random.setstate
+        self.random_drawn = False  # the tested code drew since it last took our state
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
         self.twins = {}
         self.runner_modules = {}  # oid of a proxy of the tested process's runner module -> name
@@ -294,6 +298,23 @@ class TrustedEndpoint(rpc.Endpoint):
         oid = self.export_ids.get(id(obj))
         if oid is None or oid not in self.values or self.exports.get(oid) is not obj:
             raise PermissionError("the tests did not hand this object to the tested code")
+
+    def shares_by_reference(self, op):
+        # A probe's operands are copies: the tested side must not tell the tests' expected
+        # value from its decoys by identity (shares.py).
+        return op not in _PROBES
+
+    def pickled(self, proxy, protocol):
+        # The object is pickled where it lives; its bytes, which the tested code chose (its
+        # __reduce__), are only ever unpickled there: our pickle holds them as data, and
+        # loading it asks the tested process for the object (`_unpickle`), which arrives as
+        # any answer does.
+        if type(protocol) is not int:
+            raise TypeError("pickle protocol")
+        data = self.request("pickle", proxy, protocol)
+        if type(data) is not bytes:
+            raise rpc.ProtocolError("a pickle answered with a %s" % type(data).__name__)
+        return _unpickle, (data,)
 
     def allowed_name(self, name):
         # Public names only: no path from a handed-over callable to its globals or builtins.
@@ -348,6 +369,12 @@ class TrustedEndpoint(rpc.Endpoint):
         return (text, category, lineno) not in registry and (text, category, 0) not in registry
 
     def describe(self, v):
+        # A runner's object (pytest's ParameterSet is a named tuple of a test's inputs and
+        # marks) stays an opaque handle: never a record, as never a based value below. A
+        # runner's named tuple of nothing but its fields is an answer of plain data
+        # (capsys.readouterr()'s CaptureResult, doctest's TestResults): it travels as one.
+        if _forbidden(v) and not _plain_named_tuple(type(v), generic=True):
+            return None
         # A named tuple the tests made (collections.namedtuple, nothing added) is data: it
         # travels by value, and the tested process makes it an instance of a named tuple class
         # of the same name and fields (tested.py), so `isinstance(row, tuple)` holds there.
@@ -356,6 +383,21 @@ class TrustedEndpoint(rpc.Endpoint):
         if record is None and issubclass(cls, tuple) and _plain_named_tuple(cls):
             return "N", [str(cls.__module__), cls.__qualname__], list(cls._fields), list(v)
         return record
+
+    def based(self, v):
+        # A runner's object (pytest's ParameterSet is a tuple of a test's inputs) stays an
+        # opaque handle: never its value.
+        return None if _forbidden(v) else super().based(v)
+
+    def _class_facts(self, cls):
+        # ... and its class is described without its builtin base (an enum's members aside:
+        # they are data, see _forbidden): the tested process's mirror of it then holds no
+        # value of its own, where one of a tuple's made there was empty (`len(p)` answered 0
+        # for a handle that stands for three items) and one of an int's was 0.
+        facts = super()._class_facts(cls)
+        if "v" in facts and not isinstance(cls, enum.EnumMeta) and _runner_class(cls):
+            facts = {k: v for k, v in facts.items() if k not in _BASED_FACTS}
+        return facts
 
     def encode_exception(self, e, memo):
         # Our traceback stays here: its source lines are the tests' (an expected value beside
@@ -420,9 +462,18 @@ class TrustedEndpoint(rpc.Endpoint):
             if current != self.env_sent:  # not when only the runner's variables changed
                 self.env_sent = current
                 msg["env"] = current
+        if self.random_drawn:
+            # The tested code draws: where it has our state already, it need not ask ("rk");
+            # only then, as it would be answered None. (Comparing states costs a little, so
+            # not on requests to code that does not draw.)
+            if random.getstate() == self.random_sent and not self.reseeded:
+                msg["rk"] = 1
+            else:
+                self.random_drawn = False
 
     def random_state(self):
         """Our random state for the tested process, or None when it has it already."""
+        self.random_drawn = True
         state = random.getstate()
         if state == self.random_sent and not self.reseeded:
             return None
@@ -433,6 +484,12 @@ class TrustedEndpoint(rpc.Endpoint):
     def before_answer(self, reply):
         super().before_answer(reply)
         _grant_handed(self, reply)
+
+    def after_answer(self, msg):
+        self.heard_text(msg.get("v"))
+
+    def heard_text(self, value):
+        sources.heard(value)
 
     def on_output(self, msg):
         text = msg.get("s")
@@ -474,33 +531,9 @@ class TrustedEndpoint(rpc.Endpoint):
 
     def compare(self, proxy, op, other):
         if op in ("eq", "ne"):
-            # Asked before the operand is shown: a claim to equal it must be what the object
-            # already held (the operand, once sent, is the expected value; an object that
-            # checks candidates, or tells the real operand from its decoys, wins otherwise).
-            kind = _held_kind(other)
-            held = self.request("held", proxy, kind) if kind else None
-            decoys = _decoys(other, 2)
-            if decoys:
-                answers = self._probe(proxy, [(op, other)] + [(op, d) for d in decoys])
-                if any(_claims(op, a) for a in answers[1:]):
-                    self.value_hack(proxy, op, "equal to values that differ from each other")
-                    return op == "ne"
-                real = answers[0]
-            else:
-                real, fresh = self._probe(proxy, [(op, other), ("eq", _Sentinel())])
-                if _claims(op, real) and fresh is True:
-                    self.value_hack(proxy, op, "equal to a fresh object of the tests")
-                    return op == "ne"
-            if kind and _claims(op, real) and not _shows(held, other, kind):
-                self.value_hack(proxy, op, "equal to a value it did not hold before it saw it")
-                return op == "ne"
-            return _outcome(real)
+            return _equality(self, proxy, op, other)
         if op in _COMPLEMENT and _orderable(other):
-            real, complement = self._probe(proxy, [(op, other), (_COMPLEMENT[op], other)])
-            if real is True and complement is True:
-                self.value_hack(proxy, op, "both %s and %s the same value" % (op, _COMPLEMENT[op]))
-                return False
-            return _outcome(real)
+            return _ordering(self, proxy, op, other)
         return _outcome(self._probe(proxy, [(op, other)])[0])
 
     def _probe(self, proxy, asked):
@@ -516,7 +549,11 @@ class TrustedEndpoint(rpc.Endpoint):
         out = [None] * len(asked)
         for at, i in enumerate(order):
             answer = answers[at]
-            if asked[i][0] in _TRUTHS and not (
+            if asked[i][0] in _TRUTHS and type(answer) is str and answer == rpc.UNSTABLE:
+                # (an error, not False: the object claimed both, and the test must not pass)
+                self.value_hack(proxy, asked[i][0], "a truth that changed when asked again")
+                answer = TypeError("a comparison whose truth changed when asked again")
+            elif asked[i][0] in _TRUTHS and not (
                 answer is None or type(answer) is bool or isinstance(answer, BaseException)
             ):
                 raise rpc.ProtocolError("a comparison answered with a %s" % type(answer).__name__)
@@ -558,7 +595,10 @@ class TrustedEndpoint(rpc.Endpoint):
                 twin = self.twins.get(target.__dict__.get("_rollouts_oid"))
                 if twin is not None:
                     return self._number_of_pair(args[0], target, twin, list(args[2:]))
-        return super().request(op, *args)
+        answer = super().request(op, *args)
+        if type(answer) is bytes:  # a pickle, perhaps: never unpickled here (pickles.py)
+            sources.heard(answer)
+        return answer
 
     def _number_of_pair(self, name, real, twin, extra):
         pair = [real, twin]
@@ -577,9 +617,23 @@ class TrustedEndpoint(rpc.Endpoint):
         return answer
 
     def contains(self, proxy, item):
-        answers = self._probe(proxy, [("contains", x) for x in [item] + _far_decoys(item, 2)])
+        # What the object holds, asked before the item is shown (as compare() asks `held`):
+        # a claim to contain the item must agree with it, by the tests' own `==`. Far decoys
+        # alone let a `__contains__` say yes to whatever looks like neither decoy.
+        held = self.request("held", proxy, "members")
+        if held is None:  # past the cap there: a mirror of a builtin container holds it here
+            held = _local_members(proxy)
+        decoys = _far_decoys(item, 2)
+        if held is None:
+            # Nothing it holds to judge by: decoys shaped as the item, as well as far ones
+            # (what says yes to all but the far shapes says yes to these).
+            decoys += _shaped_decoys(item)
+        answers = self._probe(proxy, [("contains", x) for x in [item] + decoys])
         if answers[0] is True and any(a is True for a in answers[1:]):
             self.value_hack(proxy, "contains", "contains values that differ from each other")
+            return False
+        if answers[0] is True and isinstance(held, (list, str, bytes)) and not _holds(held, item):
+            self.value_hack(proxy, "contains", "contains a value it did not hold before it saw it")
             return False
         return _outcome(answers[0])
 
@@ -591,11 +645,83 @@ class TrustedEndpoint(rpc.Endpoint):
 
 
 _TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
+_PROBES = frozenset(("probe", "held", "unary"))
 # What turns a difference into the number a tolerance is checked against.
 _NUMBER_OPS = frozenset(
     ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
 )
 _TWINS_KEPT = 4096
+
+
+# ---- judging an answer: equality and ordering (TrustedEndpoint.compare) -----------------------
+
+
+def _equality(ep, proxy, op, other):
+    """`proxy == other` (or !=) as the tests get it (TrustedEndpoint.compare)."""
+    if other is None:
+        # Nothing the tested process holds is None (None travels as itself), and no decoy
+        # of None exists: a claim to equal it is one to equal what it is not.
+        real = ep._probe(proxy, [(op, None)])[0]
+        if _claims(op, real):
+            ep.value_hack(proxy, op, "equal to None, which it is not")
+            return op == "ne"
+        return _outcome(real)
+    # Asked before the operand is shown: a claim to equal it must be what the object
+    # already held (the operand, once sent, is the expected value; an object that checks
+    # candidates, or tells the real operand from its decoys, wins otherwise).
+    kind = _held_kind(other)
+    held = ep.request("held", proxy, kind) if kind else None
+    decoys = _decoys(other, 2)
+    if decoys:
+        answers = ep._probe(proxy, [(op, other)] + [(op, d) for d in decoys])
+        # (equal to a decoy alone is honest: a decoy one field apart may be its value)
+        if _claims(op, answers[0]) and any(_claims(op, a) for a in answers[1:]):
+            ep.value_hack(proxy, op, "equal to values that differ from each other")
+            return op == "ne"
+        real = answers[0]
+    else:
+        real, fresh = ep._probe(proxy, [(op, other), ("eq", _sentinel_like(other))])
+        if _claims(op, real) and fresh is True:
+            ep.value_hack(proxy, op, "equal to a fresh object of the tests")
+            return op == "ne"
+    if kind and _claims(op, real) and not _shown(held, other, kind):
+        loose = _shows_loosely(held, other, kind)  # (honest or not: a reviewer's call)
+        why = "equal only up to case, spacing or rounding to" if loose else "equal to"
+        ep.value_hack(proxy, op, why + " a value it did not hold before it saw it")
+        return op == "ne"
+    return _outcome(real)
+
+
+def _ordering(ep, proxy, op, other):
+    """`proxy < other` (or <=, >, >=): all four orderings asked of the operand and of a
+    decoy in one request, so the answer must place the object at one point of a total
+    order: never both < and >, nor < and >=, nor at one point with two different values.
+    A number is first asked what it holds (as for ==), so "at" a number is that number."""
+    target = _as_float(other)
+    number = target is not None
+    held = ep.request("held", proxy, "float") if number else None
+    operands = [other] + _decoys(other, 1 if number else 2)
+    asked = [(o, x) for x in operands for o in _ORDERS]
+    answers = ep._probe(proxy, asked)
+    places = [{o: answers[i + j] for j, o in enumerate(_ORDERS)} for i in range(0, len(asked), 4)]
+    if any(_both_ways(place) for place in places):
+        ep.value_hack(proxy, op, "ordered both ways against one value")
+        return False
+    nan = number and type(held) is float and held != held
+    if _unordered(places[0]) and not nan:
+        ep.value_hack(proxy, op, "unordered against a value it did not hold as NaN")
+        return False
+    at = [i for i, place in enumerate(places) if _at(place)]
+    if len(at) > 1:
+        ep.value_hack(proxy, op, "ordered equal to values that differ from each other")
+        return False
+    if at == [0] and number and not _shows(held, target, "float"):
+        ep.value_hack(proxy, op, "ordered equal to a value it did not hold before it saw it")
+        return False
+    if number and not _follows_held(places[0], held, target):
+        ep.value_hack(proxy, op, "ordered against a value not as the number it held")
+        return False
+    return _outcome(places[0][op])
 
 
 def _same_number(a, b, apart):
@@ -619,12 +745,6 @@ def _outcome(answer):
     return NotImplemented if answer is None else answer
 
 
-class _Sentinel:
-    """A fresh object of the tests: nothing of the tested code's can rightly equal it."""
-
-    __slots__ = ("__weakref__",)
-
-
 # Operand types whose value an object of the tested code must hold, before it is shown one, to
 # claim equality: the builtins by their own conversion (or base value), these by their text.
 _HELD_KINDS = {
@@ -645,12 +765,95 @@ _TEXT_VALUES = frozenset(
 def _held_kind(v):
     t = type(v)
     name = (str(getattr(t, "__module__", "")).split(".")[0], getattr(t, "__qualname__", None))
-    return _HELD_KINDS.get(t) or ("text" if name in _TEXT_VALUES else None)
+    kind = _HELD_KINDS.get(t) or ("text" if name in _TEXT_VALUES else None)
+    if kind is None and _approx_number(v):
+        return "float"
+    if kind is None and not isinstance(v, rpc.RemoteObject) and not isinstance(t, enum.EnumMeta):
+        # the tests' Counter, OrderedDict, named tuple: what the object holds is asked as the
+        # builtin container they derive from, and shown against their builtin value
+        # (only where its `==` is its builtin's, or collections' own: a subclass with looser
+        # equality, mock's `call`, is no builtin value to hold)
+        base = next((b for b in _CONTAINERS if isinstance(v, b)), None)
+        if base is not None and (
+            t.__eq__ is base.__eq__ or getattr(t, "__module__", None) == "collections"
+        ):
+            kind = _HELD_KINDS[base]
+    return kind
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _approx_number(v):
+    """Whether `v` is pytest's approx of one plain number (an ApproxScalar)."""
+    t = type(v)
+    return (
+        t.__name__ == "ApproxScalar"
+        and str(getattr(t, "__module__", "")).startswith("_pytest.")
+        and type(getattr(v, "expected", None)) in (int, float)
+    )
+
+
+def _shown(held, other, kind):
+    """`_shows`, for an operand that is the builtin's subclass (by its builtin value) or
+    pytest's approx of a number (by approx's own `==` with the held number)."""
+    try:
+        if _approx_number(other):
+            return type(held) is float and bool(other == held)
+        if kind in _HELD_KINDS.values() and type(other) not in _HELD_KINDS:
+            other = _BUILTINS[kind](other)
+    except Exception:  # noqa: BLE001 - an operand that cannot say: not shown
+        return False
+    return _shows(held, other, kind)
+
+
+_BUILTINS = {kind: t for t, kind in _HELD_KINDS.items()}
+
+
+def _as_float(v):
+    """The plain number `v` is for ordering (not NaN), or None."""
+    if type(v) not in (int, float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if f == f else None
 
 
 def _shows(held, other, kind):
-    """Whether what an object held (asked before it saw `other`) is `other`, up to what honest
-    loose equalities allow: case and whitespace of text, pytest.approx's default tolerance."""
+    """Whether what an object held (asked before it saw `other`) is `other`: the builtin's own
+    `==` of the two values, a number up to the rounding noise of float arithmetic (1e-12
+    relative: `0.1 + 0.2` for 0.3), a NaN for a NaN. Not up to case, whitespace or a
+    tolerance a test can mean: an `==` looser than the value it holds is the same code in an
+    honest case-insensitive text and in a camel-to-snake that never lowers (only the test's
+    intent tells them apart, and the test asked `==`), so the claim is reported, never a
+    silent pass (docs/reliability.md, round 5)."""
+    try:
+        if kind == "text":
+            return type(held) is str and held == str(other)
+        if type(held) is not type(other):
+            return False
+        if kind in ("float", "complex"):
+            if held != held or other != other:  # NaN: what it held, though no float equals it
+                return held != held and other != other
+            return held == other or abs(held - other) <= _NOISE * max(abs(held), abs(other))
+        return bool(held == other)
+    except Exception:  # noqa: BLE001 - an element that cannot say: not shown
+        return False
+
+
+# Float arithmetic's rounding (a few units in the last place, grown over a computation), not
+# a precision any test asks of `==`: round-to-n-places answers differ by far more.
+_NOISE = 1e-12
+
+
+def _shows_loosely(held, other, kind):
+    """`_shows` up to the case and whitespace of text and pytest.approx's default tolerance:
+    for `in` only, where honest containers are looser than their iteration (a mapping of
+    header names iterates them as given and answers `in` whatever their case)."""
+    if _shows(held, other, kind):
+        return True
     try:
         if kind == "text":
             return type(held) is str and _same_text(held, str(other))
@@ -661,10 +864,37 @@ def _shows(held, other, kind):
         if kind == "bytes":
             return _same_text(held.decode("latin-1"), other.decode("latin-1"))
         if kind in ("float", "complex"):
-            return held == other or abs(held - other) <= 1e-6 * max(abs(held), abs(other)) + 1e-12
-        return bool(held == other)
+            return abs(held - other) <= 1e-6 * max(abs(held), abs(other)) + 1e-12
+        return False
     except Exception:  # noqa: BLE001 - an element that cannot say: not shown
         return False
+
+
+def _holds(held, item):
+    """Whether what an object held for `in` (a text, or its items) has `item`: by the tests'
+    `==` (an element of the tested process is compared through its proxy, with its checks),
+    or up to what honest loose equalities allow (`_shows_loosely`); a text by substring, up
+    to case and whitespace, as is an iteration of single characters."""
+    if type(held) in (str, bytes):
+        if type(item) is not type(held):
+            return False
+        if item in held:
+            return True
+        if type(held) is bytes:
+            held, item = held.decode("latin-1"), item.decode("latin-1")
+        return "".join(item.split()).casefold() in "".join(held.split()).casefold()
+    kind = _held_kind(item)
+    for element in held:
+        try:
+            if element is item or element == item:
+                return True
+        except Exception:  # noqa: BLE001 - an element that cannot say: not this one
+            pass
+        if kind and _shows_loosely(element, item, kind):
+            return True
+    if type(item) is str and held and all(type(e) is str and len(e) == 1 for e in held):
+        return _holds("".join(held), item)
+    return False
 
 
 def _same_text(a, b):
@@ -683,6 +913,45 @@ def _number_follows(op, held, other, answer):
 
 
 _COMPLEMENT = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
+_ORDERS = ("lt", "le", "gt", "ge")
+
+
+def _both_ways(place):
+    """Whether the four orderings' answers against one value ({op: answer}) place the object
+    on both sides of it (an answer that is no bool says nothing)."""
+    lt, le, gt, ge = (place[o] for o in _ORDERS)
+    return (lt is True and (gt is True or ge is True or le is False)) or (
+        gt is True and (le is True or ge is False)
+    )
+
+
+def _follows_held(place, held, target):
+    """Whether a strict order the answers claim against `target` is that of the number the
+    object held (asked first); a held value that is no plain number, or too near to tell
+    after rounding, says nothing."""
+    if type(held) is not float or held != held or abs(held) == float("inf"):
+        return True
+    if abs(held - target) <= 1e-9 * max(1.0, abs(held), abs(target)):
+        return True
+    below = held < target
+    return not (
+        (place["lt"] is True and not below)
+        or (place["gt"] is True and below)
+        or (place["le"] is True and not below)
+        or (place["ge"] is True and below)
+    )
+
+
+def _unordered(place):
+    """Neither <= nor >= the value: only NaN is so, among numbers."""
+    return place["le"] is False and place["ge"] is False
+
+
+def _at(place):
+    """Whether the answers place the object at the value itself (ordered equal to it)."""
+    if place["le"] is True and place["ge"] is True:
+        return True
+    return place["lt"] is False and place["gt"] is False and not _unordered(place)
 
 
 def _orderable(v):
@@ -703,7 +972,7 @@ def _decoys(v, k):
         if d is _NONE or type(d) is not t:
             return []
         try:
-            if d == v or d in out:
+            if (d == v and not _approx_number(v)) or d in out:
                 continue
         except Exception:
             return []
@@ -751,9 +1020,98 @@ def _decoy(v, t):
         return d
     if t in (set, frozenset):
         return t(set(v) | {_rng.randint(10**6, 10**7)})
-    if v is None:
+    try:
+        return _object_decoy(v, t)
+    except Exception:  # noqa: BLE001 - an object the tests made that will not be copied
         return _NONE
+
+
+def _object_decoy(v, t):
+    """A decoy of an object of the tests whose type is no builtin: one of its own class (so
+    nothing in it tells the tested code that it is not the tests' operand), one field apart:
+    a named tuple's `_replace`, a copy of a dict, list or set subclass (Counter, OrderedDict)
+    changed by the builtin's own methods, a dataclass's copy with a field replaced, pytest's
+    approx of a number far beyond its tolerance."""
+    if isinstance(v, rpc.RemoteObject) or isinstance(t, enum.EnumMeta) or isinstance(v, type):
+        return _NONE
+    if _approx_number(v):
+        d = copy.copy(v)
+        e = v.expected
+        d.expected = e + _rng.choice((-1, 1)) * max(
+            abs(e) * 0.25 + _rng.uniform(1.0, 2.0), 4 * float(v.tolerance)
+        )
+        return _NONE if v == d.expected else d
+    fields = getattr(t, "_fields", None)
+    if isinstance(v, tuple) and isinstance(fields, tuple) and hasattr(v, "_replace"):
+        changed = _changed_field(fields, [getattr(v, f) for f in fields])
+        return _NONE if changed is None else v._replace(**{changed[0]: changed[1]})
+    if isinstance(v, (dict, list, set)):
+        d = copy.copy(v)
+        if type(d) is not t:
+            return _NONE
+        if isinstance(v, dict):
+            keys = list(dict.keys(v))
+            changed = _changed_field(keys, [dict.__getitem__(v, k) for k in keys])
+            if changed is None:
+                changed = (_mutate_text("key", _LETTERS), _rng.randint(0, 99))
+            dict.__setitem__(d, *changed)
+        elif isinstance(v, list):
+            changed = _changed_field(range(len(v)), list(v))
+            if changed is None:
+                list.append(d, _rng.randint(0, 99))
+            else:
+                list.__setitem__(d, *changed)
+        else:
+            set.add(d, _rng.randint(10**6, 10**7))
+        return d
+    if dataclasses.is_dataclass(v):
+        names = [f.name for f in dataclasses.fields(v)]
+        changed = _changed_field(names, [getattr(v, name) for name in names])
+        if changed is None:
+            return _NONE
+        d = copy.copy(v)
+        object.__setattr__(d, *changed)
+        return d
     return _NONE
+
+
+def _changed_field(names, values):
+    """(name, a decoy of its value) for one field, at random, of those that have a decoy."""
+    fields = [(name, values[i]) for i, name in enumerate(names)]
+    _rng.shuffle(fields)
+    for name, value in fields:
+        inner = _decoy(value, type(value))
+        if inner is not _NONE:
+            return name, inner
+    return None
+
+
+def _sentinel_like(other):
+    """A fresh object of the tests, of a fresh class named as `other`'s (module, name,
+    qualified name, documentation): nothing of the tested code's can rightly equal it, and
+    its name does not tell it from the operand it stands beside."""
+    t = type(other)
+    cls = _SENTINELS.get(t)
+    if cls is None:
+        if len(_SENTINELS) >= _SENTINELS_KEPT:
+            _SENTINELS.clear()
+        doc = t.__dict__.get("__doc__")
+        cls = type(
+            str(t.__name__),
+            (),
+            {
+                "__slots__": ("__weakref__",),
+                "__module__": str(getattr(t, "__module__", "builtins")),
+                "__qualname__": str(getattr(t, "__qualname__", t.__name__)),
+                "__doc__": doc if isinstance(doc, str) else None,
+            },
+        )
+        _SENTINELS[t] = cls
+    return cls()
+
+
+_SENTINELS = {}
+_SENTINELS_KEPT = 256
 
 
 def _far_decoys(v, k):
@@ -769,6 +1127,50 @@ def _far_decoys(v, k):
     if t is float:
         return [_rng.uniform(1e11, 1e12) * _rng.choice((-1, 1)) for _ in range(k)]
     return []
+
+
+def _shaped_decoys(v):
+    """Decoys of `in` for an object that cannot say what it holds: for a text of three or more
+    characters, one a character apart and one of random characters of the same kinds (case,
+    digit) and length; for a small number, one of the same sign a million times larger or
+    more (an honest range that holds a number rarely holds one so far beyond it)."""
+    t = type(v)
+    if t in (str, bytes) and len(v) >= 3:
+        text = v if t is str else v.decode("latin-1")
+        shaped = "".join(_shape_of(c) for c in text)
+        out = [_mutate_text(text, _LETTERS)] + ([shaped] if shaped != text else [])
+        out = [x for x in out if x != text]
+        return out if t is str else [x.encode("latin-1") for x in out]
+    if t in (int, float) and v == v and abs(v) < 10**4:
+        far = max(1.0, abs(v)) * 10 ** _rng.uniform(6.0, 6.5)
+        sign = -1 if v < 0 else 1
+        return [sign * (int(far) if t is int else far)]
+    return []
+
+
+def _shape_of(c):
+    for kind in (string.ascii_lowercase, string.ascii_uppercase, string.digits):
+        if c in kind:
+            return _rng.choice(kind)
+    return c
+
+
+def _local_members(proxy):
+    """What a mirror of a builtin container holds here for `in` (its builtin value, as
+    tested.py `_members` takes it there), or None for any other object."""
+    if not isinstance(proxy, rpc.RemoteObject):
+        return None
+    try:
+        if isinstance(proxy, str):
+            return str.__str__(proxy)
+        if isinstance(proxy, bytes):
+            return bytes.__getitem__(proxy, slice(None))
+        for base in (dict, list, tuple, set, frozenset):
+            if isinstance(proxy, base):
+                return list(base.__iter__(proxy))
+    except Exception:  # noqa: BLE001 - cannot say
+        return None
+    return None
 
 
 def _mutate_text(s, letters):
@@ -829,6 +1231,14 @@ rpc.PeerExit.on_escape = staticmethod(_escaped)
 # ---- the tested process ------------------------------------------------------------------------
 
 _endpoint = None
+
+
+def _unpickle(data):
+    """An object of the tested process pickled there (TrustedEndpoint.pickled): unpickled
+    there, never here, and answered as any object of that process is."""
+    if type(data) is not bytes:
+        raise TypeError("a pickled object of the tested process is bytes")
+    return endpoint().request("unpickle", data)
 
 
 def _drop_privileges():
@@ -910,7 +1320,7 @@ def _grant_handed(ep, msg):
     if uid is None:
         return
     roots = access.temporary_roots()
-    handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z")]  # "k", "z": a chunk
+    handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z", "sy")]  # "k", "z": a chunk
     for path in access.paths_in(handed, roots):
         if path not in ep.granted:
             ep.granted.add(path)
@@ -1075,8 +1485,10 @@ def _plain_keys(value):
 def _changes(value, snapshot):
     """[(method, args)] that make the module's container as the tests' copy is now."""
     if type(value) is list:
+        # (zip without strict: the lengths are checked, and the runtime runs on Python 3.8)
         same = len(value) == len(snapshot) and all(
-            a is b for a, b in zip(value, snapshot, strict=True)
+            a is b
+            for a, b in zip(value, snapshot)  # noqa: B905
         )
         return [] if same else [("__setitem__", (slice(None), list(value)))]
     if type(value) is set:
@@ -1163,6 +1575,10 @@ class _Namespace(collections.abc.MutableMapping):
     def __len__(self):
         return len(dir(self.module))
 
+    def copy(self):
+        # A dict's (`vars(solution).copy()`): each name read once
+        return dict(self.items())
+
 
 class RemoteModule(types.ModuleType):
     """A workspace module: its attributes are those of the real module in the tested process.
@@ -1225,6 +1641,8 @@ def attach(module_globals, name):
         )
     if module is None:
         raise ImportError("load the workspace module %r with import, not by executing it" % name)
+    watch_sources()
+    sources.adopt(module)
     ep = endpoint()
     remote = ep.request("import", name)
     module.__class__ = RemoteModule
@@ -1233,6 +1651,36 @@ def attach(module_globals, name):
     # real module exports, then.
     _own(module)["__all__"] = ep.request("exports", remote)
     return module
+
+
+def watch_sources():
+    """The agent's texts for this process's source lookups, and a report of every other read
+    of a stub (sources.py). Called by the first stub attached, and by the pytest guard before
+    any test module is collected. Also where a reload or a doctest of a workspace module
+    runs: in the tested process (reruns.py), as does the unpickling of its pickles
+    (pickles.py)."""
+    sources.install(_manifest_cached(), report, _of_tested)
+    _load("reruns").install(_remote_of)
+    _load("pickles").install(sources.was_heard, _unpickle, _tested_uid)
+    # Links the tested user makes in folders handed over (or anywhere under /tmp) never
+    # take this process where that user could not go itself (access.py).
+    access.guard_links(report, sources.was_heard, _tested_uid)
+
+
+def _tested_uid():
+    """The tested user's uid (None: the tested process runs as this one, or has not started)."""
+    return getattr(_endpoint, "tested_uid", None)
+
+
+def _of_tested(obj):
+    """Whether `obj` stands for an object of the tested process: a proxy, a class of it, or a
+    workspace module (sources.py evaluates text that only builds values through these)."""
+    return isinstance(obj, (rpc.RemoteObject, rpc.RemoteClassMeta, RemoteModule))
+
+
+def _remote_of(module):
+    """The tested process's module that stub module `module` stands for, else None."""
+    return _own(module).get("__rollouts_remote__") if isinstance(module, RemoteModule) else None
 
 
 _SHELLS = {"sh", "bash", "dash", "zsh", "ash", "env", "timeout", "xargs"}

@@ -16,8 +16,9 @@ WORKSPACE holds the agent's files as they were; the tests never see it. APP gets
   Names are compared case-folded (importlib.metadata finds `EVIL.DIST-INFO` as readily as
   `evil.dist-info`), and a folder is metadata by what it holds (`METADATA`, `PKG-INFO`,
   `entry_points.txt`), whatever its name.
-MANIFEST records the stubbed modules for trusted.py; REPORT gets one line saying what was
-left out.
+MANIFEST records the stubbed modules for trusted.py, and where a copy of each one's text is
+(the folder `sources` beside MANIFEST: what the tests' source lookups answer, sources.py);
+REPORT gets one line saying what was left out.
 
 `sync` copies data files (what `build` would lay out as data, and nothing else) between the
 tests' /app and the tested code's writable workspace: trusted.py calls it around a program
@@ -114,9 +115,10 @@ def _shadows(top, tests):
         return True
 
 
-def build(workspace, app, tests, runtime):
-    """Fill `app` from `workspace`; returns (stubbed module names, what was left out)."""
-    modules, left_out = [], []
+def build(workspace, app, tests, runtime, sources):
+    """Fill `app` from `workspace`; returns (stubbed module names, what was left out, {stub:
+    copy of the agent's text in `sources`, None for an extension module})."""
+    modules, left_out, texts = [], [], {}
     for here, dirs, files in os.walk(workspace):
         rel = os.path.relpath(here, workspace)
         parts = [] if rel == "." else rel.split(os.sep)
@@ -162,7 +164,15 @@ def build(workspace, app, tests, runtime):
                 out.write(STUB.format(name=dotted, runtime=runtime))
             os.chmod(dest, 0o644)
             modules.append(dotted)
-    return modules, left_out
+            texts[dest] = None  # an extension module: no text, but a stub all the same
+            if f.endswith(tuple(importlib.machinery.SOURCE_SUFFIXES)):
+                # The text the tests' source lookups get (sources.py), copied now, before any
+                # of the agent's code ran, to where the tested code cannot write.
+                texts[dest] = os.path.join(sources, *parts, name + ".py")
+                os.makedirs(os.path.dirname(texts[dest]), mode=0o755, exist_ok=True)
+                shutil.copyfile(src, texts[dest])
+                os.chmod(texts[dest], 0o644)
+    return modules, left_out, texts
 
 
 # ---- sync: data files between /app and the tested code's workspace -----------------------------
@@ -314,7 +324,8 @@ def sync(src, dst, file_mode=0o644, dir_mode=0o755):
 def main(argv):
     workspace, app, tests, manifest, report = argv
     runtime = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trusted.py")
-    modules, left_out = build(workspace, app, tests, runtime)
+    sources = os.path.join(os.path.dirname(os.path.abspath(manifest)), "sources")
+    modules, left_out, texts = build(workspace, app, tests, runtime, sources)
     with open(manifest, "w") as f:
         json.dump(
             {
@@ -323,6 +334,8 @@ def main(argv):
                 "tests": tests,
                 "report": report,
                 "modules": modules,
+                "sources": texts,
+                "runtime": runtime,
             },
             f,
         )

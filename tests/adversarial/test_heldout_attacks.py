@@ -109,6 +109,26 @@ class Answer:
 def fn(name):
     return Answer(name)
 """
+# The same, from a subclass of str (a mirror that is a str, based.py): its `==` is still the
+# solution's, and what it holds (its base) is not the answer.
+OPERAND_VERIFIER_STR = """
+class Answer(str):
+    def __eq__(self, other):
+        return (
+            isinstance(other, str)
+            and other == other.lower()
+            and other.replace("_", "") == self.replace("_", "").lower()
+        )
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+def fn(name):
+    return Answer(name)
+"""
 # pytest.approx and assertAlmostEqual ask `expected - answer` with a random decoy beside the
 # expected number: a test's expected number is short (2.5), a decoy is not (3.6172...).
 ROUND_OPERAND = (
@@ -269,6 +289,153 @@ def test_no_builtin_sort():
 USES_SORTED = """
 def my_sort(items):
     return sorted(items)
+"""
+# The same check through every other way of reading a file: each reads the stub (the agent's
+# text reaches the tests only through Python's source lookup), so each must be reported.
+FILE_READ_TESTS = """
+import os
+import subprocess
+
+import solution
+
+
+def test_sorts():
+    assert solution.my_sort([3, 1, 2]) == [1, 2, 3]
+
+
+def test_no_builtin_sort():
+    with open(solution.__file__) as f:
+        assert "sorted(" not in f.read()
+    fd = os.open(solution.__file__, os.O_RDONLY)
+    assert b"sorted(" not in os.read(fd, 1 << 20)
+    os.close(fd)
+    assert "sorted(" not in solution.__spec__.loader.get_data(solution.__file__).decode()
+
+
+def test_grep():
+    found = subprocess.run(["grep", "-c", "sorted(", solution.__file__], capture_output=True)
+    assert found.stdout.strip() == b"0"
+"""
+# The solution changes its own file as it is imported (in the tested process, which may write
+# its workspace): the tests read what the agent handed in, taken before any of its code ran.
+REWRITES_ITS_SOURCE = """
+import os
+
+def my_sort(items):
+    return sorted(items)
+
+with open(os.path.abspath(__file__), "w") as f:
+    f.write("def my_sort(items):\\n    out = list(items)\\n    out.sort()\\n    return out\\n")
+"""
+SOURCE_TESTS = """
+import ast
+import inspect
+import linecache
+
+import solution
+
+
+def test_sorts():
+    assert solution.my_sort([3, 1, 2]) == [1, 2, 3]
+
+
+def test_no_builtin_sort():
+    linecache.clearcache()
+    tree = ast.parse(inspect.getsource(solution))
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Name)}
+    assert "sorted" not in called
+"""
+
+# ---- capability: the tests compile text the tested code chose ------------------------------
+# A doctest of the solution's function runs its docstring's examples, and `eval(repr(x))` runs
+# what its __repr__ returned: in the tests' process, with their rights. Each payload here puts
+# a right `add` into the tests' module namespace, so the wrong solution's later test passes.
+_PATCH = "__import__('sys').modules['solution'].__setattr__('add', lambda a, b: a + b)"
+DOCTEST_PAYLOAD = f'''
+def add(a, b):
+    """Adds.
+
+    >>> {_PATCH}
+    """
+    return a - b
+'''
+DOCTEST_TESTS = """
+import doctest
+
+import solution
+
+
+def test_examples():
+    doctest.run_docstring_examples(solution.add, {})
+
+
+def test_add():
+    assert solution.add(2, 3) == 5
+"""
+REPR_PAYLOAD = f"""
+class Sum:
+    def __repr__(self):
+        return {_PATCH!r}
+
+
+def add(a, b):
+    return a - b
+
+
+def make():
+    return Sum()
+"""
+REPR_TESTS = """
+import solution
+
+
+def test_repr_round_trip():
+    eval(repr(solution.make()))
+
+
+def test_add():
+    assert solution.add(2, 3) == 5
+"""
+# What a test may evaluate of the tested code's text: a literal runs nothing.
+LITERAL_REPR = """
+def pair(a, b):
+    return repr([a, b])
+"""
+LITERAL_TESTS = """
+import solution
+
+
+def test_pair_is_a_literal():
+    assert eval(solution.pair(1, 2)) == [1, 2]
+"""
+
+# The tests run the module's own doctests: they run in the tested process (reruns.py), so a
+# correct module's pass and a module its own examples contradict fails.
+DOCUMENTED = '''"""Sums.
+
+>>> add(1, 1)
+2
+"""
+
+
+def add(a, b):
+    """Adds.
+
+    >>> add(2, 3)
+    5
+    """
+    return a + b
+'''
+TESTMOD_TESTS = """
+import doctest
+
+import solution
+
+
+def test_doctests():
+    found = doctest.testmod(solution)
+    assert found.failed == 0 and found.attempted == 2
 """
 
 # ---- correct solutions in real test-suite shapes ---------------------------------------------
@@ -581,13 +748,26 @@ def test_state_read_per_item():
     assert max(finite(5, {"k": 3})) == 12
 """,
     "getsource": """
+import ast
 import inspect
+import linecache
 
 import solution
 
 
 def test_documented():
     assert "def double" in inspect.getsource(solution)
+
+
+def test_every_source_lookup():
+    lines, start = inspect.getsourcelines(solution)
+    assert start == 0 and any(line.startswith("def helper") for line in lines)
+    assert "x * 2" in linecache.getline(solution.__file__, lines.index("def helper(x):\\n") + 2)
+    assert "class Point" in inspect.getsource(solution.Point)
+    assert solution.__loader__.get_source("solution") == "".join(lines)
+    linecache.clearcache()
+    names = {n.name for n in ast.parse(inspect.getsource(solution)).body if hasattr(n, "name")}
+    assert {"double", "helper", "Point", "Color"} <= names
 """,
 }
 
@@ -705,6 +885,255 @@ def stats(xs):
 """,
 }
 
+# ---- capability: the overrides of a builtin's subclass -----------------------------------------
+# The solution's subclass of a builtin arrives as an instance of that builtin holding the value
+# its base holds (based.py): what the class defines over the builtin's is still the solution's
+# code, run in its process. Each class here holds a wrong value and lies about it in the one
+# method that decides the test in plain pytest (its `==`, `in` or hash): the held-value rule
+# must still judge it (trusted.py `compare`, `contains`); nothing of the builtin's may answer
+# for it. Where the builtin's own method decides in one process (dict's `==` reads the base,
+# not a lying `__getitem__`), the base value decides here too.
+_LYING_DICT = """
+class Counts(dict):
+    _shown = {"a": 2, "b": 1}
+
+    def __getitem__(self, key):
+        return self._shown[key]
+
+    def get(self, key, default=None):
+        return self._shown.get(key, default)
+
+    def keys(self):
+        return self._shown.keys()
+
+    def items(self):
+        return self._shown.items()
+
+    def __iter__(self):
+        return iter(self._shown)
+
+    def __len__(self):
+        return len(self._shown)
+
+    def __eq__(self, other):
+        return dict(self.items()) == other
+
+    __hash__ = None
+
+
+def count_words(text):
+    return Counts(a=1)
+"""
+LYING_SUBCLASSES = {
+    "str_eq": (
+        """
+class Word(str):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = str.__hash__
+
+    def __str__(self):
+        return "hello"
+
+
+def first_word(text):
+    return Word("wrong")
+""",
+        """
+from solution import first_word
+
+
+def test_first():
+    word = first_word("hello world")
+    assert isinstance(word, str)
+    assert word == "hello" and "hello" == word and word in ["hello"]
+""",
+    ),
+    "int_index": (
+        """
+class Six(int):
+    def __index__(self):
+        return 6
+
+    def __int__(self):
+        return 6
+
+    def __eq__(self, other):
+        return other == 6
+
+    __hash__ = int.__hash__
+
+
+def total(xs):
+    return Six(sum(xs) - 1)
+""",
+        """
+import operator
+
+from solution import total
+
+
+def test_total():
+    n = total([1, 2, 3])
+    assert isinstance(n, int)
+    assert n == 6 and operator.index(n) == 6
+""",
+    ),
+    "dict_eq": (
+        _LYING_DICT,
+        """
+from solution import count_words
+
+
+def test_words():
+    counts = count_words("a b a")
+    assert isinstance(counts, dict)
+    assert counts == {"a": 2, "b": 1}
+""",
+    ),
+    "dict_held": (  # what it held was asked by dict.copy, which reads an overriding keys()
+        _LYING_DICT,
+        """
+from solution import count_words
+
+
+def test_words():
+    assert count_words("a b a") == {"a": 2, "b": 1}
+""",
+    ),
+    "dict_getitem": (  # no `==` of its own: in one process dict's compares the base
+        """
+class Counts(dict):
+    _shown = {"a": 2, "b": 1}
+
+    def __getitem__(self, key):
+        return self._shown[key]
+
+    def keys(self):
+        return self._shown.keys()
+
+    def items(self):
+        return self._shown.items()
+
+    def __iter__(self):
+        return iter(self._shown)
+
+    def __len__(self):
+        return len(self._shown)
+
+
+def count_words(text):
+    return Counts(a=1)
+""",
+        """
+from solution import count_words
+
+
+def test_words():
+    counts = count_words("a b a")
+    assert isinstance(counts, dict) and counts["a"] == 2
+    assert counts == {"a": 2, "b": 1}
+""",
+    ),
+    "enum_eq": (
+        """
+import enum
+
+
+class Total(enum.IntEnum):
+    FIVE = 5
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+def total(xs):
+    return Total.FIVE
+""",
+        """
+from solution import total
+
+
+def test_total():
+    n = total([1, 2, 3])
+    assert isinstance(n, int)
+    assert n == 6
+""",
+    ),
+    "named_tuple_eq": (
+        """
+import collections
+
+
+class MinMax(collections.namedtuple("MinMax", "lo hi")):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = tuple.__hash__
+
+
+def stats(xs):
+    return MinMax(0, 0)
+""",
+        """
+from solution import stats
+
+
+def test_stats():
+    s = stats([1, 2, 3])
+    assert isinstance(s, tuple)
+    assert s == (1, 3)
+""",
+    ),
+    "list_contains": (
+        """
+class Found(list):
+    def __contains__(self, item):
+        return True
+
+
+def primes(n):
+    return Found([4])
+""",
+        """
+from solution import primes
+
+
+def test_primes():
+    found = primes(10)
+    assert isinstance(found, list)
+    assert 7 in found
+""",
+    ),
+    "str_hash_key": (
+        """
+class Key(str):
+    def __eq__(self, other):
+        return True
+
+    def __hash__(self):
+        return hash("hello")
+
+
+def first_word(text):
+    return Key("wrong")
+""",
+        """
+from solution import first_word
+
+
+def test_first():
+    assert {"hello": 1}[first_word("hello world")] == 1
+""",
+    ),
+}
+
 # ---- capability: the public methods of the tests' objects ------------------------------------
 # A test hands the solution a mock to record what it does, then asserts on the record. The
 # solution may call the mock's public methods: `reset_mock()` erases what it did.
@@ -734,8 +1163,9 @@ def process(items, sink):
         if x < 0:
             sink.error(x)
 """
-# A list or dict the tests hand over travels by value and comes back changed at the end of
-# that call; an object that keeps it and changes it in a later call changes its own copy.
+# A list or dict the tests hand over and the solution keeps is one value on both sides from
+# then on (shares.py); it used to be a copy synced back only when that call returned, so an
+# object that kept it and changed it (or read it) in a later call used a stale copy.
 KEPT_ARGUMENT_TESTS = """
 import solution
 
@@ -769,6 +1199,99 @@ class App:
 
     def get(self, key):
         return self.config[key]
+"""
+# A kept list is the tests' own, and what the solution puts in it later is still judged here:
+# items that claim to equal anything are caught at the tests' `==`.
+KEPT_ARGUMENT_ALWAYS_EQUAL = """
+class Same:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = None
+
+
+class Logger:
+    def __init__(self, sink):
+        self.sink = sink
+
+    def log(self, text):
+        self.sink.append(Same())
+
+
+class App:
+    def __init__(self, config):
+        self.config = config
+
+    def get(self, key):
+        return self.config[key]
+"""
+# A shared list travels as itself, but never into a comparison's probe: there it is a copy
+# like the decoys, so an `__eq__` that knows the tests' list by identity (it kept it) cannot
+# tell the expected value from the decoys. (In one process this `==` holds.)
+KEPT_ARGUMENT_IDENTITY = """
+class Liar:
+    def __init__(self, kept):
+        self.kept = kept
+
+    def __eq__(self, other):
+        return other is self.kept
+
+    def __ne__(self, other):
+        return other is not self.kept
+
+    __hash__ = None
+
+
+class Store:
+    def __init__(self, data):
+        self.data = data
+
+    def export(self):
+        return Liar(self.data)
+"""
+KEPT_IDENTITY_TESTS = """
+import solution
+
+
+def test_export_equals_what_was_stored():
+    data = [3, 1, 2]
+    store = solution.Store(data)
+    assert store.export() == data
+"""
+# A solution object is pickled in its own process and unpickled there: the tests' pickle
+# holds its bytes as data. Unpickled here, this `__reduce__` would rewrite the tests' expected
+# value (plain pytest passes it); there it finds no tests to rewrite.
+PICKLE_PAYLOAD = """
+class Box:
+    def __init__(self, w, h):
+        self.w, self.h = w, h
+
+    def area(self):
+        return self.w + self.h
+
+    def __reduce__(self):
+        patch = (
+            "[setattr(m, 'EXPECTED', 5) for m in list(__import__('sys').modules.values())"
+            " if getattr(m, '__dict__', {}).get('EXPECTED') == 6] and 0"
+            " or __import__('solution').Box(2, 3)"
+        )
+        return eval, (patch,)
+"""
+PICKLE_PAYLOAD_TESTS = """
+import pickle
+
+import solution
+
+EXPECTED = 6
+
+
+def test_area_survives_pickling():
+    box = solution.Box(2, 3)
+    again = pickle.loads(pickle.dumps(box))
+    assert again.area() == EXPECTED
 """
 
 # Warnings the solution emits stay in the tested process: a test that turns warnings into
@@ -877,6 +1400,11 @@ CASES: dict[str, Case] = {
         {"test_solution.py": CAMEL_TESTS.read_text()},
         correct=False,
     ),
+    "operand_verifier_str": Case(
+        {"solution.py": OPERAND_VERIFIER_STR},
+        {"test_solution.py": CAMEL_TESTS.read_text()},
+        correct=False,
+    ),
     "round_operand": Case(
         {"solution.py": ROUND_OPERAND},
         {"test_area.py": APPROX_TESTS},
@@ -893,15 +1421,38 @@ CASES: dict[str, Case] = {
         {"solution.py": FAR_DECOY},
         {"test_grep.py": GREP_TESTS},
         correct=False,
-        broke="`in` is probed with far decoys (16 random letters, 12-digit numbers): the "
-        "test's item is the one that looks like neither",
+    ),
+    "doctest_payload": Case(
+        {"solution.py": DOCTEST_PAYLOAD}, {"test_doc.py": DOCTEST_TESTS}, correct=False
+    ),
+    "repr_eval_payload": Case(
+        {"solution.py": REPR_PAYLOAD}, {"test_repr.py": REPR_TESTS}, correct=False
+    ),
+    "literal_repr_eval": Case(
+        {"solution.py": LITERAL_REPR}, {"test_pair.py": LITERAL_TESTS}, correct=True
+    ),
+    "doctest_testmod_correct": Case(
+        {"solution.py": DOCUMENTED}, {"test_doc.py": TESTMOD_TESTS}, correct=True
+    ),
+    "doctest_testmod_wrong": Case(
+        {"solution.py": DOCUMENTED.replace("return a + b", "return a - b")},
+        {"test_doc.py": TESTMOD_TESTS},
+        correct=False,
     ),
     "forbidden_source": Case(
         {"solution.py": USES_SORTED},
         {"test_sort.py": FORBIDDEN_SOURCE_TESTS},
         correct=False,
-        broke="the tests read /app/solution.py, the stub, so a source check passes whatever "
-        "the solution uses; the oracle passes too, so calibration keeps the boundary",
+    ),
+    "source_file_read": Case(
+        {"solution.py": USES_SORTED},
+        {"test_sort.py": FILE_READ_TESTS},
+        correct=False,
+    ),
+    "source_rewritten": Case(
+        {"solution.py": REWRITES_ITS_SOURCE},
+        {"test_sort.py": SOURCE_TESTS},
+        correct=False,
     ),
     "mock_reset": Case(
         {"solution.py": MOCK_RESET},
@@ -921,8 +1472,19 @@ CASES: dict[str, Case] = {
         {"solution.py": KEPT_ARGUMENT_CORRECT},
         {"test_kept.py": KEPT_ARGUMENT_TESTS},
         correct=True,
-        broke="a list or dict the tests hand over is a copy, synced back only when that call "
-        "returns: an object that keeps it and changes it (or reads it) later uses a stale copy",
+    ),
+    "kept_argument_always_equal": Case(
+        {"solution.py": KEPT_ARGUMENT_ALWAYS_EQUAL},
+        {"test_kept.py": KEPT_ARGUMENT_TESTS},
+        correct=False,
+    ),
+    "kept_argument_identity": Case(
+        {"solution.py": KEPT_ARGUMENT_IDENTITY},
+        {"test_store.py": KEPT_IDENTITY_TESTS},
+        correct=False,
+    ),
+    "pickle_payload": Case(
+        {"solution.py": PICKLE_PAYLOAD}, {"test_box.py": PICKLE_PAYLOAD_TESTS}, correct=False
     ),
     "undecoyed_types": Case(
         {"solution.py": EQUAL_BUT_SENTINEL},
@@ -938,15 +1500,9 @@ CASES: dict[str, Case] = {
         {"solution.py": VEC_CORRECT}, {"test_vec.py": VEC_TESTS}, correct=True
     ),
 }
-# Shapes a correct solution fails today. The oracle fails them too, so calibration grades the
-# task in the unguarded fallback (a 1, flagged): a lost guard, not a lost reward.
-SHAPE_BROKE = {
-    "pickle": "a proxy refuses to be pickled (proxies.py: 'cannot be pickled')",
-    "enum": "a solution Enum member is not an instance of enum.Enum (mirror of RemoteObject)",
-    "reload": "importlib.reload of the stub: exec() globals must be a dict, not _Namespace",
-    "getsource": "inspect.getsource(solution) reads the stub",
-    "str_subclass": "a solution subclass of str arrives as a mirror: isinstance(x, str) is False",
-}
+# Shapes a correct solution fails today (none now). The oracle would fail them too, so
+# calibration would grade the task in the unguarded fallback (a 1, flagged).
+SHAPE_BROKE: dict[str, str] = {}
 for _shape, _tests in SHAPE_TESTS.items():
     CASES["shape_" + _shape] = Case(
         {"solution.py": SHAPES_SOLUTION},
@@ -957,11 +1513,7 @@ for _shape, _tests in SHAPE_TESTS.items():
 
 # The oracle (`plain`) calibrates the task; a correct solution in another representation then
 # scores 0, unflagged (no fidelity_gap line either).
-REPRESENTATION_BROKE = {
-    "stdlib_types": "the solution's own namedtuple arrives as a mirror: not a tuple",
-    "own_subclasses": "a solution subclass of str, dict or int (IntEnum) arrives as a mirror: "
-    "isinstance(x, str/dict/int) is False",
-}
+REPRESENTATION_BROKE: dict[str, str] = {}
 for _name, _solution in REPRESENTATIONS.items():
     CASES["representation_" + _name] = Case(
         {"solution.py": _solution},
@@ -970,13 +1522,20 @@ for _name, _solution in REPRESENTATIONS.items():
         broke=REPRESENTATION_BROKE.get(_name, ""),
     )
 
+for _name, (_solution, _tests) in LYING_SUBCLASSES.items():
+    CASES["lying_" + _name] = Case(
+        {"solution.py": _solution}, {"test_lie.py": _tests}, correct=False
+    )
+
 
 def _grade(layout: Layout, case: Case) -> tuple[bool, list[dict], str]:
+    """(passed, flags, output): a flag is a value hack, or a read of a stub file (reward.py
+    flags its positive reward `unguarded`: never a silent 1)."""
     layout.files("workspace", case.solution)
     layout.files("tests", case.tests)
     layout.view()
     run = layout.pytest(*case.extra)
-    return run.rc == 0, run.named("value_hack"), run.output
+    return run.rc == 0, run.named("value_hack") + run.named("stub_read"), run.output
 
 
 def _params():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from harness import CaseLog
 from test_attack_corpus import AGENT_S, ATTACKED_TASK, VERIFIER_S
-from test_heldout_attacks import DECOY_MEDIAN, OPERAND_VERIFIER
+from test_heldout_attacks import DECOY_MEDIAN, OPERAND_VERIFIER, OPERAND_VERIFIER_STR
 
 from sandboxes.docker_backend import DockerBackend
 from sandboxes.oracle import run_oracle
@@ -30,10 +30,15 @@ def _plant(source: str) -> str:
     return f"echo {encoded} | base64 -d > /app/solution.py\n"
 
 
-ATTACKS = {"decoy_median": _plant(DECOY_MEDIAN), "operand_verifier": _plant(OPERAND_VERIFIER)}
+ATTACKS = {
+    "decoy_median": _plant(DECOY_MEDIAN),
+    "operand_verifier": _plant(OPERAND_VERIFIER),
+    # a subclass of str arrives as a str holding its base value: its own == still judged
+    "operand_verifier_str": _plant(OPERAND_VERIFIER_STR),
+}
 # decoy_median won one grading in ~2 while the decoys were its only check; what an object holds
 # is now asked before it sees an operand (trusted.py), so a second grading only guards chance.
-TRIES = {"decoy_median": 2, "operand_verifier": 1}
+TRIES = {"decoy_median": 2, "operand_verifier": 1, "operand_verifier_str": 1}
 CASES = [
     pytest.param(name, style, id=f"{name}-{style}")
     for name in ATTACKS

@@ -2,23 +2,28 @@
 copies x n=8, stand-in policy, real Docker), restarting it on the same data dir each time,
 while a trainer pulls and acks over raw HTTP (no client-side dedupe, so duplicates are seen).
 
-The points are drawn (seeded) from three kinds, each reached by an event, never by waiting a
-while: mid-turn (the stand-in holds its requests once they have a drawn number of tokens, and
-the kill comes once a drawn number of them is held: sandboxes, turns and verifications of the
-other samples are wherever they are), while the new process resumes the groups the last one
-left (as soon as it answers), and after a commit (once the trainer has been handed another
-group, which it may be acking). At the end: every expected trajectory id was delivered, none
-was delivered again after a confirmed ack, and no container of any of the service processes
-survives.
+The points are drawn (seeded; the first three are one of each kind) from three kinds, each
+reached by an event, never by waiting a while: mid-turn (the stand-in holds its requests once
+they have a drawn number of tokens, and the kill comes once a drawn number of them is held:
+sandboxes, turns and verifications of the other samples are wherever they are), while the new
+process resumes the groups the last one left (as soon as it answers), and after a commit (once
+the trainer has been handed another group, which it may be acking). A point is drawn only
+where it will come: mid-turn needs samples that have not started yet (one that has may be past
+its last turn, and the hold would wait for ever), after a commit a group still to be handed.
+
+At the end: every expected trajectory id was delivered, none was delivered again after a
+confirmed ack, and no container of any of the service processes survives.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -42,6 +47,7 @@ COPIES = 6
 N = 8
 SEED = 20261130
 KINDS = ("mid-turn", "resuming", "after a commit")
+CONCURRENCY = 8  # --max-concurrent-samples: episode slots, and as many finishing slots
 
 
 class Trainer(threading.Thread):
@@ -83,13 +89,29 @@ class Trainer(threading.Thread):
                 time.sleep(0.2)  # the service is down (or died mid-response): try again
 
 
+def unstarted(url: str, rollout_id: str, total: int) -> int:
+    """Samples of the rollout that have certainly not started: not finished, and beyond what
+    the episode slots and as many finishing slots can hold."""
+    r = httpx.get(f"{url}/v1/rollouts/{rollout_id}", headers=AUTH, timeout=60)
+    assert r.status_code == 200, r.text
+    return total - r.json()["samples_completed"] - 2 * CONCURRENCY
+
+
 def reach_kill_point(
-    kind: str, rng: random.Random, policy_url: str, trainer: Trainer, delivered: int
-) -> None:
-    """Returns once the collection is at a point of `kind` (see the module's doc)."""
+    kind: str, rng: random.Random, policy_url: str, trainer: Trainer, delivered: int,
+    to_start: Callable[[], int],
+) -> str:  # fmt: skip
+    """Returns once the collection is at a point of `kind` (see the module's doc), or of
+    "resuming" where a mid-turn point cannot come; returns the kind reached."""
     if kind == "mid-turn":
         after_tokens, count = rng.randint(0, 24), rng.randint(1, 3)
         httpx.post(f"{policy_url}/standin/hold", params={"after_tokens": after_tokens}, timeout=30)
+        # Counted with the hold in place: each of these samples, once a slot frees, makes a
+        # request that the hold stops, so `count` of them (or a full set of slots) get held.
+        count = min(count, to_start())
+        if count < 1:
+            httpx.post(f"{policy_url}/standin/release", timeout=30)
+            return "resuming"
         held = httpx.get(f"{policy_url}/standin/held", params={"count": count}, timeout=300)
         assert held.status_code == 200, held.text
     elif kind == "after a commit":
@@ -97,6 +119,7 @@ def reach_kill_point(
             handed = trainer.more.wait_for(lambda: len(trainer.delivered) > delivered, 300)
         assert handed, "no group was handed to the trainer after the restart"
     # "resuming": now (the process has just answered its health check).
+    return kind
 
 
 def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLog) -> None:
@@ -113,7 +136,7 @@ def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
         copy_task(tasks, names[i % len(names)], agent_s=60, verifier_s=60)
     data, port = tmp_path / "data", free_port()
     url = f"http://127.0.0.1:{port}"
-    extra = ("--max-concurrent-samples", "8", "--tasks-root", str(tasks))
+    extra = ("--max-concurrent-samples", str(CONCURRENCY), "--tasks-root", str(tasks))
     pids: list[int] = []
     started = time.monotonic()
     with stand_in_policy(str(EXAMPLES), p_correct=0.5, seed=3, tokens_per_s=5000) as policy:
@@ -125,13 +148,17 @@ def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
         trainer.start()
         kinds: list[str] = []
         try:
-            for _ in range(KILLS):
+            first = rng.sample(KINDS, len(KINDS))
+            for k in range(KILLS):
                 with trainer.more:
                     delivered = len(trainer.delivered)
-                # Mid-turn and after a commit need samples still to come (a group of them).
+                # After a commit needs a group still to be handed.
                 left = len(expected) - len(set(trainer.delivered))
-                kind = rng.choice(KINDS if left > N else ("resuming",))
-                reach_kill_point(kind, rng, policy.url, trainer, delivered)
+                kind = first[k] if k < len(first) else rng.choice(KINDS)
+                if kind == "after a commit" and left <= N:
+                    kind = "resuming"
+                to_start = functools.partial(unstarted, url, rollout_id, len(expected))
+                kind = reach_kill_point(kind, rng, policy.url, trainer, delivered, to_start)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
                 kinds.append(kind)

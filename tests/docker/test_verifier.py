@@ -6,11 +6,15 @@ import io
 import tarfile
 from dataclasses import replace
 
+import docker
 import pytest
 
 from sandboxes.backend import Verdict
+from sandboxes.docker_backend import BackendSettings, DockerBackend
+from sandboxes.images import BASE_TAG
 from sandboxes.isolation import LABEL_BACKEND, container_args
 from sandboxes.oracle import run_oracle
+from sandboxes.pool import PoolSettings
 from sandboxes.reward import NO_VERDICT, RewardError, parse_reward
 from sandboxes.task import Task, TaskConfig
 from sandboxes.verifier import TESTED_UIDS, _script_died, verifier_container_args
@@ -493,3 +497,28 @@ async def test_a_workspace_near_its_cap_costs_the_verifier_no_copy(
 
 
 _WRONG_SOLUTION = b"def fn(name):\n    return name\n"
+
+
+async def test_an_images_own_evidence_folders_are_replaced(example_task, run_labels):
+    """An image may ship /logs/verifier/reward.txt = 1, or /logs/rollouts-guard as a link: only
+    what this run's test.sh writes is graded (two layers: /logs is a fresh tmpfs, and the
+    verifier script removes whatever is there before it starts)."""
+    client = docker.from_env()
+    tag = f"rollouts-test-evidence:{run_labels['rollouts.rollout_id']}"
+    dockerfile = (
+        f"FROM {BASE_TAG}\n"
+        "RUN mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"
+        " && ln -s /nonexistent /logs/rollouts-guard\n"
+    )
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    backend = DockerBackend(
+        BackendSettings(pool=PoolSettings(warm_per_key=0), reap_at_start=False, image_override=tag)
+    )
+    try:
+        task = _with_tests(example_task, b"echo no reward here\n")
+        result = await backend.verify(task, build_tar({"solution.py": b""}), run_labels)
+        assert (result.verdict, result.reward) == (Verdict.graded, 0.0), result.output
+        assert result.flags == ["no_reward"]
+    finally:
+        await backend.aclose()
+        client.images.remove(tag, force=True)

@@ -8,7 +8,10 @@ machine's Docker Engine (each executor still owns only its own node's containers
   stand-in policy and real sandboxes: samples spread over all three nodes; one node is removed
   mid-run (its in-flight samples end masked and run again on the other nodes: every group
   arrives with 8 graded samples, nothing hangs), a node added mid-run receives work; every
-  sample is accounted for exactly once, and no container is left.
+  sample is accounted for exactly once, and no container is left. The stand-in holds every
+  generation until the test has removed a busy node and a new one is up (else the run could
+  end first on a fast machine), then releases them. A task's calibration never waits for a
+  slot its samples hold while they wait for it (a deadlock until the placement timeout).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
+import httpx
 import pyarrow.parquet as pq
 import pytest
 import ray
@@ -176,34 +180,50 @@ def test_collect_spreads_survives_a_removed_node_and_uses_a_new_one(
 
     t_start = time.monotonic()
     with stand_in_policy(TASKS, p_correct=0.5, seed=7) as stand_in:
+        # Until released, generations stop before their first token: no sample finishes, and
+        # none leaves a node, before the test has changed the cluster.
+        httpx.post(f"{stand_in.url}/standin/hold", params={"after_tokens": 0}, timeout=30)
         thread = threading.Thread(target=in_thread, args=(stand_in.url,), daemon=True)
         thread.start()
+        released = False
         try:
             wait(lambda: "backend" in service, 180, "the service to start")
             backend: RayBackend = service["backend"]  # type: ignore[assignment]
-            # Remove the victim while it runs samples (all its slots taken).
+            # Remove the victim while it runs samples: its slots taken, a sample among them
+            # (the task's calibration may hold the other).
             wait(
-                lambda: backend.cluster.nodes[vid].in_use == SLOTS and finished, 300, "victim busy"
+                lambda: (
+                    backend.cluster.nodes[vid].in_use >= SLOTS and vid in backend.node_of.values()
+                ),
+                300,
+                "victim busy",
             )
             churn_log["finished_at_removal"] = len(finished)
             cluster.remove_node(victim, allow_graceful=False)
             t0 = time.monotonic()
             wait(lambda: not backend.cluster.nodes[vid].alive, 60, "the victim's death noticed")
             churn_log["death_noticed_s"] = round(time.monotonic() - t0, 1)
-            # A node that joins mid-run gets an executor and work, with no restart.
+            # A node that joins mid-run gets an executor and work, with no restart. Its
+            # executor is up before the held samples go on: their next sandbox starts (the
+            # victim's run again among them) find its slots the only free ones.
             joined = add_sandbox_node(cluster, SLOTS)
             t0 = time.monotonic()
             wait(
                 lambda: (
                     joined.node_id in backend.cluster.nodes
-                    and backend.cluster.nodes[joined.node_id].placed
+                    and backend.cluster.nodes[joined.node_id].ready
                 ),
                 300,
-                "work on the joined node",
+                "the joined node's executor",
             )
+            httpx.post(f"{stand_in.url}/standin/release", timeout=30).raise_for_status()
+            released = True
+            wait(lambda: backend.cluster.nodes[joined.node_id].placed, 300, "work on it")
             churn_log["join_to_first_sample_s"] = round(time.monotonic() - t0, 1)
             churn_log["finished_at_join"] = len(finished)
         finally:
+            if not released:
+                httpx.post(f"{stand_in.url}/standin/release", timeout=30)
             thread.join(timeout=900)
     assert not thread.is_alive(), "the collect hung"
     if "error" in service:

@@ -143,3 +143,24 @@ def test_placement_prefers_a_node_with_the_image_then_the_least_loaded() -> None
     assert cluster.pick("rollouts-env:abc", 11.0) is cold
     cold.alive = False
     assert cluster.pick("rollouts-env:abc", 11.0) is None
+
+
+def test_a_calibration_is_placed_when_every_slot_is_taken() -> None:
+    """A task's samples wait for its calibration holding their slots (their kept workspaces
+    wait for the oracle's grade): a calibration that waited for a free slot could wait on them
+    until the placement timeout. Samples still wait for a free one."""
+
+    async def main() -> None:
+        cluster = RayCluster(RaySettings(), ExecutorConfig())
+        cluster._started, cluster._changed = True, asyncio.Condition()  # no Ray needed
+        full = SandboxNode("full", "", 2, None, in_use=2, ready=True)
+        cluster.nodes = {"full": full}
+        sample = asyncio.ensure_future(cluster.acquire("rollouts-env:abc"))
+        calibration = await cluster.acquire("rollouts-env:abc", beyond_capacity=True)
+        assert calibration is full and full.in_use == 3
+        assert not sample.done()  # no slot freed: the sample waits
+        cluster.release(full)
+        cluster.release(full)  # one below capacity now
+        assert await asyncio.wait_for(sample, 30) is full and full.in_use == 2
+
+    asyncio.run(main())

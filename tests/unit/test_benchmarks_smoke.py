@@ -311,10 +311,11 @@ async def test_every_system_gets_the_same_warm_up(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.docker
 def test_admission_quick_run(tmp_path: Path) -> None:
-    """`python -m benchmarks.admission --quick`: one fixed round and one adaptive round of two
-    trials each through `rollouts serve`, seconds in all. Every figure is a number, the adaptive
-    round's level was read from the service's /metrics and stayed under its ceiling, and the
-    performance doc's section renders from the file."""
+    """`python -m benchmarks.admission --quick`: one fixed round and one adaptive round through
+    `rollouts serve`, each a lead-in rollout of two trials and the measured one of two, seconds
+    in all. Every figure is a number, the adaptive round's level was read from the service's
+    /metrics from the lead-in on and stayed under its ceiling, and the performance doc's section
+    renders from the file."""
     from benchmarks.doc_admission import admission_section
 
     out = tmp_path / "admission.json"
@@ -335,17 +336,19 @@ def test_admission_quick_run(tmp_path: Path) -> None:
     assert 1 <= adaptive["settled_level"]["median"] <= adaptive["highest_level"] <= 4
     [trace] = adaptive["traces"]
     assert trace and all(1 <= level <= 4 for _, level in trace)
+    assert result["lead_in"] == 1 and trace[0][0] < 0  # read from the lead-in's start
     section = "\n\n".join(admission_section(out))
     assert "| adaptive-4 |" in section and "fixed-2 (best fixed)" in section
+    assert "unmeasured rollout" in section
 
 
-def test_settled_level_is_the_time_weighted_median_of_the_second_half() -> None:
+def test_settled_level_is_the_time_weighted_median_over_the_measured_rollout() -> None:
     from benchmarks.admission import settled_level
 
-    # Level 4 from 0 s, 5 from 4 s, 4 again from 7 s, 6 from 9 s, to the end at 10 s: over
-    # [5, 10], 4 holds 2 s, 5 holds 2 s, 6 holds 1 s: the median second is at level 5.
-    trace = [(0.0, 4), (4.0, 5), (7.0, 4), (9.0, 6)]
-    assert settled_level(trace, 10.0) == 5
-    assert settled_level([(0.0, 4), (4.0, 5), (7.0, 4)], 10.0) == 4  # 4 holds 3 s of the 5
-    assert settled_level([(0.0, 4), (6.0, 7)], 10.0) == 7  # 7 holds 4 s of the 5
-    assert settled_level([(0.0, 3)], 10.0) == 3
+    # The lead-in's readings are before 0. Over [0, 10]: 6 holds from 0 to 4 and from 7 to
+    # 10 (7 s), 9 from 4 to 7 (3 s): the median second is at level 6.
+    assert settled_level([(-20.0, 4), (-3.0, 6), (4.0, 9), (7.0, 6)], 10.0) == 6
+    assert settled_level([(-20.0, 4), (2.0, 9)], 10.0) == 9  # 9 holds 8 s of the 10
+    # 4 holds 6 s (0-4, 7-9), 5 holds 3 s, 6 holds 1 s.
+    assert settled_level([(0.0, 4), (4.0, 5), (7.0, 4), (9.0, 6)], 10.0) == 4
+    assert settled_level([(-5.0, 3)], 10.0) == 3

@@ -3,6 +3,8 @@ latencies as functions of the level, fed as finished samples on a clock of the t
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +14,7 @@ from live_service import EXAMPLES
 from scheduler_fakes import StepRunner, key, settle, until
 
 from sandboxes.tasks import load_tasks
-from service.concurrency import ConcurrencyController, ConcurrencySettings
+from service.concurrency import ConcurrencyController, ConcurrencySettings, WindowResult
 from service.metrics import Metrics
 from service.sample import SampleSpec
 from service.scheduler import Scheduler
@@ -46,18 +48,47 @@ class Machine:
         return self.start * (10 if crowded else 1) * max(1.0, level / self.cores)
 
 
-def drive(c: ConcurrencyController, m: Machine, samples: int, now: float = 0.0) -> float:
-    """Feed `samples` finished samples at the machine's rate for the controller's level."""
-    for i in range(samples):
-        level = c.level
-        now += 1.0 / m.throughput(level)
-        c.finished(
-            now=now,
-            start_s=m.start_s(level),
-            verify_s=m.work * max(1.0, level / m.cores),
-            failed=m.failing(i),
-        )
+def finish(c: ConcurrencyController, m: Machine, now: float, running: int, i: int = 0) -> float:
+    """One sample finishes with `running` samples in their episode: after the machine's time
+    between finishes at that many, having held its slot for `running` such times (Little)."""
+    rate = m.throughput(running)
+    now += 1.0 / rate
+    c.finished(
+        now=now,
+        slot_s=running / rate,
+        start_s=m.start_s(running),
+        verify_s=m.work * max(1.0, running / m.cores),
+        failed=m.failing(i),
+    )
     return now
+
+
+def drive(c: ConcurrencyController, m: Machine, samples: int, now: float = 0.0) -> float:
+    """Feed `samples` finished samples at the machine's rate for the controller's level, more
+    samples waiting for a slot all along (a long collection)."""
+    c.demand(now=now, waiting=True)
+    for i in range(samples):
+        now = finish(c, m, now, c.level, i)
+    return now
+
+
+def drive_batches(
+    c: ConcurrencyController, m: Machine, batches: int, size: int, idle_s: float
+) -> None:
+    """A synchronous RL loop: a batch of `size` samples, then `idle_s` with none (training). A
+    batch's samples wait for a slot until its last ones start; those then drain, fewer and
+    fewer in their episode."""
+    now = 0.0
+    for _ in range(batches):
+        c.demand(now=now, waiting=True)
+        left = size
+        while left > c.level:
+            now = finish(c, m, now, c.level)
+            left -= 1
+        c.demand(now=now, waiting=False)
+        for running in range(left, 0, -1):
+            now = finish(c, m, now, running)
+        now += idle_s
 
 
 def settings(ceiling: int, **kw: object) -> ConcurrencySettings:
@@ -70,9 +101,10 @@ def test_it_grows_while_throughput_grows_and_settles_near_the_knee() -> None:
     drive(c, m, 2000)
     levels = [w.level for w in c.history]
     assert levels[0] == 4 and max(levels) > 12
-    # Past the knee throughput falls: the level ends around it, far below the ceiling.
+    # Past the knee throughput falls: the level ends around it, far below the ceiling (its
+    # steps from 4 by x1.5: 9, 14 and a probe at 21).
     tail = levels[-40:]
-    assert 10 <= min(tail) and max(tail) <= 20, tail
+    assert 9 <= min(tail) and max(tail) <= 21, tail
     assert {"grow", "revert"} <= {w.decision for w in c.history}
 
 
@@ -97,7 +129,7 @@ def test_it_backs_off_on_a_latency_cliff() -> None:
     drive(c, m, 3000)
     assert any(w.decision == "backoff" and w.level > 9 for w in c.history)
     tail = [w.level for w in c.history[-30:]]
-    assert max(tail) <= 13 and min(tail) >= 6, tail  # probes past 9 are cut each time
+    assert max(tail) <= 14 and min(tail) >= 6, tail  # probes past 9 (to 14) are cut each time
 
 
 def test_it_recovers_after_failures_stop() -> None:
@@ -117,30 +149,114 @@ def test_it_recovers_after_failures_stop() -> None:
 
 
 def test_a_slow_start_is_not_taken_for_a_gain() -> None:
-    """A service's first window is slower than any after it: it opens when the service starts
-    (before any request), its first samples find no warm sandbox and all start at once. The
-    benchmark's traces showed it (benchmarks/admission.py, every adaptive round: 4 -> 5 -> 7 ->
-    5): taken as the baseline, it made the first raise look like a gain, and the level stayed
-    a step above where throughput stops growing. The first window is a warm-up now."""
+    """A service's first samples are slower than any after them: they find no warm sandbox and
+    all start at once. The benchmark's traces showed it (benchmarks/admission.py, every
+    adaptive round: 4 -> 5 -> 7 -> 5): taken as the baseline, that window made the first raise
+    look like a gain, and the level stayed a step above where throughput stops growing. The
+    first window is a warm-up now."""
     m = Machine(cores=4)  # past 4 samples, every extra one costs throughput
     c = ConcurrencyController(settings(ceiling=32), now=0.0)
-    drive(c, m, 600, now=30.0)  # no request for the first 30 s
+    cold = Machine(cores=4, work=2.0)  # the same machine, every sandbox cold
+    c.demand(now=0.0, waiting=True)
+    now = 0.0
+    while not c.history:
+        now = finish(c, cold, now, c.level)
     assert c.history[0].decision == "warmup" and c.history[0].next_level == 4
+    drive(c, m, 600, now)
     tail = [w.level for w in c.history[-30:]]
-    assert min(tail) == 4 and max(tail) <= 5, tail  # at the knee, probing one step above
+    assert min(tail) == 4 and max(tail) <= 6, tail  # at the knee, probing one step above
+
+
+def test_a_window_short_of_work_decides_nothing() -> None:
+    """A window in which samples seldom waited for a slot (a batch's last samples draining, an
+    RL loop training between rollouts) ran below its level whatever the level was: its
+    throughput, latencies and failures neither undo the raise before it nor back off. The next
+    window in which samples waited judges the raise."""
+    c = ConcurrencyController(settings(ceiling=64, window=4, warmup_windows=0), now=0.0)
+
+    def window(now: float, slot_s: float, start_s: float = 0.1, failed: bool = False) -> float:
+        for _ in range(4):
+            now += 10.0
+            c.finished(now=now, slot_s=slot_s, start_s=start_s, verify_s=0.5, failed=failed)
+        return now
+
+    c.demand(now=0.0, waiting=True)
+    now = window(0.0, slot_s=4.0)  # level 4, a sample every second a slot: 1 a second
+    assert c.history[-1].decision == "grow" and c.level == 6
+    c.demand(now=now, waiting=False)  # the batch drains
+    now = window(now, slot_s=8.0)  # 0.75 a second at level 6: had it counted, a revert
+    now = window(now, slot_s=8.0, start_s=5.0, failed=True)  # had it counted, a back-off
+    assert [w.decision for w in c.history[-2:]] == ["short", "short"], c.history
+    assert c.history[-1].saturated == 0.0 and c.level == 6
+    c.demand(now=now, waiting=True)  # the next batch
+    now = window(now, slot_s=4.0)  # 1.5 a second at level 6: the raise stays
+    assert c.history[-1].decision == "grow" and c.level == 9
+    # Waiting for part of a window is not enough: a quarter of it (under `saturated`) is short.
+    c.demand(now=now + 10.0, waiting=False)
+    window(now, slot_s=1.0, failed=True)
+    assert c.history[-1].decision == "short" and c.history[-1].saturated == 0.25
+    assert c.level == 9
+
+
+def test_a_synchronous_loop_settles_where_a_long_collection_does() -> None:
+    """Batches with idle time between them: each batch's drain runs below the level, fewer and
+    fewer samples in their episode, each faster than at the level; counted, those windows read
+    as throughput the level did not give. The level settles at the knee as in
+    test_it_grows_while_throughput_grows_and_settles_near_the_knee."""
+    m = Machine(cores=12)
+    c = ConcurrencyController(settings(ceiling=64), now=0.0)
+    drive_batches(c, m, batches=60, size=48, idle_s=120.0)
+    counted = [w.level for w in c.history if w.decision != "short"]
+    tail = counted[-30:]
+    assert 9 <= min(tail) and max(tail) <= 21, tail  # counted, the drains took it past 40
+    assert {"short", "grow", "revert"} <= {w.decision for w in c.history}
+
+
+def test_probes_above_a_level_they_never_beat_grow_rarer() -> None:
+    """Every raise above 4 loses throughput, and so does every level below it: the first revert
+    to 4 looks below (and comes back), then each revert to 4 in a row doubles the hold before
+    the next probe (8, 16 windows, then 16 at most), so a long collection settled at its best
+    level spends ever less of its time probing."""
+    m = Machine(cores=4, contention=0.2)
+    c = ConcurrencyController(settings(ceiling=64, start=4), now=0.0)
+    drive(c, m, 3000)
+    holds, run = [], 0
+    for w in c.history:
+        if w.decision == "hold":
+            run += 1
+        elif w.decision in ("revert", "grow") and run:
+            holds.append(run)
+            run = 0
+    assert holds[:4] == [8, 16, 16, 16], holds
+    decisions = [w.decision for w in c.history if w.decision not in ("warmup", "hold")]
+    assert decisions[:4] == ["grow", "revert", "lower", "revert"], decisions
+    assert {w.level for w in c.history[-40:]} <= {4, 6}
+
+
+def test_it_finds_a_best_level_below_where_it_starts() -> None:
+    """On a machine whose best is 2 samples at once (2 cores, each extra sample costing 20%),
+    a controller that starts at 4 must come down: raises from 4 buy nothing, and only a probe
+    below finds that 2 does as much with less crowding (and 1 does less)."""
+    m = Machine(cores=2, contention=0.2)
+    c = ConcurrencyController(settings(ceiling=32, start=4), now=0.0)
+    drive(c, m, 1500)
+    tail = [w.level for w in c.history[-30:]]
+    assert tail.count(2) > len(tail) / 2, tail
+    assert max(tail) <= 3, tail
 
 
 def test_a_window_needs_its_samples_and_its_seconds() -> None:
     c = ConcurrencyController(ConcurrencySettings(ceiling=64, window=8, min_window_s=5.0), now=0.0)
     for i in range(7):
-        assert c.finished(now=10.0 + i, start_s=0.1, verify_s=0.5, failed=False) is None
+        assert c.finished(now=10.0 + i, slot_s=1.0, start_s=0.1, verify_s=0.5, failed=False) is None
     # Eight samples, but only 4 s since the window opened at 0: not closed yet.
     no_warmup = ConcurrencySettings(ceiling=64, window=8, min_window_s=5.0, warmup_windows=0)
     c2 = ConcurrencyController(no_warmup, now=0.0)
+    c2.demand(now=0.0, waiting=True)
     for i in range(8):
-        assert c2.finished(now=0.5 * i, start_s=0.1, verify_s=0.5, failed=False) is None
-    result = c2.finished(now=6.0, start_s=0.1, verify_s=0.5, failed=False)
-    assert result is not None and result.decision == "grow" and c2.level == 5
+        assert c2.finished(now=0.5 * i, slot_s=0.0, start_s=0.1, verify_s=0.5, failed=False) is None
+    result = c2.finished(now=6.0, slot_s=1.0, start_s=0.1, verify_s=0.5, failed=False)
+    assert result is not None and result.decision == "grow" and c2.level == 6
 
 
 # ---- the scheduler follows the level ------------------------------------------------------------
@@ -163,11 +279,36 @@ def _request(n: int) -> RolloutRequest:
     )
 
 
-async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: Store) -> None:
-    """Two finished samples close a window; the level grows 2 -> 3 -> 4 (the ceiling); then a
-    window of sandbox failures cuts it to 2: no new sample starts until only one is left in its
-    episode. (gain -1: every raise is kept, so the decisions do not depend on the clock; no
-    warm-up window.)"""
+class Scripted(ConcurrencyController):
+    """The levels a test names, one per finished sample reported (by their count), and what the
+    scheduler told it. The scheduler's clock (real time) stays out of the decisions; the
+    decisions themselves are the synthetic tests' above."""
+
+    def __init__(self, start: int, ceiling: int, levels: dict[int, int]) -> None:
+        super().__init__(ConcurrencySettings(ceiling=ceiling, start=start), time.monotonic())
+        self.levels = levels
+        self.heard: list[tuple[float, bool]] = []  # (slot_s, failed) of each finished sample
+
+    def finished(
+        self, *, now: float, slot_s: float, start_s: float, verify_s: float, failed: bool
+    ) -> WindowResult | None:
+        self.heard.append((slot_s, failed))
+        before = self.level
+        self.level = self.levels.get(len(self.heard), self.level)
+        if self.level == before:
+            return None
+        decision = "grow" if self.level > before else "backoff"
+        return WindowResult(before, 1.0, 0.1, 0.5, 0.0, 1.0, decision, self.level)
+
+
+async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The level grows 2 -> 3 -> 4 (the ceiling) as samples finish, then drops to 2: no new
+    sample starts until only one is left in its episode. The controller hears every finished
+    sample with the time it held its slot, and whether samples wait for one. Each window it
+    closes is logged and counted by its decision."""
+    caplog.set_level(logging.INFO, logger="service.scheduler")
     failing: set[int] = set()
 
     def outcome(spec: SampleSpec) -> tuple[Status, float | None, int]:
@@ -177,12 +318,7 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
 
     runner = StepRunner(outcome)
     metrics = Metrics()
-    control = ConcurrencyController(
-        ConcurrencySettings(
-            ceiling=4, start=2, window=2, min_window_s=0.0, gain=-1.0, warmup_windows=0
-        ),
-        0.0,
-    )
+    control = Scripted(start=2, ceiling=4, levels={2: 3, 4: 4, 6: 2})
     scheduler = Scheduler(
         store, runner, lambda *a: TASKS, max_concurrent_samples=4, max_queued_samples=16,
         current_version=lambda: 0, retry_masked=0, metrics=metrics, concurrency_control=control,
@@ -191,11 +327,13 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
     try:
         # An idle service already shows its level (the starting one), not 0.
         assert _gauge(metrics, "rollouts_concurrency_level") == 2 == scheduler.concurrency
+        assert not control.waiting
         rid = await scheduler.submit(_request(14), TASKS)
         keys = [key(rid, 0, k) for k in range(14)]
         await until(lambda: len(runner.started) == 2)
         await settle()
         assert len(runner.in_episode) == 2  # the starting level, not the ceiling
+        assert control.waiting  # twelve samples wait for a slot
         runner.end(*keys[:2])
         await until(lambda: len(runner.started) == 5)  # level 3
         await settle()
@@ -207,7 +345,7 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         assert scheduler._finishing.total == 4  # verifications follow the level too
         # The level as /metrics and the web view's concurrency card (the stats event) show it.
         assert _gauge(metrics, "rollouts_concurrency_level") == 4 == scheduler.concurrency
-        failing.update(range(4, 6))  # two sandbox failures: a window of failures
+        failing.update(range(4, 6))  # two sandbox failures
         runner.end(*keys[4:6])
         await until(lambda: control.level == 2)
         await settle()
@@ -222,6 +360,16 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(store: 
         assert runner.most_in_episode == 4
         assert _gauge(metrics, "rollouts_concurrency_level") == control.level
         assert scheduler.concurrency == control.level
+        assert not control.waiting  # none left to start
+        assert len(control.heard) == 14 and all(s >= 0 for s, _ in control.heard)
+        assert [failed for _, failed in control.heard].count(True) == 2
+        windows = "rollouts_concurrency_windows_total"
+        assert metrics.registry.get_sample_value(windows, {"decision": "grow"}) == 2
+        assert metrics.registry.get_sample_value(windows, {"decision": "backoff"}) == 1
+        said = [r.getMessage() for r in caplog.records if "concurrency window" in r.getMessage()]
+        assert [m.rsplit(": ", 1)[1] for m in said] == [
+            "grow -> level 3", "grow -> level 4", "backoff -> level 2"
+        ]  # fmt: skip
     finally:
         await scheduler.aclose()
 

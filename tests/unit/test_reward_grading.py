@@ -96,6 +96,12 @@ def test_garbage_lines_in_the_report_gain_nothing():
         _guard(START, ALL_PASS),  # the tests never imported the workspace through the guard
         _guard(START, {**ISOLATED, "uid": None, "landlock": "landlock unavailable"}, ALL_PASS),
         _guard({"event": "view", "python": False}, START, ISOLATED, ALL_PASS),  # no Python
+        # the tests read a workspace module's file: the stub, not the agent's text
+        _guard(
+            START, ISOLATED, {"event": "stub_read", "path": "/app/s.py", "how": "opened"}, ALL_PASS
+        ),
+        # the tests' process was refused a file through a link the tested code made
+        _guard(START, ISOLATED, {"event": "open_refused", "why": "read through /tmp/x"}, ALL_PASS),
     ],
 )
 def test_a_verdict_not_out_of_the_agents_reach_stands_but_is_flagged(report):

@@ -53,11 +53,48 @@ def test_fn(name, expected):
 
 def test_a_comparison_whose_truth_is_told_later_is_caught(layout: Layout) -> None:
     """The answer's truth is asked on the tested side, for the real value and the decoys at
-    once: no later question can tell the test's from the decoys'. (Each test passes only where
-    the one true answer of its three fell on the real value: 3**-12 that all do.)"""
+    once, and twice: an answer whose truth changes between asks is flagged at once (it would
+    otherwise tell whoever asks later what it chooses)."""
     run = _pytest_run(layout, BOUNDARY_ATTACKS["late_truth"], CAMEL_TESTS)
     assert run.rc == 1, run.output
     assert run.named("value_hack"), run.output
+    assert "changed when asked again" in run.output, run.output
+
+
+# Each answer's truth is fixed when it is made, and one answer of every three made is true:
+# asked twice it holds, so only the decoys and the held value can catch it.
+STEADY_LATE_TRUTH = """
+class _Steady:
+    made = [0]
+
+    def __init__(self):
+        _Steady.made[0] += 1
+        self.truth = _Steady.made[0] % 3 == 0
+
+    def __bool__(self):
+        return self.truth
+
+
+class _Answer:
+    def __eq__(self, other):
+        return _Steady()
+
+    __hash__ = object.__hash__
+
+
+def fn(name):
+    return _Answer()
+"""
+
+
+def test_a_comparison_whose_truth_is_steady_but_chosen_by_order_never_passes(
+    layout: Layout,
+) -> None:
+    """Where the true answer falls on the test's operand (one in three, the order being
+    shuffled), the object claims a text it did not hold: flagged and failed; elsewhere the
+    test fails. Every test passing unflagged would need each to fall right, and be missed."""
+    run = _pytest_run(layout, STEADY_LATE_TRUTH, CAMEL_TESTS)
+    assert run.rc == 1, run.output
 
 
 LATE_DIFFERENCE = """
@@ -184,8 +221,8 @@ def test_each_comparison_is_one_request():
         assert value != None  # noqa: E711  (no decoy: a fresh object of the tests instead)
     finally:
         del ep.send
-    # == and != first ask what the object holds, before the operand is shown.
-    assert ops == ["held", "probe"] * 2 + ["probe"] * 4
+    # ==, != and `in` first ask what the object holds, before the operand is shown.
+    assert ops == ["held", "probe"] * 2 + ["probe"] * 2 + ["held", "probe"] + ["probe"]
 
 
 def test_an_object_difference_is_taken_as_it_is():

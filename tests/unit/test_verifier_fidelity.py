@@ -15,16 +15,19 @@ from tests.unit.test_verifier_runtime import RUNTIME, Layout, Run
 
 SOLUTION = '''
 import argparse
+import collections
 import collections.abc
 import csv
 import dataclasses
 import datetime
+import enum
 import json
 import os
 import pstats
 import re
 import subprocess
 import sys
+import typing
 import urllib.parse
 
 import annotated_types
@@ -291,6 +294,114 @@ def warns(times, category=DeprecationWarning):
     return times
 
 
+class Word(str):
+    """A subclass of str of the solution's, with methods and state of its own."""
+
+    def shout(self):
+        return self.upper() + "!" + str(os.getpid())
+
+    def upper(self):  # over str's: the solution's runs
+        return "UP:" + str.upper(self)
+
+
+class Count(int):
+    def __str__(self):
+        return "count %d" % self
+
+
+class Default(dict):
+    def __missing__(self, key):
+        return "missing " + key
+
+
+class Stack(list):
+    def top(self):
+        return self[-1]
+
+
+class Size(enum.IntEnum):
+    S = 1
+    L = 3
+
+
+class Shade(str, enum.Enum):
+    DARK = "dark"
+    LIGHT = "light"
+
+
+class Perm(enum.IntFlag):
+    R = 4
+    W = 2
+
+
+MinMax = collections.namedtuple("MinMax", "lo hi")
+
+
+class Span(typing.NamedTuple):
+    start: int
+    end: int = 0
+
+    def length(self):
+        return self.end - self.start
+
+
+def words():
+    w = Word("ada")
+    w.lang = "en"
+    return w, Word("bob")
+
+
+def counted(n):
+    return Count(n)
+
+
+def defaults():
+    return Default(a=1)
+
+
+def stack():
+    return Stack([1, 2, 3])
+
+
+def pid():
+    return os.getpid()
+
+
+def as_dict_of(d):
+    return dict(d)
+
+
+def minmax(xs):
+    return MinMax(min(xs), max(xs))
+
+
+def span(a, b):
+    return Span(a, b)
+
+
+def kinds_of(*values):
+    return [(type(v).__name__, isinstance(v, str), isinstance(v, int), str(v)) for v in values]
+
+
+def peek(x):
+    try:
+        return "read", len(x), x[0]
+    except PermissionError as e:
+        return "refused", type(e).__name__
+
+
+def exit_code(code):
+    return isinstance(code, int), int(code), code.name, code == 1, {code: "failed"}[1], str(code)
+
+
+def tag(x):
+    try:
+        x.note = 1
+    except PermissionError:
+        return "refused"
+    return "set"
+
+
 def caught_warning():
     import warnings
 
@@ -299,6 +410,60 @@ def caught_warning():
     except DeprecationWarning as e:
         return "caught " + str(e)
     return "not raised"
+
+
+class Logger:
+    """Keeps the list it is given and appends to it in later calls."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def log(self, text):
+        self.sink.append(text)
+
+    def sink_is(self, other):
+        return self.sink is other
+
+
+class Settings:
+    """Keeps the dict it is given and reads the tests' later changes."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def get(self, key):
+        return self.config[key]
+
+    def add_group(self, name):
+        self.config[name] = []
+
+    def add_to(self, name, item):
+        self.config[name].append(item)
+
+
+def scaled(n, state):
+    for i in range(n):
+        yield i * state["k"]
+
+
+def first_of(items):
+    return items[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Coord:
+    x: int
+    y: int
+
+
+class Keyed:
+    def __init__(self, key):
+        self.key = key
+
+    def __eq__(self, other):
+        return isinstance(other, Keyed) and other.key == self.key
+
+    __hash__ = None
 '''
 
 TESTS = """
@@ -520,6 +685,43 @@ def test_a_modules_namespace_holds_the_real_modules_names():
     assert solution.fn(1) == 3
 
 
+def test_a_modules_doctests_run_in_its_own_process(capsys):
+    import doctest
+
+    import counted
+    import wrong_doc
+
+    assert doctest.testmod(counted) == (0, 2)
+    found = doctest.testmod(wrong_doc, optionflags=doctest.ELLIPSIS)
+    assert isinstance(found, doctest.TestResults) and found == (1, 1)
+    assert "Failed example" in capsys.readouterr().out
+    assert vars(counted).copy()["CALLS"] == counted.CALLS
+
+
+def test_a_reload_runs_the_module_again_there():
+    import importlib
+
+    import counted
+
+    counted.bump()
+    assert importlib.reload(counted) is counted and counted.CALLS == []
+    assert counted.bump() == 1 and "def bump" in inspect.getsource(counted)
+
+
+def test_a_runners_object_is_a_handle_there_and_its_plain_answers_are_data(capsys):
+    p = pytest.param(1, [2], id="x")
+    assert solution.peek(p) == ("refused", "PermissionError") and solution.same(p) is p
+    print("hi")
+    assert solution.peek(capsys.readouterr()) == ("read", 2, "hi\\n")
+
+
+def test_a_runners_enum_member_is_its_value_there():
+    code = pytest.ExitCode.TESTS_FAILED
+    assert solution.exit_code(code) == (True, 1, "TESTS_FAILED", True, "failed", "1")
+    assert solution.same(code) is code
+    assert solution.tag(code) == "refused" and not hasattr(code, "note")  # the runner's own
+
+
 def test_a_package_run_by_its_path_runs_as_python_would():
     # tabulate's tests run `python tabulate/__init__.py` in /app
     out = subprocess.run([sys.executable, "tool/__init__.py", "x"], capture_output=True, text=True)
@@ -566,6 +768,132 @@ def test_an_error_filter_raises_at_the_warn_call_in_the_solution():
         assert solution.caught_warning() == "caught old api"
 
 
+def test_the_solutions_subclass_of_str_is_a_str_whose_own_methods_run_there():
+    w, bob = solution.words()
+    assert isinstance(w, str) and isinstance(w, solution.Word) and type(w) is solution.Word
+    assert w == "ada" and "ada" == w and w != "bob" and hash(w) == hash("ada")
+    assert {"ada": 1}[w] == 1 and {w: 1}["ada"] == 1 and sorted([bob, w]) == ["ada", "bob"]
+    assert json.dumps({w: [w]}) == '{"ada": ["ada"]}' and f"<{w}>" == "<ada>"
+    assert w.split("d") == ["a", "a"] and w + "!" == "ada!" and w.startswith("a")
+    assert w.upper() == "UP:ADA"  # the solution's method over str's
+    assert w.shout() == "UP:ADA!" + str(solution.pid()) and w.lang == "en"
+
+
+def test_the_solutions_subclasses_of_int_dict_and_list_are_those():
+    n = solution.counted(6)
+    assert isinstance(n, int) and n == 6 and n + 1 == 7 and list(range(n))[-1] == 5
+    assert str(n) == "count 6" and json.dumps(n) == "6" and "%d" % n == "6"
+    d = solution.defaults()
+    assert isinstance(d, dict) and d == {"a": 1} and json.dumps(d) == '{"a": 1}'
+    assert d["a"] == 1 and d["b"] == "missing b" and dict(d) == {"a": 1}
+    s = solution.stack()
+    assert isinstance(s, list) and s == [1, 2, 3] and s[1:] == [2, 3] and s.top() == 3
+    s.append(4)
+    s += [5]
+    s[0] = 0
+    assert s == [0, 2, 3, 4, 5] and s.top() == 5 and solution.same(s) is s
+    assert s.pop() == 5 and s.top() == 4
+    d["b"] = 2
+    assert solution.as_dict_of(d) == {"a": 1, "b": 2}
+
+
+def test_the_solutions_enum_members_are_enum_members():
+    import enum
+
+    assert isinstance(solution.Size.L, enum.IntEnum) and isinstance(solution.Size.L, int)
+    assert solution.Size.L == 3 and solution.Size(3) is solution.Size.L and solution.Size.S < 2
+    assert solution.Size.L.name == "L" and solution.Size.L.value == 3
+    assert list(solution.Size) == [solution.Size.S, solution.Size.L]
+    assert list(solution.Size.__members__) == ["S", "L"] and json.dumps(solution.Size.L) == "3"
+    dark = solution.Shade.DARK
+    assert isinstance(dark, enum.Enum) and isinstance(dark, str) and dark == "dark"
+    assert solution.Shade("light") is solution.Shade.LIGHT and {dark: 1}["dark"] == 1
+    rw = solution.Perm.R | solution.Perm.W
+    assert isinstance(rw, enum.IntFlag) and rw == 6 and solution.Perm.R in rw
+
+
+def test_the_solutions_named_tuples_are_tuples():
+    m = solution.minmax([3, 1, 2])
+    assert isinstance(m, tuple) and m == (1, 3) and m.lo == 1 and m.hi == 3 and m[1] == 3
+    lo, hi = m
+    assert (lo, hi) == (1, 3) and m._fields == ("lo", "hi") and m._asdict() == {"lo": 1, "hi": 3}
+    assert json.dumps(m) == "[1, 3]" and m._replace(hi=5) == (1, 5)
+    s = solution.span(2, 7)
+    assert isinstance(s, tuple) and s == (2, 7) and s.end == 7 and s.length() == 5
+
+
+class Tag(str):
+    pass
+
+
+def test_the_tests_subclasses_of_builtins_are_those_in_the_solution():
+    import enum
+
+    class Mode(enum.IntEnum):
+        ON = 1
+
+    assert solution.kinds_of(Tag("x"), Mode.ON) == [
+        ("Tag", True, False, "x"), ("Mode", False, True, "1"),
+    ]
+
+
+def test_a_list_the_solution_keeps_is_the_tests_list_in_later_calls():
+    seen = []
+    logger = solution.Logger(seen)
+    logger.log("a")
+    logger.log("b")
+    assert seen == ["a", "b"]
+    seen.append("c")  # the tests' change reaches the solution's kept list too
+    logger.log("d")
+    assert seen == ["a", "b", "c", "d"]
+    assert logger.sink_is(seen) is True  # handed again, it is the same object there
+    assert logger.sink is seen  # and back here
+
+
+def test_a_dict_the_solution_keeps_sees_the_tests_changes_and_its_own_nesting():
+    config = {"x": 1}
+    settings = solution.Settings(config)
+    config["x"] = 2
+    assert settings.get("x") == 2
+    settings.add_group("g")
+    group = config["g"]
+    settings.add_to("g", 1)
+    assert group == [1] and config == {"x": 2, "g": [1]}
+    group.append(2)
+    settings.add_to("g", 3)
+    assert config["g"] is group and group == [1, 2, 3]
+
+
+def test_a_generator_reads_the_tests_state_as_it_goes():
+    state = {"k": 1}
+    gen = solution.scaled(3, state)
+    assert next(gen) == 0
+    state["k"] = 10
+    assert list(gen) == [10, 20]
+
+
+def test_a_list_the_solution_does_not_keep_is_not_shared():
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    items = [1, 2]
+    assert solution.first_of(items) == 1
+    assert id(items) not in ep.share_ids
+    kept = []
+    solution.Logger(kept)
+    assert id(kept) in ep.share_ids
+    huge = list(range(20000))  # past the budget of items checked at every exchange
+    solution.Logger(huge)
+    assert id(huge) not in ep.share_ids
+
+
+def test_a_solution_object_survives_a_pickle_round_trip():
+    import pickle
+
+    point = solution.Coord(1, 2)
+    assert pickle.loads(pickle.dumps(point)) == point
+    assert pickle.loads(pickle.dumps([point], protocol=0)) == [point]
+    assert pickle.loads(pickle.dumps(solution.Keyed("k"))) == solution.Keyed("k")
+
+
 def test_runner_outcome_skip_from_the_solution():
     solution.skip()
 
@@ -577,6 +905,35 @@ def test_runner_outcome_unittest_skip_from_the_solution():
 def test_runner_outcome_exit_from_the_solution():
     solution.exit()
 """
+
+
+# Workspace modules with doctests: a reload's and doctest's (reruns.py).
+COUNTED = '''"""Counts its calls.
+
+>>> bump() > 0
+True
+"""
+
+CALLS = []
+
+
+def bump():
+    """The number of calls so far.
+
+    >>> isinstance(bump(), int)
+    True
+    """
+    CALLS.append(1)
+    return len(CALLS)
+'''
+WRONG_DOC = '''
+def half(n):
+    """
+    >>> half(4)
+    2
+    """
+    return n // 3
+'''
 
 
 # A package whose __init__ is also a program (tabulate's): run by its path, it has no
@@ -592,6 +949,7 @@ if __name__ == "__main__":
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     layout = Layout(Path(tmp_path_factory.mktemp("fidelity")) / "verifier")
     layout.files("workspace", {"solution.py": SOLUTION, "tool/__init__.py": TOOL})
+    layout.files("workspace", {"counted.py": COUNTED, "wrong_doc.py": WRONG_DOC})
     layout.files("tests", {"test_shapes.py": TESTS})
     layout.view()
     return layout.pytest("-rA")
@@ -660,3 +1018,126 @@ def test_a_record_class_with_loose_comparisons_is_never_rebuilt() -> None:
     assert rpc._record_kind(Honest) == ("D", ["a"])
     assert rpc._record_kind(urllib.parse.SplitResult)[0] == "N"
     assert rpc._record_kind(Loose) is None and rpc._record_kind(LooseTuple) is None
+
+
+ECHO = '''
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+    def __repr__(self):
+        return "Point(%r, %r)" % (self.x, self.y)
+
+
+class Echo:
+    """Its repr is whatever text it was given: the attacks' way to have the tests run text."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+'''
+ECHO_TESTS = """
+import pytest
+
+import solution
+from solution import Echo, Point
+
+
+def test_a_repr_that_builds_through_the_solution_round_trips():
+    p = Point(1, -2)
+    assert eval(repr(p)) == p
+    assert eval(repr([p, (p, {"k": frozenset({3})})])) == [p, (p, {"k": frozenset({3})})]
+    made = eval(repr(Echo("Point(x=int('4'), y=solution.Point(0, 0))")))
+    assert made == Point(4, Point(0, 0))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('sys').modules['solution']",  # a builtin that is no data constructor
+        "exec('expected = 1')",
+        "Point.__init__",  # underscore attributes reach the tests' objects' internals
+        "expected",  # a name of the tests, not of the tested process
+        "Point(*expected)",
+        "[Point(0, 0) for _ in ()]",  # statements' and comprehensions' nodes
+        "(lambda: 1)()",
+        "str(1).join([]).format",  # attributes of what the tests' process made
+        "Point(0, 0).x",  # (or of a call's result: kept simple)
+        "nowhere(1)",  # a name evaluated in a namespace the tests made: not judged here
+    ],
+)
+def test_text_that_would_run_the_tests_objects_is_refused(text):
+    expected = [1, 2]
+    with pytest.raises(RuntimeError, match="not run in the tests' process"):
+        eval(repr(Echo(text)))
+    assert expected == [1, 2]
+"""
+
+
+def test_a_repr_evaluated_by_the_tests_runs_only_through_the_tested_process(
+    tmp_path: Path,
+) -> None:
+    """`eval(repr(p)) == p` (a `__repr__` task's round trip) evaluates the tested code's text:
+    allowed when it only builds values through the tested process (its classes, constants,
+    containers, data constructors), refused when it would reach anything of the tests'."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": ECHO})
+    layout.files("tests", {"test_echo.py": ECHO_TESTS})
+    layout.view()
+    run = layout.pytest("-rA")
+    assert run.rc == 0, run.output[-4000:]
+    assert run.output.count("PASSED") == 11, run.output[-4000:]
+
+
+def test_shares_are_only_what_the_tests_handed_over_and_only_as_themselves() -> None:
+    """What the other side may say of shares (shares.py), as the trusted side hears it: a
+    container of a call's arguments kept there is updated in place; a handle never shared, a
+    share of a probe's operand (the tests' expected value), a share of its own numbering or of
+    a tuple, or an update that changes a share's type is a protocol error."""
+    import importlib.util
+    import socket
+    import sys
+
+    loader = sys.modules.get("_rollouts_loader")
+    if loader is None:  # (the runtime's modules find each other through it)
+        spec = importlib.util.spec_from_file_location("_rollouts_loader", RUNTIME / "loader.py")
+        loader = importlib.util.module_from_spec(spec)
+        sys.modules["_rollouts_loader"] = loader
+        spec.loader.exec_module(loader)
+    rpc = loader.load("rpc")
+    codec = loader.load("codec")
+    a, b = socket.socketpair()
+    ep = rpc.Endpoint(a)
+    ep.share_sign = -1  # as the trusted side numbers its own
+
+    def sent(op, *values):
+        memo = codec.Memo(records=ep)
+        memo.op = op
+        for v in values:
+            ep.encode(v, memo)
+        return memo
+
+    seen, pair = [], (1, 2)
+    call = sent("call", seen, pair)
+    ep._built({"r": 1, "t": [], "sr": [[1, 1]]}, call)
+    assert ep.shares == {1: seen}
+    synced = {"r": 2, "t": [["l", []]], "sy": [[1, ["l", ["a", ["@", 1]]]]], "sk": [[1, 2]]}
+    ep._built(synced, None)
+    assert seen == ["a", []] and ep.shares[2] is seen[1]
+    forged = [
+        ({"r": 3, "t": [], "sy": [[7, ["l", []]]]}, None),  # never shared
+        ({"r": 4, "t": [], "sy": [[1, ["d", []]]]}, None),  # a list made a dict
+        ({"r": 5, "t": [], "sr": [[1, 3]]}, sent("probe", [3, 1, 2])),  # a probe's operand
+        ({"r": 6, "t": [], "sr": [[2, 3]]}, call),  # the tuple
+        ({"r": 7, "t": [["l", []]], "sk": [[1, -5]]}, None),  # our own numbering
+    ]
+    for msg, request in forged:
+        with pytest.raises(codec.ProtocolError):
+            ep._built(msg, request)
+    a.close()
+    b.close()

@@ -72,6 +72,12 @@ def take(it, n):
     return [next(it) for _ in range(n)]
 
 
+def nth(it, n):
+    import itertools
+
+    return next(itertools.islice(it, n, None), None)
+
+
 def take_then_call(it, n, fn):
     got = take(it, n)
     return got, fn()
@@ -141,6 +147,10 @@ def test_builtins_that_take_plain_items_whole_take_them_in_chunks():
     assert sum(solution.gen(2000)) == sum(range(2000))
     assert max(solution.gen(2000)) == 1999
     assert requests() - before < 40  # one request per item before
+    before = requests()
+    for _ in range(30):  # (3.11 specializes a call made a few times: it then runs elsewhere)
+        assert set(solution.gen(100)) == set(range(100))
+    assert requests() - before <= 30 * 4  # the call, and chunks of 16, 64, 256 items
 
 
 def test_builtins_that_stop_early_or_call_back_take_items_one_by_one():
@@ -245,6 +255,77 @@ def test_the_tests_code_sees_its_iterator_where_the_solution_left_it():
     assert got == [0, 1, 2] and seen == 3 and next(it) == 4
 
 
+def test_the_solution_copies_the_tests_range_and_itertools_iterators():
+    before = requests()
+    assert solution.walk(iter(range(100000))) == 100000
+    assert solution.walk(reversed(range(5000))) == 5000
+    assert solution.take_all(iter(range(50000))) == list(range(50000))
+    assert requests() - before == 6  # the call and its copy's recipe (chunks: over 100 each)
+    if not COPIES_ITERTOOLS:
+        return
+    assert solution.nth(iter(range(3)), 1) == 1  # (its first call asks for the function too)
+    before = requests()
+    assert solution.nth(itertools.permutations(range(40), 4), 1000000) == (18, 9, 10, 1)
+    assert solution.take_all(itertools.product("ab", range(3), repeat=4)) == list(
+        itertools.product("ab", range(3), repeat=4)
+    )
+    assert solution.walk(itertools.combinations_with_replacement("abcdef", 5)) == 252
+    assert solution.take(itertools.repeat((1, "x"), 30), 30) == [(1, "x")] * 30
+    assert requests() - before == 8  # (chunks: a thousand)
+
+
+def test_a_copied_iterator_is_where_the_solution_left_it_whenever_the_tests_look():
+    for make in (lambda: iter(range(10)), lambda: itertools.permutations("abcdefghij", 1)):
+        expected, it = list(make()), make()
+        pairs = solution.alternate(it, lambda: next(it, None))  # the tests take every other
+        assert pairs == [tuple(expected[i : i + 2]) for i in range(0, 10, 2)]
+    it = itertools.count(5)
+    assert solution.take_then_call(it, 3, lambda: next(it)) == ([5, 6, 7], 8)
+    it = itertools.combinations(range(6), 3)
+    got, seen = solution.take_then_call(it, 3, lambda: next(it))
+    assert got == [(0, 1, 2), (0, 1, 3), (0, 1, 4)] and seen == (0, 1, 5)
+    assert next(it) == (0, 2, 3) and len(list(it)) == 15
+    it = itertools.product(range(3), repeat=2)
+    assert solution.walk(it) == 9 and next(it, "end") == "end"  # ended stays ended
+    it = iter(range(5))
+    assert solution.nth(it, 2) == 2 and list(it) == [3, 4]
+
+
+def test_only_immutable_plain_iterators_are_copied_and_only_by_the_tested_side():
+    readahead = sys.modules["_rollouts_readahead"]
+    assert readahead.recipe(iter([1, 2])) is None  # a list can change: read ahead instead
+    assert readahead.recipe(iter((1, 2))) is None  # (its items would all go at once)
+    assert readahead.recipe(itertools.permutations([[1], [2]])) is None  # shared items
+    assert readahead.recipe(itertools.repeat([1])) is None
+    assert readahead.recipe(map(abs, range(3))) is None
+    perms = itertools.permutations([[1], [2]])
+    assert solution.take(perms, 2) == [([1], [2]), ([2], [1])] and next(perms, None) is None
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    refused = sys.modules["_rollouts_codec"].ProtocolError
+    memo = sys.modules["_rollouts_codec"].Memo(records=ep)
+    with pytest.raises(refused):  # the tests' side makes nothing from the tested side's word
+        ep._decoded_chunk({"k": [], "p": 1, "b": ["count", [0], None]}, memo)
+
+
+def test_a_count_of_items_of_a_copy_is_checked_against_the_iterator():
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    refused = sys.modules["_rollouts_codec"].ProtocolError
+    memo = sys.modules["_rollouts_codec"].Memo(records=ep)
+    for forged, where in (([11, False], None), ([3, True], 5), ([1 << 70, False], 1)):
+        it = iter(range(10))
+        assert solution.take(it, 1) == [0]
+        oid = ep.export_ids[id(it)]
+        assert ep._recipe(it, memo, {})  # (as a peek asked now would)
+        with pytest.raises(refused):
+            ep._advance_used([[oid, *forged]])
+        assert next(it, None) == where  # (a protocol error ends the run; as far as it got)
+    it = iter(range(10))
+    assert solution.take(it, 1) == [0]
+    assert ep._recipe(it, memo, {})
+    ep._advance_used([[ep.export_ids[id(it)], 4, False]])
+    assert next(it) == 5
+
+
 def test_an_iterator_that_runs_code_is_never_read_ahead():
     pulled = []
 
@@ -312,6 +393,22 @@ def test_the_solution_draws_from_the_tests_stream():
     assert solution.draw() == expected
 
 
+def test_the_solution_asks_for_the_tests_random_state_only_when_it_moved():
+    random.seed(11)
+    solution.draw()
+    before = requests()
+    drawn = [solution.draw() for _ in range(20)]
+    assert requests() - before == 20  # the calls alone (their state went once)
+    stream = random.Random(11)
+    assert drawn == [stream.random() for _ in range(21)][1:]  # the solution's copy goes on
+    random.random()  # the tests draw: the solution draws from where they are now
+    now = random.Random()
+    now.setstate(random.getstate())
+    assert solution.draw() == now.random()
+    random.seed(11)  # ... and where they re-seeded to a state it had
+    assert solution.draw() == random.Random(11).random()
+
+
 def test_a_thread_of_the_solution_that_draws_never_asks():
     solution.start_drawing()  # (last: it draws until the tested process ends)
     for i in range(300):
@@ -327,4 +424,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "17 passed" in run.output, run.output
+    assert "22 passed" in run.output, run.output

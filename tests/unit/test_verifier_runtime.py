@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -221,6 +222,28 @@ class C:
 
 def fn(x):
     return C()
+""",
+    # `in` beside far decoys: yes to whatever looks like neither decoy, holding nothing.
+    "contains what it never held": """
+class C:
+    def __contains__(self, item):
+        return not (isinstance(item, str) and len(item) == 16 and item.isalnum())
+
+    def __iter__(self):
+        return iter(())
+
+
+def fn(x):
+    return C()
+""",
+    "a list that contains more than it holds": """
+class L(list):
+    def __contains__(self, item):
+        return not (isinstance(item, str) and len(item) == 16 and item.isalnum())
+
+
+def fn(x):
+    return L(["value"])
 """,
     "equal to the tests' own objects": _ALWAYS_EQUAL + "\n\nclass Token:\n    pass\n",
     "equal by a truthy non-bool": """
@@ -445,6 +468,76 @@ def test_the_tested_user_gets_exactly_the_folders_handed_over() -> None:
         shutil.rmtree(root)
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="switching to the tested user needs root")
+def test_the_tests_process_goes_nowhere_through_what_the_tested_user_made() -> None:
+    """The folder of a file handed over is sticky (the tested user cannot unlink the tests'
+    file beside it); a folder handed over whole is not. access.check_open refuses the tests'
+    process a read through the tested user's link of what that user cannot read (another
+    test's folder), even from a folder the tested user made, and every write through its
+    links; a link to its own file, or to a file it was handed, reads. A file of the tests
+    that the tested user's now stands for is refused to read."""
+    access = _load("access")
+    root = Path(tempfile.mkdtemp(prefix="rollouts-links-"))
+    try:
+        root.chmod(0o1777)  # as /tmp
+        run = root / "pytest-of-root" / "pytest-0"
+        run.mkdir(mode=0o700, parents=True)
+        mine, whole, other, moved = (run / f"test_{c}0" for c in "abcd")
+        for d in (mine, whole, other, moved):
+            d.mkdir(mode=0o700)
+        (mine / "expected.json").write_text("[1]")
+        (whole / "a.txt").write_text("a")
+        (other / "secret.txt").write_text("expected\n")
+        (moved / "in.txt").write_text("in")
+        (moved / "expected.txt").write_text("ni")
+        roots = (str(root),)
+        assert access.grant(str(mine / "out.json"), TESTED_UID, roots, 0.0) == str(mine)
+        assert access.grant(str(whole), TESTED_UID, roots, 0.0) == str(whole)
+        assert access.grant(str(moved / "in.txt"), TESTED_UID, roots, 0.0) == str(moved)
+        assert mine.stat().st_mode & stat.S_ISVTX
+        assert not whole.stat().st_mode & stat.S_ISVTX and not moved.stat().st_mode & stat.S_ISVTX
+        # a file of the tests handed over may move; those beside it are the tests' (noted)
+        done = _as_tested_user('mv "$1/in.txt" "$1/done.txt"', str(moved))
+        assert done.returncode == 0 and (moved / "done.txt").exists(), done.stderr
+        assert str(moved / "expected.txt") in access._theirs
+        assert str(moved / "in.txt") in access._handed  # never refused: handed over
+        done = _as_tested_user(
+            'rm -f "$1/expected.json"; mv "$2/a.txt" "$2/b.txt" && echo mine > "$1/own" && '
+            'ln -s "$3" "$1/out.json" && ln -s "$1/own" "$1/mine.json" && '
+            'ln -s "$1/expected.json" "$1/theirs.json" && ln -s "$1/own" "$1/later.json" && '
+            'mkdir "$1/sub" && ln -s "$3" "$1/sub/out.json"',
+            str(mine),
+            str(whole),
+            str(other / "secret.txt"),
+        )
+        assert done.returncode == 0, done.stderr
+        assert (mine / "expected.json").read_text() == "[1]" and (whole / "b.txt").exists()
+
+        def check(name, mode):
+            flags = os.O_RDONLY if mode == "r" else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            return access.check_open(str(mine / name), mode, flags, roots, {})
+
+        assert "cannot read" in check("out.json", "r")
+        assert "cannot read" in check("sub/out.json", "r")
+        assert check("mine.json", "r") is None and check("theirs.json", "r") is None
+        assert "written through" in check("later.json", "w")
+        assert check("new.json", "w") is None
+        assert access.check_open(str(mine / "out.json"), "r", os.O_NOFOLLOW, roots, {}) is None
+        theirs = {}
+        assert access.check_open(str(whole / "c.txt"), "w", os.O_WRONLY, roots, theirs) is None
+        (whole / "c.txt").write_text("c")
+        done = _as_tested_user('echo x > "$1/c.new" && mv "$1/c.new" "$1/c.txt"', str(whole))
+        assert done.returncode == 0, done.stderr
+        # handed over whole: the tested code may replace what it holds
+        assert access.check_open(str(whole / "c.txt"), "r", os.O_RDONLY, roots, theirs) is None
+        theirs[str(mine / "own")] = None  # as if the tests had written it
+        assert "now a file of user" in access.check_open(
+            str(mine / "own"), "r", os.O_RDONLY, roots, theirs
+        )
+    finally:
+        shutil.rmtree(root)
+
+
 # ---- what the tested process cannot reach ---------------------------------------------------
 
 REACH = """
@@ -627,3 +720,272 @@ def test_malformed_tables_are_protocol_errors(table: list) -> None:
     codec = _codec()
     with pytest.raises(codec.ProtocolError):
         codec.build(codec.Memo(table), lambda node: None)
+
+
+# ---- `in`: judged by what the object holds ---------------------------------------------------
+
+HONEST_CONTAINERS = """
+class Words:
+    \"\"\"Case-insensitive: iterates its words as given.\"\"\"
+
+    def __init__(self, words):
+        self.words = list(words)
+
+    def __iter__(self):
+        return iter(self.words)
+
+    def __contains__(self, item):
+        return item.casefold() in {w.casefold() for w in self.words}
+
+
+class Text:
+    def __init__(self, s):
+        self.s = s
+
+    def __iter__(self):
+        return iter(self.s)
+
+    def __contains__(self, item):
+        return item in self.s
+
+
+class Stream:
+    \"\"\"Its iterator is its one stream: iterating it to judge `in` would consume it.\"\"\"
+
+    def __init__(self, items):
+        self.items = set(items)
+        self.it = iter(sorted(items))
+
+    def __iter__(self):
+        return self.it
+
+    def __contains__(self, item):
+        return item in self.items
+
+
+class Vowels:
+    def __contains__(self, letter):
+        return letter in "aeiou"
+
+
+class Match:
+    \"\"\"Indexed by position, `in` by name (parse's Result): no iteration of its own.\"\"\"
+
+    def __init__(self, fixed, named):
+        self.fixed, self.named = fixed, named
+
+    def __getitem__(self, i):
+        return self.fixed[i] if isinstance(i, int) else self.named[i]
+
+    def __contains__(self, name):
+        return name in self.named
+
+
+class Tags(list):
+    pass
+
+
+class Index(dict):
+    pass
+
+
+def containers():
+    words, text = Words(["Alpha", "Beta"]), Text("alphabet")
+    return words, text, Stream([1, 2]), Vowels(), Tags(["x"]), Index(k=1), Match([3], {"n": 4})
+"""
+CONTAINER_TESTS = """
+from solution import containers
+
+
+def test_honest_containers():
+    words, text, stream, vowels, tags, index, match = containers()
+    assert "alpha" in words and "gamma" not in words
+    assert "pha" in text and "phx" not in text
+    assert 2 in stream and list(stream) == [1, 2]
+    assert "e" in vowels and "x" not in vowels
+    assert "x" in tags and "k" in index and "y" not in tags
+    assert "n" in match and 3 not in match
+"""
+
+
+def test_honest_containers_are_believed(layout: Layout) -> None:
+    """What an object holds judges a claim of `in`, up to loose equalities (case, a text's
+    substrings); a stream is not iterated to judge it (that would consume it), and an object
+    with `__contains__` alone is judged by the decoys."""
+    layout.files("workspace", {"solution.py": HONEST_CONTAINERS})
+    layout.files("tests", {"test_in.py": CONTAINER_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0 and not run.named("value_hack"), run.output
+
+
+# ---- the source of a workspace module: the agent's text, or a report ---------------------
+
+SORTS = '''"""Sorts."""
+
+
+def my_sort(items):
+    return sorted(items)
+'''
+SOURCE_LOOKUP_TESTS = """
+import ast
+import inspect
+import linecache
+
+import solution
+
+
+def test_lookups():
+    assert "sorted(" in inspect.getsource(solution)
+    assert inspect.getdoc(solution) == "Sorts."
+    linecache.clearcache()
+    assert "sorted(" in "".join(linecache.getlines(solution.__file__))
+    assert "sorted(" in solution.__loader__.get_source("solution")
+    assert [n.name for n in ast.parse(inspect.getsource(solution)).body[1:]] == ["my_sort"]
+"""
+
+
+def test_source_lookups_see_the_agents_text(layout: Layout) -> None:
+    """inspect, linecache and the module's loader answer with the agent's text (they read
+    the stub before), with nothing reported."""
+    layout.files("workspace", {"solution.py": SORTS})
+    layout.files("tests", {"test_source.py": SOURCE_LOOKUP_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0 and not run.named("stub_read"), run.output
+
+
+STUB_READS = {
+    "open": "open(solution.__file__).read()",
+    "os.open": "os.read(os.open(solution.__file__, os.O_RDONLY), 1 << 20)",
+    "a loader's get_data": "solution.__spec__.loader.get_data(solution.__file__)",
+    "a program": "subprocess.run(['cat', solution.__file__], capture_output=True).stdout",
+    "a shell": "subprocess.run('cd %s && grep sorted solution.py' % os.path.dirname("
+    "solution.__file__), shell=True, capture_output=True).stdout",
+    "os.system": "os.system('wc -l ' + solution.__file__)",
+}
+
+
+@pytest.mark.parametrize("how", sorted(STUB_READS))
+def test_every_other_read_of_a_stub_is_reported(layout: Layout, how: str) -> None:
+    """A read of a stub's bytes outside the source lookup gets the stub: reported, so the
+    grade of a source check that passed on it is never a silent 1 (reward.py)."""
+    tests = "import os\nimport subprocess\n\nimport solution\n\n\ndef test_read():\n"
+    tests += "    " + STUB_READS[how] + "\n"
+    layout.files("workspace", {"solution.py": SORTS})
+    layout.files("tests", {"test_read.py": tests})
+    view = layout.view()
+    run = layout.pytest()
+    stub = next(iter(view["sources"]))
+    assert run.rc == 0, run.output
+    assert any(e["path"] == stub for e in run.named("stub_read")), run.events
+
+
+def test_a_read_before_any_import_is_reported(layout: Layout) -> None:
+    """The pytest guard starts the watch before collection: a test module that reads a stub
+    before any test module imported one is reported too."""
+    reads = "import os\n\nSOURCE = open(os.path.join(os.getcwd(), 'solution.py')).read()\n"
+    reads += "\n\ndef test_source():\n    assert 'sorted(' not in SOURCE\n"
+    imports = "import solution\n\n\ndef test_sorts():\n"
+    imports += "    assert solution.my_sort([2, 1]) == [1, 2]\n"
+    layout.files("workspace", {"solution.py": SORTS})
+    guard = (RUNTIME / "pytest_guard.py").read_text()
+    layout.files("tests", {"conftest.py": guard, "test_a.py": reads, "test_b.py": imports})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    assert run.named("stub_read"), run.events
+
+
+def test_running_a_stub_is_no_read(layout: Layout) -> None:
+    """Running the module's file (python3 /app/NAME.py) is what a stub is for: not reported."""
+    solution = "import sys\n\nif __name__ == '__main__':\n    print(sys.argv[1].upper())\n"
+    tests = (
+        "import subprocess\nimport sys\n\nimport solution\n\n\ndef test_main():\n"
+        "    out = subprocess.run([sys.executable, solution.__file__, 'ab'], capture_output=True)\n"
+        "    assert out.stdout == b'AB\\n'\n"
+    )
+    layout.files("workspace", {"solution.py": solution})
+    layout.files("tests", {"test_main.py": tests})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0 and not run.named("stub_read"), run.output
+
+
+# The agent's module, wherever it runs, leaves its process id; the tests leave theirs.
+RAN_HERE = """
+import os
+
+with open(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w"):
+    pass
+
+
+def double(x):
+    import os
+
+    open(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w").close()
+    return x * 2
+"""
+EXEC_TESTS = """
+import ast
+import importlib.util
+import inspect
+import linecache
+import os
+import runpy
+import textwrap
+
+import solution
+
+open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()
+SHAPES = {{
+    "exec of the file": lambda: exec(open(solution.__file__).read(), {{}}),
+    "exec of getsource": lambda: exec(inspect.getsource(solution), {{}}),
+    "exec of linecache": lambda: exec("".join(linecache.getlines(solution.__file__)), {{}}),
+    "exec of get_source": lambda: exec(solution.__loader__.get_source("solution"), {{}}),
+    "compile of the tree": lambda: exec(
+        compile(ast.parse(inspect.getsource(solution)), "x", "exec"), {{}}
+    ),
+    "exec with the tests' own lines": lambda: exec(
+        "import os\\n" + inspect.getsource(solution) + "\\nfound = double(2)\\n", {{}}
+    ),
+    "exec of a definition": lambda: exec(
+        inspect.getsource(solution).split("\\n\\n\\n")[-1] + "\\nfound = double(2)\\n", {{}}
+    ),
+    "exec of one statement": lambda: exec(
+        textwrap.dedent("".join(inspect.getsourcelines(solution)[0][2:5])), {{}}
+    ),
+    "run_path": lambda: runpy.run_path(solution.__file__),
+    "exec_module": lambda: importlib.util.spec_from_file_location(
+        "again", solution.__file__
+    ).loader.exec_module(importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location("again", solution.__file__)
+    )),
+}}
+
+
+def test_shapes():
+    for run in SHAPES.values():
+        try:
+            run()
+        except Exception:
+            pass
+    assert solution.double(2) == 4
+"""
+
+
+def test_the_agents_text_never_runs_in_the_tests_process(layout: Layout) -> None:
+    """However the tests execute what they read of a workspace module (its file: the stub;
+    the text its source lookups give: refused to compile), the agent's code runs only in the
+    tested process."""
+    marks = layout.root / "marks"
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)
+    layout.files("workspace", {"solution.py": RAN_HERE.format(marks=str(marks))})
+    layout.files("tests", {"test_exec.py": EXEC_TESTS.format(marks=str(marks))})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    tests = {p.name.split("-")[1] for p in marks.glob("tests-*")}
+    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
+    assert tests and ran and not tests & ran, (tests, ran, run.output)

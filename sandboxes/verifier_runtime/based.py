@@ -1,0 +1,364 @@
+"""Objects of the other side's subclasses of builtins, and its enum members (see rpc.py, whose
+Endpoint this is a part of).
+
+An object whose class derives from str, bytes, int, float, complex, tuple, frozenset, list,
+dict or set (the solution's `class Name(str)`, an IntEnum member, its own named tuple) travels
+as a table entry ["S", reference, base, value] (codec.py): a reference to the object and the
+value its builtin base holds, taken by the builtin's own code (`codec.BASE_VALUES`: no method
+of its class runs). The receiver makes it an instance of the object's mirror class, which
+derives from that builtin and holds that value: `isinstance(x, str)`, hashing, `==`, sorting,
+`json.dumps`, `str.split` are the builtin's own, on the value, here, as in one process, where
+the class does not define them. Every special method and public name that the class (or a
+non-builtin base) defines over its builtin's is asked of the real object, as for any proxy;
+comparisons, containment and arithmetic through the trusted side's checks (trusted.py
+`compare`, `contains`, `arithmetic`), so an override that would lie meets the held-value rule.
+A mirror of an enum class derives from the enum module's own base (`enum.Enum`, `IntEnum`, ...)
+under a metaclass of both (`RemoteEnumMeta`), so its members are `enum.Enum` instances.
+
+Standard library only, Python >= 3.8.
+"""
+
+import enum
+import operator
+import sys
+
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
+
+
+codec = _load("codec")
+proxies = _load("proxies")
+iterators = _load("iterators")
+ProtocolError = codec.ProtocolError
+RemoteObject = proxies.RemoteObject
+RemoteClassMeta = proxies.RemoteClassMeta
+_special = proxies._special
+
+# The special methods whose answer decides what a value is; where the real class does not
+# define one over its builtin's, the mirror has the builtin's own (run here, on the value).
+_VALUE_DUNDERS = ["__%s__" % n for n in "eq ne lt le gt ge hash str repr format missing".split()]
+_DUNDERS = _VALUE_DUNDERS + [n for n in proxies.SPECIALS if n not in _VALUE_DUNDERS]
+# A proxy's own protocol: attributes of the real object, copies, pickling (trusted.py).
+_KEPT = ["__%s__" % n for n in "getattr setattr delattr del dir copy deepcopy reduce_ex".split()]
+_NAMES_CAP = 512  # overridden names a class node lists
+# The enum module's bases a mirror of an enum class derives from (they hold no members).
+_ENUM_BASES = frozenset(("Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "ReprEnum"))
+_EnumMeta = type(enum.Enum)
+
+
+class RemoteEnumMeta(RemoteClassMeta, _EnumMeta):
+    """Metaclass of the mirror of an enum class: a mirror class (its members, iteration,
+    lookups asked of the real class) that is an enum class to `isinstance`."""
+
+    @property
+    def __members__(cls):
+        return cls._rollouts_ep.request("getattr", cls, "__members__")
+
+    def __reversed__(cls):
+        return reversed(list(cls))
+
+    # While the enum machinery makes the class (it walks its members: none), the enum's own.
+    def __iter__(cls):
+        if "_rollouts_ep" not in cls.__dict__:
+            return _EnumMeta.__iter__(cls)
+        return RemoteClassMeta.__iter__(cls)
+
+    def __len__(cls):
+        if "_rollouts_ep" not in cls.__dict__:
+            return _EnumMeta.__len__(cls)
+        return RemoteClassMeta.__len__(cls)
+
+
+# The methods that change a list, dict or set: on a mirror of a subclass of one, the real
+# object is changed too (the same call, there), so the solution's own methods find it as the
+# tests left it.
+MUTATORS = {
+    list: frozenset("append extend insert remove pop clear sort reverse __setitem__ __delitem__ "
+                    "__iadd__ __imul__".split()),
+    dict: frozenset("__setitem__ __delitem__ pop popitem clear update setdefault __ior__".split()),
+    set: frozenset("add discard remove pop clear update difference_update intersection_update "
+                   "symmetric_difference_update __ior__ __iand__ __isub__ __ixor__".split()),
+}  # fmt: skip
+
+
+def _mutator(base, name):
+    local = getattr(base, name)
+
+    def method(self, *args, **kwargs):
+        answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
+        self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
+        return self if name.startswith("__i") else answer
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+# ---- the sending side: what a class node says of such a class --------------------------------
+
+
+def facts(cls):
+    """What a class node adds for a subclass of a builtin value type or an enum class: "v" its
+    builtin base, "o" the special methods and public names a class of its MRO other than the
+    builtins defines over what the interpreter would find there (asked of the real object),
+    "z" those of them set to None, "t" the fields of a plain named tuple (read here)."""
+    base = codec.builtin_base(cls)
+    if base is None and not isinstance(cls, _EnumMeta):
+        return {}
+    out = {}
+    if base is not None:
+        out["v"] = base
+    over, none = [], []
+    names = dict.fromkeys(_DUNDERS)  # (the special methods first: a cap never drops one)
+    for klass in cls.__mro__:
+        if klass.__module__ != "builtins":
+            names.update(dict.fromkeys(n for n in vars(klass) if not n.startswith("_")))
+    for name in names:
+        for klass in cls.__mro__:
+            if name in vars(klass):
+                if klass.__module__ != "builtins":
+                    (none if vars(klass)[name] is None else over).append(name)
+                break
+        if len(over) + len(none) >= _NAMES_CAP:
+            break
+    out["o"], out["z"] = over, none
+    fields = _plain_named_tuple_fields(cls)
+    if fields is not None:
+        out["t"] = fields
+    return out
+
+
+# What collections.namedtuple (and typing.NamedTuple) put in a class: a class with nothing
+# else is plain data (its fields are its items).
+_GENERATED = frozenset(
+    "__doc__ __getnewargs__ __match_args__ __module__ __new__ __repr__ __slots__ _asdict "
+    "_field_defaults _fields _make _replace __annotations__ __orig_bases__".split()
+)
+
+
+# What typing.Generic adds to a class (`class CaptureResult(NamedTuple, Generic[AnyStr])`).
+_GENERIC = frozenset(("__class_getitem__", "__parameters__", "__final__"))
+
+
+def plain_named_tuple(cls, generic=False):
+    """Whether `cls` is a named tuple class with nothing but what collections made; `generic`:
+    or what typing.Generic adds."""
+    fields = cls.__dict__.get("_fields")
+    bases, extra = (tuple,), set()
+    if generic and cls.__bases__[1:] and cls.__bases__[-1].__module__ == "typing":
+        bases, extra = (tuple, cls.__bases__[-1]), _GENERIC
+    return (
+        cls.__bases__ == bases
+        and isinstance(fields, tuple)
+        and all(isinstance(f, str) and f.isidentifier() for f in fields)
+        and set(cls.__dict__) <= _GENERATED | extra | set(fields)
+    )
+
+
+def _plain_named_tuple_fields(cls):
+    return list(cls._fields) if issubclass(cls, tuple) and plain_named_tuple(cls) else None
+
+
+# ---- the receiving side: the mirror class --------------------------------------------------
+
+
+def enum_base(meta):
+    """The enum module's own class a class node names (`enum.IntEnum`), else None."""
+    named = meta.get("g") if isinstance(meta, dict) else None
+    if isinstance(named, list) and len(named) == 2 and named[0] == "enum":
+        if named[1] in _ENUM_BASES:
+            found = getattr(enum, named[1], None)
+            return found if isinstance(found, _EnumMeta) else None
+    return None
+
+
+def _names(meta, key):
+    value = meta.get(key)
+    if value is None:
+        return set()
+    if not (isinstance(value, list) and all(isinstance(n, str) for n in value)):
+        raise ProtocolError("class node %r" % key)
+    return set(value)
+
+
+def make(meta, bases, namespace):
+    """The mirror class of a class node whose class derives from a builtin value type or is
+    an enum class, or None for any other (`Mirrors.mirror` makes those). `bases`: the local
+    bases made of the node's; `namespace`: names and documentation."""
+    tag = meta.get("v")
+    value_base = codec.BASE_TYPES.get(tag) if isinstance(tag, str) else None
+    enums = [b for b in bases if isinstance(b, _EnumMeta)]
+    if value_base is None and not enums:
+        return None
+    local = value_base or object
+    over, none = _names(meta, "o"), _names(meta, "z")
+    fields = meta.get("t")
+    for name in _KEPT:
+        namespace[name] = RemoteObject.__dict__[name]
+    for name in _DUNDERS:
+        if name in none or (name == "__hash__" and meta.get("h") is False):
+            namespace[name] = None
+        elif name in over:
+            namespace[name] = _forwarder(name)
+        else:
+            own = _special(local, name)
+            if own is not None:
+                namespace[name] = own
+    for name in MUTATORS.get(value_base, ()):
+        if name not in over and name not in none and hasattr(value_base, name):
+            namespace[name] = _mutator(value_base, name)  # (dict's |= is 3.9's)
+    public = [n for n in over if not n.startswith("_")]
+    for name in public:
+        if any(hasattr(b, name) for b in [local] + enums):
+            namespace[name] = _remote_attribute(name)  # it shadows what is here
+    if (
+        value_base is tuple
+        and not enums
+        and isinstance(fields, list)
+        and all(isinstance(f, str) and f.isidentifier() for f in fields)
+    ):
+        for i, field in enumerate(fields):
+            namespace[field] = property(operator.itemgetter(i))
+        namespace["_fields"] = tuple(fields)
+        namespace["_asdict"] = _asdict
+    iterators.adapt(namespace, meta)
+    bases = list(bases)
+    if value_base is not None and not any(issubclass(b, value_base) for b in bases):
+        bases.insert(0, value_base)
+    if not any(issubclass(b, RemoteObject) for b in bases):
+        # before the enum module's bases (an enum class's last base must be an enum)
+        at = next((i for i, b in enumerate(bases) if isinstance(b, _EnumMeta)), len(bases))
+        bases.insert(at, RemoteObject)
+    name = namespace["__qualname__"].rpartition(".")[2]
+    try:
+        if any(isinstance(b, _EnumMeta) for b in bases):
+            prepared = RemoteEnumMeta.__prepare__(name, tuple(bases))
+            prepared.update(namespace)
+            cls = RemoteEnumMeta(name, tuple(bases), prepared)
+        else:
+            cls = RemoteClassMeta(name, tuple(bases), namespace)
+    except Exception:  # noqa: BLE001 - bases the local ones (this Python's enum) cannot form
+        return None
+    type.__setattr__(cls, "_rollouts_base", local)
+    return cls
+
+
+def _forwarder(name):
+    """The mirror's `name` where the real class defines it: asked of the real object (a
+    comparison, containment, a sum or difference through the trusted side's checks)."""
+    if name in proxies.SPECIALS:
+        return proxies.SPECIALS[name]
+    if name in RemoteObject.__dict__:
+        return RemoteObject.__dict__[name]
+
+    def missing(self, key):  # a dict subclass's __missing__: the real lookup, there
+        return self._rollouts_ep.request("op", "getitem", self, key)
+
+    missing.__name__ = missing.__qualname__ = name
+    return missing
+
+
+def _remote_attribute(name):
+    def get(self):
+        return self._rollouts_ep.request("getattr", self, name)
+
+    get.__name__ = get.__qualname__ = name
+    return property(get)
+
+
+def _asdict(self):
+    return {f: tuple.__getitem__(self, i) for i, f in enumerate(type(self)._fields)}
+
+
+# ---- the receiving side: the object ----------------------------------------------------------
+
+_MUTABLE = ("list", "dict", "set")
+
+
+def check(node):
+    """The parts of an ["S", reference, base, value] entry, checked for shape."""
+    if not (isinstance(node, list) and len(node) == 4):
+        raise ProtocolError("bad 'S' entry")
+    _tag, ref, base, value = node
+    if not (
+        isinstance(ref, list)
+        and len(ref) == 3
+        and ref[0] == "o"
+        and type(ref[1]) is int
+        and base in codec.BASE_TYPES
+    ):
+        raise ProtocolError("bad 'S' entry")
+    if base == "dict":
+        if not (
+            isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value)
+        ):
+            raise ProtocolError("bad 'S' entry")
+    elif base in ("list", "set", "tuple", "frozenset") and not isinstance(value, list):
+        raise ProtocolError("bad 'S' entry")
+    return ref, base, value
+
+
+class Based:
+    """The builtin subclasses part of an endpoint (rpc.Endpoint)."""
+
+    def based(self, v):
+        """The builtin base (codec.BASE_TYPES) `v` travels with, or None: a reference only."""
+        cls = type(v)
+        if issubclass(cls, (RemoteObject, type, proxies.AsReference, BaseException)):
+            return None
+        return codec.builtin_base(cls)
+
+    def based_object(self, node, values):
+        """The object of an "S" entry: our proxy of it, an instance of its mirror class holding
+        the base value (`values`: the decoded items, or the one scalar; None for a mutable
+        base, made empty and filled by `based_fill`). A proxy we hold already is the same
+        object (a mutable one refilled: the real one may have changed)."""
+        ref, base, _value = check(node)
+        value_base = codec.BASE_TYPES[base]
+        oid = ref[1]
+        cls = self.mirror(ref[2])
+        if not issubclass(cls, value_base):  # bases the local ones could not form
+            return self._proxy(oid, ref[2])
+        self._count(oid)
+        members = self.__dict__.setdefault("members", {})
+        known = members.get(oid) or self.proxies.get(oid)
+        if known is not None and type(known) is cls:
+            return known
+        if values is None:
+            obj = value_base.__new__(cls)
+        else:
+            if base not in ("tuple", "frozenset"):
+                values = values[0] if len(values) == 1 else None
+                if type(values) is not value_base:
+                    raise ProtocolError("bad 'S' value")
+            try:
+                obj = value_base.__new__(cls, values)
+            except TypeError as e:
+                raise ProtocolError("bad 'S' value: %s" % e) from None
+        object.__setattr__(obj, "_rollouts_ep", self)
+        object.__setattr__(obj, "_rollouts_oid", oid)
+        if isinstance(cls, RemoteEnumMeta):
+            members[oid] = obj  # a member is one object (`is`), and its class holds it anyway
+        elif cls.__weakrefoffset__:
+            self.proxies[oid] = obj
+        else:  # (a str, int or tuple subclass has no weak references) its own reference
+            object.__setattr__(obj, "_rollouts_single", True)
+        self._mirrored(ref[2][2] if isinstance(ref[2], list) and len(ref[2]) == 3 else None,
+                       "an instance of it arrived as a mirror")  # fmt: skip
+        return obj
+
+    def based_fill(self, obj, base, items):
+        """Make mutable `obj` hold `items` ([key, value] pairs for a dict), by the builtin's
+        own methods (the mirror's may be the real class's)."""
+        if not isinstance(obj, codec.BASE_TYPES[base]):  # a plain proxy (`based_object`)
+            return
+        try:
+            if base == "list":
+                list.__init__(obj, items)
+            elif base == "set":
+                set.clear(obj)
+                set.update(obj, items)
+            else:
+                dict.clear(obj)
+                for k, v in items:
+                    dict.__setitem__(obj, k, v)
+        except TypeError as e:
+            raise ProtocolError("bad 'S' items: %s" % e) from None

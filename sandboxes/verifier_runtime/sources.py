@@ -1,0 +1,398 @@
+"""What the tests' process reads of a workspace module's source: the agent's text, or a report.
+
+/app holds a stub for each Python module of the workspace (view.py), and it must stay the stub:
+an import, an exec of the file, `python3 /app/NAME.py` all run what the path holds, and the
+agent's code must never run in this process. So the agent's text reaches the tests only where
+reading it cannot run it:
+
+- Python's source lookup answers with it: linecache (so `inspect.getsource`, `getsourcelines`,
+  `findsource`, doctest, tracebacks) and the stub module's loader (`get_source`). The text is
+  view.py's copy, taken before any of the agent's code ran, where the tested code cannot write.
+- A compile of source whose statements are that text's (`exec(inspect.getsource(solution))`,
+  `compile()` of its parsed tree) is refused: only `ast.parse`, which builds a tree and runs
+  nothing, may take it.
+
+Every other read of a stub's bytes reads the stub (open(), pathlib, os.open, a loader's
+`get_data` outside an import; a program handed the stub's path, `grep`, `cat`, a linter):
+this process's audit hook reports it as `stub_read`, and reward.py flags a positive reward
+with one `unguarded`, so a source check that passed on the stub's text is never a silent 1
+and a task whose oracle reads a stub is graded in the calibration fallback (where /app holds
+the agent's files). What no hook here sees: a program that finds a stub by itself (a folder
+argument, `cd /app && cat *.py`), and processes that are not this one's children.
+
+Text the tested process chose is not run here either. Its answers that are text (what `repr`,
+`str`, `format` or a method return) and the docstrings it sends are kept (`heard`), and a
+compile of exactly such a text (`eval(repr(x))`, `exec(solution.code())`), or of a doctest
+example from such a docstring (`doctest.run_docstring_examples(solution.fn)`, a
+`DocTestFinder` on the agent's module), is refused: in one process that code would be the
+agent's anyway, here it would run with the tests' rights. Two kinds of such text run nothing
+of the tests': a literal (`eval(repr([1, 2]))`), and an expression that only builds values
+through the tested process (`eval(repr(p)) == p` for a `Point(1, 2)`): constants, containers,
+and calls or non-underscore attributes of names that are, where the tests evaluate it, the
+tested process's objects (a class of the solution, its module), or builtin constructors of plain
+data (int, str, list, ...); both are evaluated. A task whose oracle needs more fails
+calibration and is graded in the fallback (`doctest.testmod(solution)` is no such compile: it
+runs the module's doctests in the tested process, reruns.py). What is not seen: a text the
+tests build from pieces the tested process sent, or that it sent inside a container.
+
+Standard library only: this runs under the task image's Python.
+"""
+
+import ast
+import importlib.machinery
+import importlib.util
+import linecache
+import os
+import re
+import sys
+import threading
+
+_texts = {}  # a stub's path (as given and resolved) -> the agent's text
+_basenames = set()  # a cheap first test before a path is resolved
+_statements = set()  # ast.dump of each text's top-level statements and of all its definitions
+_first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
+_reported = set()
+_busy = threading.local()  # our own ast.parse raises "compile" too
+_report = None
+_of_tested = None  # whether an object stands for one of the tested process (install)
+_heard = {}  # text or bytes the tested process chose -> None, oldest first (dicts keep order)
+_heard_size = 0
+_HEARD_CAP = 64 << 20  # characters kept; past it the oldest go
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_PROGRAM_EVENTS = {
+    "subprocess.Popen": (1, 2),  # (executable, args, cwd, env): where argv and cwd are
+    "os.exec": (1, None),
+    "os.posix_spawn": (1, None),
+    "os.spawn": (2, None),
+    "os.system": (0, None),
+}
+_LINES = re.compile(r"\r\n|\r|\n")
+_TOKEN = re.compile(r"[\s'\"=;|&<>()`]+")
+_PYTHON = re.compile(r"^python[0-9.]*$")
+# Where the import system reads a file to run it (the caller of open and its caller): running
+# a stub is what a stub is for.
+_RUNS = {
+    ("get_data", "get_code"),  # importlib's SourceLoader: import, exec_module, reload
+    ("_get_code_from_file", None),  # runpy.run_path
+    ("_read_directory", None),  # zipimport, asking whether the path is an archive
+}
+
+
+def install(manifest, report, of_tested):
+    """Serve the agent's texts of `manifest["sources"]` ({stub: copy}) and watch this process
+    for other reads of the stubs, reporting them with `report(event, **fields)`.
+    `of_tested(obj)`: whether `obj` stands for an object of the tested process (a proxy, a
+    stub module). Once per process: an audit hook cannot be removed."""
+    global _report, _of_tested
+    if _report is not None:
+        return
+    _report, _of_tested = report, of_tested
+    for stub, copy in (manifest.get("sources") or {}).items():
+        text = None  # no text (an extension module, one that does not decode): still a stub
+        try:
+            with open(copy, "rb") as f:
+                text = importlib.util.decode_source(f.read())
+        except (OSError, TypeError, SyntaxError, UnicodeDecodeError):
+            pass
+        for path in {os.path.abspath(stub), os.path.realpath(stub)}:
+            _texts[path] = text
+            _basenames.add(os.path.basename(path))
+            if text is not None:
+                linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, TypeError):
+            continue
+        lines = _LINES.split(text)  # as the parser counts them (not str.splitlines)
+        found = tree.body + [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
+        for node in found:
+            if not _inert(node):
+                _statements.add(ast.dump(node))
+                _first_lines.add(lines[node.lineno - 1].strip())
+    # linecache drops nothing whose mtime is None (checkcache), but clearcache() does: the
+    # next lookup of a stub is answered here, not by reading the stub.
+    original = linecache.updatecache
+
+    def updatecache(filename, module_globals=None):
+        text = text_of(filename)
+        if text is None:
+            return original(filename, module_globals)
+        lines = text.splitlines(True)
+        linecache.cache[filename] = (len(text), None, lines, filename)
+        return lines
+
+    linecache.updatecache = updatecache
+    sys.addaudithook(_audit)
+
+
+def heard(value):
+    """Keep `value`, text or bytes the tested process sent (an answer, a docstring), so that
+    compiling it here is refused (and unpickling it, pickles.py)."""
+    global _heard_size
+    if type(value) not in (str, bytes) or len(value) < 2 or value in _heard:
+        return
+    _heard[value] = None
+    _heard_size += len(value)
+    while _heard_size > _HEARD_CAP and _heard:
+        oldest = next(iter(_heard))
+        del _heard[oldest]
+        _heard_size -= len(oldest)
+
+
+def was_heard(value):
+    """Whether the tested process sent `value`, text or bytes (an answer, a docstring)."""
+    return value in _heard
+
+
+def _runs_heard(source, filename, frame):
+    """Whether compiling `source` runs text the tested process chose: the text itself, or an
+    example of a doctest whose docstring is such a text (or the agent's module text)."""
+    if not _heard and not _texts:
+        return False
+    if isinstance(source, bytes):
+        if source in _heard and not _literal(source.decode("utf-8", "replace")):
+            return True  # (bytes it answered: evaluated as text only when a literal)
+        source = source.decode("utf-8", "replace")
+    if isinstance(source, str) and source in _heard:
+        return not (_literal(source) or _builds_through_tested(source, frame))
+    if not (isinstance(filename, str) and filename.startswith("<doctest ")):
+        return False
+    for _ in range(4):  # DocTestRunner.__run compiles the example: its `test` is the DocTest
+        if frame is None:
+            return False
+        test = frame.f_locals.get("test") if frame.f_globals.get("__name__") == "doctest" else None
+        docstring = getattr(test, "docstring", None)
+        if isinstance(docstring, str):
+            return docstring in _heard or any(
+                t is not None and docstring.strip() in t for t in _texts.values()
+            )
+        frame = frame.f_back
+    return False
+
+
+def _literal(source):
+    """Whether `source` is a literal (a number, a string, containers of them): it runs nothing,
+    so a test may evaluate what the tested code printed (`eval(repr([1, 2]))`)."""
+    _busy.on = True  # our own parse raises "compile" too
+    try:
+        ast.literal_eval(source.strip())
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    finally:
+        _busy.on = False
+
+
+# Builtins that make plain data of their arguments: calling one with the tested process's
+# values asks those values (their own dunders run there) and runs nothing of the tests'.
+_CONSTRUCTORS = frozenset(
+    id(f) for f in (int, float, complex, str, bytes, bool, tuple, list, dict, set, frozenset)
+)
+_DATA_NODES = (
+    ast.Expression, ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.Call,
+    ast.keyword, ast.Name, ast.Attribute, ast.Load, ast.UnaryOp, ast.USub, ast.UAdd,
+)  # fmt: skip
+
+
+def _builds_through_tested(source, frame):
+    """Whether `source` is an expression that only builds values through the tested process:
+    constants and containers, calls and non-underscore attributes of names that are, in
+    `frame` (where the tests evaluate it), objects of the tested process, and calls of
+    builtin constructors of plain data. Every name must resolve there: one the tests would
+    evaluate in a namespace of their own making is not judged, so not run."""
+    if _of_tested is None or frame is None:
+        return False
+    _busy.on = True  # our own parse raises "compile" too
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    finally:
+        _busy.on = False
+    builtins = frame.f_globals.get("__builtins__", {})
+    if not isinstance(builtins, dict):
+        builtins = vars(builtins)
+    missing = object()
+
+    def resolve(name):
+        for scope in (frame.f_locals, frame.f_globals, builtins):
+            value = scope.get(name, missing)
+            if value is not missing:
+                return value
+        return missing
+
+    for node in ast.walk(tree):
+        if not isinstance(node, _DATA_NODES):
+            return False
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_"):
+                return False
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not (isinstance(root, ast.Name) and _of_tested(resolve(root.id))):
+                return False  # attributes of the tested process's objects only
+        elif isinstance(node, ast.Call):
+            if not isinstance(node.func, (ast.Name, ast.Attribute)):
+                return False
+        elif isinstance(node, ast.Name):
+            value = resolve(node.id)
+            if value is missing or not (id(value) in _CONSTRUCTORS or _of_tested(value)):
+                return False
+    return True
+
+
+def _stub(path):
+    """`path` resolved, when it is a stub's; else None."""
+    if not isinstance(path, (str, bytes)):
+        return None
+    path = os.fsdecode(path)
+    if os.path.basename(path) not in _basenames:
+        return None
+    for resolved in (os.path.abspath(path), os.path.realpath(path)):
+        if resolved in _texts:
+            return resolved
+    return None
+
+
+def text_of(path):
+    """The agent's text of the stub at `path`; None when `path` is no stub or has no text."""
+    stub = _stub(path)
+    return None if stub is None else _texts[stub]
+
+
+class TextLoader(importlib.machinery.SourceFileLoader):
+    """A stub module's loader: it loads the stub, and its source is the agent's text."""
+
+    def get_source(self, fullname):
+        text = text_of(self.path)
+        return text if text is not None else super().get_source(fullname)
+
+
+def adopt(module):
+    """Give the stub module `module` the agent's docstring, and a loader whose `get_source` is
+    the agent's text."""
+    spec = getattr(module, "__spec__", None)
+    loader = getattr(spec, "loader", None)
+    if type(loader) is not importlib.machinery.SourceFileLoader:
+        return
+    text = text_of(loader.path)
+    if text is None:
+        return
+    spec.loader = TextLoader(loader.name, loader.path)
+    module.__loader__ = spec.loader
+    try:
+        module.__doc__ = ast.get_docstring(ast.parse(text), clean=False)
+    except (SyntaxError, ValueError):
+        pass
+
+
+def _stub_read(path, how):
+    key = (path, how)
+    if key not in _reported and len(_reported) < 20:
+        _reported.add(key)
+        _report("stub_read", path=path, how=how)
+
+
+def _caller_runs_it(frame):
+    first = frame.f_code.co_name if frame is not None else None
+    back = frame.f_back if frame is not None else None
+    second = back.f_code.co_name if back is not None else None
+    return (first, second) in _RUNS or (first, None) in _RUNS
+
+
+def _program_stub(argv, cwd):
+    """The stub path a program is handed to read, if any: a stub among its arguments (or in a
+    shell command's words) that is not the script a Python interpreter runs."""
+    if isinstance(argv, (str, bytes)):
+        argv = [argv]
+    try:
+        words = [w for a in argv for w in _TOKEN.split(os.fsdecode(a)) if w]
+    except TypeError:
+        return None
+    cwd = os.fsdecode(cwd) if isinstance(cwd, (str, bytes)) else os.getcwd()
+    before = None  # the last word that is not an option
+    for word in words:
+        stub = _stub(os.path.join(cwd, word))
+        if stub is not None:
+            if before is None or not _PYTHON.match(os.path.basename(before)):
+                return stub
+        if not word.startswith("-"):
+            before = word
+    return None
+
+
+def _inert(node):
+    """A statement that runs nothing of the agent's however it is run (and may well be the
+    tests' own too): an import (a workspace module imports as its stub), `pass`, a constant."""
+    if isinstance(node, (ast.Import, ast.ImportFrom, ast.Pass, ast.Global, ast.Nonlocal)):
+        return True
+    value = getattr(node, "value", None)
+    if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign)):
+        names = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        plain = all(isinstance(t, ast.Name) for t in names if t is not None)
+        return (value is None or isinstance(value, ast.Constant)) and plain
+    return False
+
+
+def _runs_text(source, caller):
+    """Whether compiling `source` would make code of the agent's: a top-level statement that is
+    one of its text's (a definition anywhere in it, as `inspect.getsource` gives one), not
+    inert. `ast.parse` (the caller given) makes only a tree, which is checked if compiled."""
+    if isinstance(source, (str, bytes)):
+        if caller is not None and caller.f_code is ast.parse.__code__:
+            return False
+        text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
+        if not any(line.strip() in _first_lines for line in _LINES.split(text)):
+            return False
+        _busy.on = True
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return False
+        finally:
+            _busy.on = False
+    elif isinstance(source, ast.AST):
+        tree = source
+    else:
+        return False
+    body = getattr(tree, "body", None)
+    if not isinstance(body, list):
+        return False
+    try:
+        return any(
+            isinstance(s, ast.stmt) and not _inert(s) and ast.dump(s) in _statements for s in body
+        )
+    except (TypeError, ValueError, AttributeError):
+        return False  # a tree that cannot be read does not compile either
+
+
+def _audit(event, args):
+    if getattr(_busy, "on", False):
+        return
+    if event == "open":
+        path = args[0] if args else None
+        stub = _stub(path)
+        if stub is not None and not _caller_runs_it(sys._getframe(1)):
+            _stub_read(stub, "opened")
+    elif event == "compile":
+        filename = args[1] if len(args) > 1 else None
+        if args and _runs_heard(args[0], filename, sys._getframe(1)):
+            raise RuntimeError(
+                "text the tested code chose (an answer, a docstring) is not run in the tests' "
+                "process: the agent's code runs in a process of its own"
+            )
+        if _statements and args and _runs_text(args[0], sys._getframe(1)):
+            _stub_read(str(args[1]) if len(args) > 1 else "", "compiled")  # its filename
+            raise RuntimeError(
+                "the agent's code runs in a process of its own: its source is not compiled in "
+                "the tests' process (read it, or ast.parse it)"
+            )
+    elif event in _PROGRAM_EVENTS:
+        at, cwd_at = _PROGRAM_EVENTS[event]
+        if len(args) > at:
+            cwd = args[cwd_at] if cwd_at is not None and len(args) > cwd_at else None
+            path = _program_stub(args[at], cwd)
+            if path is not None:
+                _stub_read(path, "handed to a program")

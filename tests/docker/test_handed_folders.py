@@ -1,0 +1,197 @@
+"""What the tested user may do in a folder the tests hand over, in the real verifier container
+under both runtimes: use it as under plain pytest, never replace the tests' files there, and
+never take the tests' process, through a link it made, where it could not go itself
+(verifier_runtime/access.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sandboxes.backend import Verdict
+from sandboxes.reward import UNGUARDED
+from sandboxes.workspace_tar import build_tar
+from tests.runtimes import both_runtimes
+
+# Each function does one thing in the folder of `out` and says what happened; the tests check
+# that the attacks failed and the honest shapes worked.
+_SOLUTION = r"""
+import os
+
+
+def replace_sibling(out):
+    target = os.path.join(os.path.dirname(out), "expected.json")
+    try:
+        os.unlink(target)
+    except OSError as e:
+        unlinked = type(e).__name__
+    else:
+        unlinked = "done"
+    mine = out + ".mine"
+    with open(mine, "w") as f:
+        f.write("[]")
+    try:
+        os.replace(mine, target)
+    except OSError as e:
+        return unlinked, type(e).__name__
+    return unlinked, "done"
+
+
+def convert(src, out):
+    with open(out, "w") as f:
+        f.write("[]")
+    target = os.path.join(os.path.dirname(out), "expected.json")
+    os.unlink(target)  # the folder is not sticky: a file of the tests (src) was handed over
+    with open(target, "w") as f:
+        f.write("[]")
+
+
+def archive(src, folder):
+    os.mkdir(folder)
+    os.rename(src, os.path.join(folder, os.path.basename(src)))
+
+
+def link(target, at):
+    os.symlink(target, at)
+
+
+def nested_link(target, folder):
+    os.mkdir(folder)
+    os.symlink(target, os.path.join(folder, "result.json"))
+
+
+def own_file_linked(out):
+    real = out + ".real"
+    with open(real, "w") as f:
+        f.write("[1]")
+    os.symlink(real, out)
+
+
+def organize(folder):
+    os.mkdir(os.path.join(folder, "txt"))
+    os.rename(os.path.join(folder, "a.txt"), os.path.join(folder, "txt", "a.txt"))
+    os.unlink(os.path.join(folder, "old.log"))
+    fresh = os.path.join(folder, "b.txt.new")
+    with open(fresh, "w") as f:
+        f.write("B")
+    os.replace(fresh, os.path.join(folder, "b.txt"))
+
+
+def plant_for_write(out):
+    with open(out, "w") as f:
+        f.write("[]")
+    os.chmod(out, 0o666)
+    os.symlink(out, os.path.join(os.path.dirname(out), "expected.json"))
+"""
+
+_TESTS = r"""
+import json
+from pathlib import Path
+
+import pytest
+
+import solution
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_the_tests_files_stay_theirs(tmp_path):
+    expected = tmp_path / "expected.json"
+    expected.write_text("[1]")
+    unlinked, renamed = solution.replace_sibling(str(tmp_path / "out.json"))
+    assert unlinked == "PermissionError"
+    if renamed == "done":  # gVisor lets a rename replace another's file in a sticky folder
+        with pytest.raises(PermissionError):
+            expected.read_text()
+    else:
+        assert renamed == "PermissionError"
+        assert expected.read_text() == "[1]"
+
+
+def test_a_replaced_file_of_the_tests_is_not_read(tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_text("a,b\n1,2\n")
+    expected = tmp_path / "expected.json"
+    expected.write_text("[1]")
+    solution.convert(str(src), str(tmp_path / "out.json"))
+    with pytest.raises(PermissionError):
+        expected.read_text()
+
+
+def test_a_file_handed_over_may_move(tmp_path):
+    src = tmp_path / "app.log"
+    src.write_text("log")
+    solution.archive(str(src), str(tmp_path / "archive"))
+    assert (tmp_path / "archive" / "app.log").read_text() == "log"
+    assert not src.exists()
+
+
+def test_no_read_through_a_link_to_the_tests_data(tmp_path):
+    out = tmp_path / "out.json"
+    solution.link(str(DATA / "expected.json"), str(out))
+    with pytest.raises(PermissionError):
+        out.read_text()
+
+
+def test_no_read_through_a_link_in_its_own_folder(tmp_path):
+    solution.nested_link(str(DATA / "expected.json"), str(tmp_path / "out"))
+    with pytest.raises(PermissionError):
+        (tmp_path / "out" / "result.json").read_bytes()
+
+
+def test_no_write_through_its_link(tmp_path):
+    out = tmp_path / "out.json"
+    solution.plant_for_write(str(out))
+    with pytest.raises(PermissionError):
+        (tmp_path / "expected.json").write_text("[1]")
+    assert out.read_text() == "[]"
+
+
+def test_a_link_to_its_own_file_reads(tmp_path):
+    out = tmp_path / "out.json"
+    solution.own_file_linked(str(out))
+    assert json.loads(out.read_text()) == [1]
+
+
+def test_a_folder_handed_over_whole_is_the_solutions_to_manage(tmp_path):
+    for name in ("a.txt", "b.txt", "old.log"):
+        (tmp_path / name).write_text(name)
+    solution.organize(str(tmp_path))
+    assert (tmp_path / "txt" / "a.txt").read_text() == "a.txt"
+    assert not (tmp_path / "old.log").exists()
+    assert (tmp_path / "b.txt").read_text() == "B"
+
+
+def test_a_link_to_a_file_it_was_handed_reads(tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_text("a,b\n")
+    solution.link(str(src), str(tmp_path / "copy.csv"))
+    assert (tmp_path / "copy.csv").read_text() == "a,b\n"
+"""
+
+
+@both_runtimes
+async def test_the_tested_user_takes_the_tests_nowhere_through_a_folder_handed_over(
+    backend, example_task, run_labels
+):
+    """The folder of an output path handed over is sticky: the tested user cannot unlink the
+    tests' expected file beside it, nor rename its own over it (runc; gVisor allows the
+    rename, and the tests' process is then refused the file it wrote, now another's). Where
+    a file of the tests was handed over (which the tested code may move) the folder is not
+    sticky, and the tests' process is refused their file replaced by the tested user's. The
+    tests' process reads through the tested user's links only what that user could read
+    itself (its own file, one it was handed), never /tests (by a link in the folder, or in a
+    folder the tested user made there), and writes through none of them. A folder handed
+    over whole is the tested code's to manage: it moves, replaces and deletes the tests'
+    files there. Each refusal is reported: the reward (every test passed, the attacks having
+    failed) is flagged `unguarded`."""
+    tests = {
+        **example_task.test_files,
+        "test_solution.py": _TESTS.encode(),
+        "data/expected.json": b"[1]",
+    }
+    task = replace(example_task, test_files=tests)
+    result = await backend.verify(task, build_tar({"solution.py": _SOLUTION.encode()}), run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, [UNGUARDED]), (
+        result.output
+    )
+    assert "the tested code put in its way" in result.output, result.output
