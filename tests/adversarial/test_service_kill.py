@@ -2,14 +2,14 @@
 copies x n=8, stand-in policy, real Docker), restarting it on the same data dir each time,
 while a trainer pulls and acks over raw HTTP (no client-side dedupe, so duplicates are seen).
 
-The points are drawn (seeded; the first three are one of each kind) from three kinds, each
-reached by an event, never by waiting a while: mid-turn (the stand-in holds its requests once
-they have a drawn number of tokens, and the kill comes once a drawn number of them is held:
+The points are drawn (seeded; the first three are one of each kind, mid-turn first) from three
+kinds, each reached by an event, never by waiting a while: mid-turn (the stand-in holds its
+requests once they have a drawn number of tokens, and the kill comes once one of them is held:
 sandboxes, turns and verifications of the other samples are wherever they are), while the new
 process resumes the groups the last one left (as soon as it answers), and after a commit (once
-the trainer has been handed another group, which it may be acking). A point is drawn only
-where it will come: mid-turn needs samples that have not started yet (one that has may be past
-its last turn, and the hold would wait for ever), after a commit a group still to be handed.
+the trainer has been handed another group, which it may be acking). A point is drawn only where
+it will come: mid-turn needs a group that has not started (a started one may be past its last
+request, and the hold would wait for ever), after a commit a group still to be handed.
 
 At the end: every expected trajectory id was delivered, none was delivered again after a
 confirmed ack, and no container of any of the service processes survives.
@@ -89,12 +89,13 @@ class Trainer(threading.Thread):
                 time.sleep(0.2)  # the service is down (or died mid-response): try again
 
 
-def unstarted(url: str, rollout_id: str, total: int) -> int:
-    """Samples of the rollout that have certainly not started: not finished, and beyond what
-    the episode slots and as many finishing slots can hold."""
+def unstarted_groups(url: str, rollout_id: str, total: int) -> int:
+    """Groups of the rollout that certainly have not started, so each will make its first-turn
+    request: beyond the finished samples, the episode and finishing slots, and the one started
+    group whose samples may still wait for a slot (scheduler.py), in whole groups."""
     r = httpx.get(f"{url}/v1/rollouts/{rollout_id}", headers=AUTH, timeout=60)
     assert r.status_code == 200, r.text
-    return total - r.json()["samples_completed"] - 2 * CONCURRENCY
+    return max(0, total - r.json()["samples_completed"] - 2 * CONCURRENCY - N) // N
 
 
 def reach_kill_point(
@@ -104,15 +105,15 @@ def reach_kill_point(
     """Returns once the collection is at a point of `kind` (see the module's doc), or of
     "resuming" where a mid-turn point cannot come; returns the kind reached."""
     if kind == "mid-turn":
-        after_tokens, count = rng.randint(0, 24), rng.randint(1, 3)
+        after_tokens = rng.randint(0, 24)
         httpx.post(f"{policy_url}/standin/hold", params={"after_tokens": after_tokens}, timeout=30)
-        # Counted with the hold in place: each of these samples, once a slot frees, makes a
-        # request that the hold stops, so `count` of them (or a full set of slots) get held.
-        count = min(count, to_start())
-        if count < 1:
+        # Counted with the hold in place: a group that has not started makes its shared first
+        # turn's request once a slot frees, and the hold stops it. One request is all that is
+        # certain: a held first turn may keep every slot, so no second request need come.
+        if to_start() < 1:
             httpx.post(f"{policy_url}/standin/release", timeout=30)
             return "resuming"
-        held = httpx.get(f"{policy_url}/standin/held", params={"count": count}, timeout=300)
+        held = httpx.get(f"{policy_url}/standin/held", params={"count": 1}, timeout=300)
         assert held.status_code == 200, held.text
     elif kind == "after a commit":
         with trainer.more:
@@ -148,7 +149,8 @@ def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
         trainer.start()
         kinds: list[str] = []
         try:
-            first = rng.sample(KINDS, len(KINDS))
+            # Mid-turn first, while every group is still to start; then the other two.
+            first = ["mid-turn", *rng.sample(KINDS[1:], 2)]
             for k in range(KILLS):
                 with trainer.more:
                     delivered = len(trainer.delivered)
@@ -157,7 +159,7 @@ def test_sigkill_10_times_loses_and_repeats_nothing(tmp_path: Path, case: CaseLo
                 kind = first[k] if k < len(first) else rng.choice(KINDS)
                 if kind == "after a commit" and left <= N:
                     kind = "resuming"
-                to_start = functools.partial(unstarted, url, rollout_id, len(expected))
+                to_start = functools.partial(unstarted_groups, url, rollout_id, len(expected))
                 kind = reach_kill_point(kind, rng, policy.url, trainer, delivered, to_start)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
