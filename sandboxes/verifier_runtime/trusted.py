@@ -28,7 +28,8 @@ always-equal return value), or to equal a value it did not hold before it saw it
 that recognises the expected value among the operands), is a value hack: the comparison is
 False and the attempt is written to the guard's report, where the grade finds it. The same
 for ordering (both `a < b` and `a >= b`), for `in`, for equality with a fresh object of ours,
-and for sums and differences with a number.
+and for sums and differences with a number. TrustedEndpoint asks; judging.py judges the
+answers (equality, ordering, the held value a claim must follow from, the decoys).
 
 Standard library only: this runs under the task image's Python.
 """
@@ -37,9 +38,7 @@ from __future__ import annotations
 
 import atexit
 import collections.abc
-import copy
 import ctypes
-import dataclasses
 import enum
 import importlib
 import json
@@ -48,7 +47,6 @@ import os
 import random
 import resource
 import socket
-import string
 import subprocess
 import sys
 import time
@@ -76,6 +74,7 @@ _load = _loader().load
 rpc = _load("rpc")
 access = _load("access")
 sources = _load("sources")
+judging = _load("judging")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
 # The tested process's user and group: owns nothing the tests rely on. One per verification
@@ -88,7 +87,6 @@ TESTED_NPROC = 128
 OUTPUT_CAP = 16 << 20  # the tested code's forwarded output, per process
 _WARNING_TEXT = 8 << 10
 _PR_SET_DUMPABLE = 4
-_rng = random.SystemRandom()  # decoys: neither the tests' seeds nor the tested code sway it
 
 
 def _manifest():
@@ -531,10 +529,10 @@ class TrustedEndpoint(rpc.Endpoint):
 
     def compare(self, proxy, op, other):
         if op in ("eq", "ne"):
-            return _equality(self, proxy, op, other)
-        if op in _COMPLEMENT and _orderable(other):
-            return _ordering(self, proxy, op, other)
-        return _outcome(self._probe(proxy, [(op, other)])[0])
+            return judging.equality(self, proxy, op, other)
+        if op in judging.COMPLEMENT and judging.orderable(other):
+            return judging.ordering(self, proxy, op, other)
+        return judging.outcome(self._probe(proxy, [(op, other)])[0])
 
     def _probe(self, proxy, asked):
         """The answers to [(operator, operand), ...] about `proxy`, asked in one request in an
@@ -542,7 +540,7 @@ class TrustedEndpoint(rpc.Endpoint):
         a comparison or `in`, a bool reduced there (None: NotImplemented), so no question asked
         later can tell the real operand from the decoys; an exception the operator raised."""
         order = list(range(len(asked)))
-        _rng.shuffle(order)
+        judging.rng.shuffle(order)
         answers = self.request("probe", proxy, [[asked[i][0], asked[i][1]] for i in order])
         if not isinstance(answers, list) or len(answers) != len(asked):
             raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
@@ -566,12 +564,12 @@ class TrustedEndpoint(rpc.Endpoint):
         if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
             return self.request("op", op, proxy, other)
         held = self.request("held", proxy, "float")  # before the operand: as in compare()
-        decoy = other + _rng.choice((-1, 1)) * (abs(other) * 0.25 + _rng.uniform(1.0, 2.0))
+        decoy = judging.near_number(other)
         real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
-        if _same_number(real, other_answer, abs(decoy - other)):
+        if judging.same_number(real, other_answer, abs(decoy - other)):
             self.value_hack(proxy, op, "the same %s for different operands" % op)
             return NotImplemented
-        if type(real) in (int, float) and not _number_follows(op, held, other, real):
+        if type(real) in (int, float) and not judging.number_follows(op, held, other, real):
             self.value_hack(proxy, op, "a %s that its own number does not give" % op)
             return NotImplemented
         if isinstance(real, BaseException):
@@ -603,12 +601,12 @@ class TrustedEndpoint(rpc.Endpoint):
     def _number_of_pair(self, name, real, twin, extra):
         pair = [real, twin]
         order = [0, 1]
-        _rng.shuffle(order)
+        judging.rng.shuffle(order)
         answers = super().request("unary", [[name, pair[i], extra] for i in order])
         if not isinstance(answers, list) or len(answers) != 2:
             raise rpc.ProtocolError("unary probe")
         answer, twin_answer = answers[order.index(0)], answers[order.index(1)]
-        if _same_number(answer, twin_answer, 1.0):
+        if judging.same_number(answer, twin_answer, 1.0):
             self.value_hack(real, name, "the same %s of different differences" % name)
             return float("nan")  # no tolerance holds it
         if isinstance(answer, BaseException):
@@ -622,20 +620,24 @@ class TrustedEndpoint(rpc.Endpoint):
         # alone let a `__contains__` say yes to whatever looks like neither decoy.
         held = self.request("held", proxy, "members")
         if held is None:  # past the cap there: a mirror of a builtin container holds it here
-            held = _local_members(proxy)
-        decoys = _far_decoys(item, 2)
+            held = judging.local_members(proxy)
+        decoys = judging.far_decoys(item, 2)
         if held is None:
             # Nothing it holds to judge by: decoys shaped as the item, as well as far ones
             # (what says yes to all but the far shapes says yes to these).
-            decoys += _shaped_decoys(item)
+            decoys += judging.shaped_decoys(item)
         answers = self._probe(proxy, [("contains", x) for x in [item] + decoys])
         if answers[0] is True and any(a is True for a in answers[1:]):
             self.value_hack(proxy, "contains", "contains values that differ from each other")
             return False
-        if answers[0] is True and isinstance(held, (list, str, bytes)) and not _holds(held, item):
+        if (
+            answers[0] is True
+            and isinstance(held, (list, str, bytes))
+            and not judging.holds(held, item)
+        ):
             self.value_hack(proxy, "contains", "contains a value it did not hold before it saw it")
             return False
-        return _outcome(answers[0])
+        return judging.outcome(answers[0])
 
     def value_hack(self, proxy, op, why):
         report("value_hack", op=op, type=type(proxy).__qualname__, why=why)
@@ -651,538 +653,6 @@ _NUMBER_OPS = frozenset(
     ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
 )
 _TWINS_KEPT = 4096
-
-
-# ---- judging an answer: equality and ordering (TrustedEndpoint.compare) -----------------------
-
-
-def _equality(ep, proxy, op, other):
-    """`proxy == other` (or !=) as the tests get it (TrustedEndpoint.compare)."""
-    if other is None:
-        # Nothing the tested process holds is None (None travels as itself), and no decoy
-        # of None exists: a claim to equal it is one to equal what it is not.
-        real = ep._probe(proxy, [(op, None)])[0]
-        if _claims(op, real):
-            ep.value_hack(proxy, op, "equal to None, which it is not")
-            return op == "ne"
-        return _outcome(real)
-    # Asked before the operand is shown: a claim to equal it must be what the object
-    # already held (the operand, once sent, is the expected value; an object that checks
-    # candidates, or tells the real operand from its decoys, wins otherwise).
-    kind = _held_kind(other)
-    held = ep.request("held", proxy, kind) if kind else None
-    decoys = _decoys(other, 2)
-    if decoys:
-        answers = ep._probe(proxy, [(op, other)] + [(op, d) for d in decoys])
-        # (equal to a decoy alone is honest: a decoy one field apart may be its value)
-        if _claims(op, answers[0]) and any(_claims(op, a) for a in answers[1:]):
-            ep.value_hack(proxy, op, "equal to values that differ from each other")
-            return op == "ne"
-        real = answers[0]
-    else:
-        real, fresh = ep._probe(proxy, [(op, other), ("eq", _sentinel_like(other))])
-        if _claims(op, real) and fresh is True:
-            ep.value_hack(proxy, op, "equal to a fresh object of the tests")
-            return op == "ne"
-    if kind and _claims(op, real) and not _shown(held, other, kind):
-        loose = _shows_loosely(held, other, kind)  # (honest or not: a reviewer's call)
-        why = "equal only up to case, spacing or rounding to" if loose else "equal to"
-        ep.value_hack(proxy, op, why + " a value it did not hold before it saw it")
-        return op == "ne"
-    return _outcome(real)
-
-
-def _ordering(ep, proxy, op, other):
-    """`proxy < other` (or <=, >, >=): all four orderings asked of the operand and of a
-    decoy in one request, so the answer must place the object at one point of a total
-    order: never both < and >, nor < and >=, nor at one point with two different values.
-    A number is first asked what it holds (as for ==), so "at" a number is that number."""
-    target = _as_float(other)
-    number = target is not None
-    held = ep.request("held", proxy, "float") if number else None
-    operands = [other] + _decoys(other, 1 if number else 2)
-    asked = [(o, x) for x in operands for o in _ORDERS]
-    answers = ep._probe(proxy, asked)
-    places = [{o: answers[i + j] for j, o in enumerate(_ORDERS)} for i in range(0, len(asked), 4)]
-    if any(_both_ways(place) for place in places):
-        ep.value_hack(proxy, op, "ordered both ways against one value")
-        return False
-    nan = number and type(held) is float and held != held
-    if _unordered(places[0]) and not nan:
-        ep.value_hack(proxy, op, "unordered against a value it did not hold as NaN")
-        return False
-    at = [i for i, place in enumerate(places) if _at(place)]
-    if len(at) > 1:
-        ep.value_hack(proxy, op, "ordered equal to values that differ from each other")
-        return False
-    if at == [0] and number and not _shows(held, target, "float"):
-        ep.value_hack(proxy, op, "ordered equal to a value it did not hold before it saw it")
-        return False
-    if number and not _follows_held(places[0], held, target):
-        ep.value_hack(proxy, op, "ordered against a value not as the number it held")
-        return False
-    return _outcome(places[0][op])
-
-
-def _same_number(a, b, apart):
-    """Whether two answers for operands `apart` apart are the same plain number (and not the
-    rounding of a huge one)."""
-    return type(a) in (int, float) and type(b) in (int, float) and a == b and abs(a) * 1e-9 < apart
-
-
-def _claims(op, answer):
-    """Whether a probe's answer to == or != says "equal" (an exception, an ambiguous truth,
-    NotImplemented: it claims nothing)."""
-    return answer is True if op == "eq" else answer is False
-
-
-def _outcome(answer):
-    """What the tests get for a probe's answer about the real operand: the bool, or the
-    exception the operator raised there (as they would in one process), or NotImplemented
-    (their own operand is asked next, here)."""
-    if isinstance(answer, BaseException):
-        raise answer
-    return NotImplemented if answer is None else answer
-
-
-# Operand types whose value an object of the tested code must hold, before it is shown one, to
-# claim equality: the builtins by their own conversion (or base value), these by their text.
-_HELD_KINDS = {
-    str: "str", bytes: "bytes", bool: "bool", int: "int", float: "float", complex: "complex",
-    list: "list", tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset",
-}  # fmt: skip
-_TEXT_VALUES = frozenset(
-    ("datetime", name) for name in ("date", "datetime", "time", "timedelta")
-) | {
-    ("decimal", "Decimal"),
-    ("fractions", "Fraction"),
-    ("uuid", "UUID"),
-    ("pathlib", "PurePosixPath"),
-    ("pathlib", "PosixPath"),
-}  # by name: the tests' process need not import them to compare
-
-
-def _held_kind(v):
-    t = type(v)
-    name = (str(getattr(t, "__module__", "")).split(".")[0], getattr(t, "__qualname__", None))
-    kind = _HELD_KINDS.get(t) or ("text" if name in _TEXT_VALUES else None)
-    if kind is None and _approx_number(v):
-        return "float"
-    if kind is None and not isinstance(v, rpc.RemoteObject) and not isinstance(t, enum.EnumMeta):
-        # the tests' Counter, OrderedDict, named tuple: what the object holds is asked as the
-        # builtin container they derive from, and shown against their builtin value
-        # (only where its `==` is its builtin's, or collections' own: a subclass with looser
-        # equality, mock's `call`, is no builtin value to hold)
-        base = next((b for b in _CONTAINERS if isinstance(v, b)), None)
-        if base is not None and (
-            t.__eq__ is base.__eq__ or getattr(t, "__module__", None) == "collections"
-        ):
-            kind = _HELD_KINDS[base]
-    return kind
-
-
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-
-
-def _approx_number(v):
-    """Whether `v` is pytest's approx of one plain number (an ApproxScalar)."""
-    t = type(v)
-    return (
-        t.__name__ == "ApproxScalar"
-        and str(getattr(t, "__module__", "")).startswith("_pytest.")
-        and type(getattr(v, "expected", None)) in (int, float)
-    )
-
-
-def _shown(held, other, kind):
-    """`_shows`, for an operand that is the builtin's subclass (by its builtin value) or
-    pytest's approx of a number (by approx's own `==` with the held number)."""
-    try:
-        if _approx_number(other):
-            return type(held) is float and bool(other == held)
-        if kind in _HELD_KINDS.values() and type(other) not in _HELD_KINDS:
-            other = _BUILTINS[kind](other)
-    except Exception:  # noqa: BLE001 - an operand that cannot say: not shown
-        return False
-    return _shows(held, other, kind)
-
-
-_BUILTINS = {kind: t for t, kind in _HELD_KINDS.items()}
-
-
-def _as_float(v):
-    """The plain number `v` is for ordering (not NaN), or None."""
-    if type(v) not in (int, float):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if f == f else None
-
-
-def _shows(held, other, kind):
-    """Whether what an object held (asked before it saw `other`) is `other`: the builtin's own
-    `==` of the two values, a number up to the rounding noise of float arithmetic (1e-12
-    relative: `0.1 + 0.2` for 0.3), a NaN for a NaN. Not up to case, whitespace or a
-    tolerance a test can mean: an `==` looser than the value it holds is the same code in an
-    honest case-insensitive text and in a camel-to-snake that never lowers (only the test's
-    intent tells them apart, and the test asked `==`), so the claim is reported, never a
-    silent pass (docs/reliability.md, round 5)."""
-    try:
-        if kind == "text":
-            return type(held) is str and held == str(other)
-        if type(held) is not type(other):
-            return False
-        if kind in ("float", "complex"):
-            if held != held or other != other:  # NaN: what it held, though no float equals it
-                return held != held and other != other
-            return held == other or abs(held - other) <= _NOISE * max(abs(held), abs(other))
-        return bool(held == other)
-    except Exception:  # noqa: BLE001 - an element that cannot say: not shown
-        return False
-
-
-# Float arithmetic's rounding (a few units in the last place, grown over a computation), not
-# a precision any test asks of `==`: round-to-n-places answers differ by far more.
-_NOISE = 1e-12
-
-
-def _shows_loosely(held, other, kind):
-    """`_shows` up to the case and whitespace of text and pytest.approx's default tolerance:
-    for `in` only, where honest containers are looser than their iteration (a mapping of
-    header names iterates them as given and answers `in` whatever their case)."""
-    if _shows(held, other, kind):
-        return True
-    try:
-        if kind == "text":
-            return type(held) is str and _same_text(held, str(other))
-        if type(held) is not type(other):
-            return False
-        if kind == "str":
-            return _same_text(held, other)
-        if kind == "bytes":
-            return _same_text(held.decode("latin-1"), other.decode("latin-1"))
-        if kind in ("float", "complex"):
-            return abs(held - other) <= 1e-6 * max(abs(held), abs(other)) + 1e-12
-        return False
-    except Exception:  # noqa: BLE001 - an element that cannot say: not shown
-        return False
-
-
-def _holds(held, item):
-    """Whether what an object held for `in` (a text, or its items) has `item`: by the tests'
-    `==` (an element of the tested process is compared through its proxy, with its checks),
-    or up to what honest loose equalities allow (`_shows_loosely`); a text by substring, up
-    to case and whitespace, as is an iteration of single characters."""
-    if type(held) in (str, bytes):
-        if type(item) is not type(held):
-            return False
-        if item in held:
-            return True
-        if type(held) is bytes:
-            held, item = held.decode("latin-1"), item.decode("latin-1")
-        return "".join(item.split()).casefold() in "".join(held.split()).casefold()
-    kind = _held_kind(item)
-    for element in held:
-        try:
-            if element is item or element == item:
-                return True
-        except Exception:  # noqa: BLE001 - an element that cannot say: not this one
-            pass
-        if kind and _shows_loosely(element, item, kind):
-            return True
-    if type(item) is str and held and all(type(e) is str and len(e) == 1 for e in held):
-        return _holds("".join(held), item)
-    return False
-
-
-def _same_text(a, b):
-    return "".join(a.split()).casefold() == "".join(b.split()).casefold()
-
-
-def _number_follows(op, held, other, answer):
-    """Whether a plain-number answer to `subject op other` is what the subject's own number
-    (asked before it saw `other`) gives."""
-    if type(held) is not float:
-        return False
-    expected = {"sub": held - other, "rsub": other - held}.get(op, held + other)
-    if expected != expected or answer != answer:
-        return expected != expected and answer != answer
-    return abs(answer - expected) <= 1e-9 * max(1.0, abs(expected), abs(held), abs(other))
-
-
-_COMPLEMENT = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
-_ORDERS = ("lt", "le", "gt", "ge")
-
-
-def _both_ways(place):
-    """Whether the four orderings' answers against one value ({op: answer}) place the object
-    on both sides of it (an answer that is no bool says nothing)."""
-    lt, le, gt, ge = (place[o] for o in _ORDERS)
-    return (lt is True and (gt is True or ge is True or le is False)) or (
-        gt is True and (le is True or ge is False)
-    )
-
-
-def _follows_held(place, held, target):
-    """Whether a strict order the answers claim against `target` is that of the number the
-    object held (asked first); a held value that is no plain number, or too near to tell
-    after rounding, says nothing."""
-    if type(held) is not float or held != held or abs(held) == float("inf"):
-        return True
-    if abs(held - target) <= 1e-9 * max(1.0, abs(held), abs(target)):
-        return True
-    below = held < target
-    return not (
-        (place["lt"] is True and not below)
-        or (place["gt"] is True and below)
-        or (place["le"] is True and not below)
-        or (place["ge"] is True and below)
-    )
-
-
-def _unordered(place):
-    """Neither <= nor >= the value: only NaN is so, among numbers."""
-    return place["le"] is False and place["ge"] is False
-
-
-def _at(place):
-    """Whether the answers place the object at the value itself (ordered equal to it)."""
-    if place["le"] is True and place["ge"] is True:
-        return True
-    return place["lt"] is False and place["gt"] is False and not _unordered(place)
-
-
-def _orderable(v):
-    return type(v) in (int, float, str, bytes, tuple, list)
-
-
-_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-
-def _decoys(v, k):
-    """`k` values of v's type and shape that differ from v (empty: no decoy for this type)."""
-    t = type(v)
-    out = []
-    for _ in range(k * 4):
-        if len(out) == k:
-            break
-        d = _decoy(v, t)
-        if d is _NONE or type(d) is not t:
-            return []
-        try:
-            if (d == v and not _approx_number(v)) or d in out:
-                continue
-        except Exception:
-            return []
-        out.append(d)
-    return out
-
-
-_NONE = object()
-
-
-def _decoy(v, t):
-    if t is bool:
-        return not v
-    if t is int:
-        return v + _rng.choice((-1, 1)) * _rng.randint(1, max(3, abs(v) // 8))
-    if t is float:
-        if v != v:  # NaN: equal to nothing, so any number is a decoy
-            return _rng.uniform(-1e6, 1e6)
-        return v + _rng.choice((-1, 1)) * (abs(v) * 0.25 + _rng.uniform(1.0, 2.0))
-    if t is str:
-        return _mutate_text(v, _LETTERS)
-    if t is bytes:
-        return _mutate_text(v.decode("latin-1"), _LETTERS).encode("latin-1")
-    if t in (list, tuple):
-        if not v:
-            return t([_rng.randint(0, 99)])
-        i = _rng.randrange(len(v))
-        inner = _decoy(v[i], type(v[i]))
-        items = list(v)
-        if inner is _NONE:
-            items.insert(i, _rng.randint(0, 99))
-        else:
-            items[i] = inner
-        return t(items)
-    if t is dict:
-        d = dict(v)
-        keys = list(d)
-        if keys:
-            k = _rng.choice(keys)
-            inner = _decoy(d[k], type(d[k]))
-            if inner is not _NONE:
-                d[k] = inner
-                return d
-        d[_mutate_text("key", _LETTERS)] = _rng.randint(0, 99)
-        return d
-    if t in (set, frozenset):
-        return t(set(v) | {_rng.randint(10**6, 10**7)})
-    try:
-        return _object_decoy(v, t)
-    except Exception:  # noqa: BLE001 - an object the tests made that will not be copied
-        return _NONE
-
-
-def _object_decoy(v, t):
-    """A decoy of an object of the tests whose type is no builtin: one of its own class (so
-    nothing in it tells the tested code that it is not the tests' operand), one field apart:
-    a named tuple's `_replace`, a copy of a dict, list or set subclass (Counter, OrderedDict)
-    changed by the builtin's own methods, a dataclass's copy with a field replaced, pytest's
-    approx of a number far beyond its tolerance."""
-    if isinstance(v, rpc.RemoteObject) or isinstance(t, enum.EnumMeta) or isinstance(v, type):
-        return _NONE
-    if _approx_number(v):
-        d = copy.copy(v)
-        e = v.expected
-        d.expected = e + _rng.choice((-1, 1)) * max(
-            abs(e) * 0.25 + _rng.uniform(1.0, 2.0), 4 * float(v.tolerance)
-        )
-        return _NONE if v == d.expected else d
-    fields = getattr(t, "_fields", None)
-    if isinstance(v, tuple) and isinstance(fields, tuple) and hasattr(v, "_replace"):
-        changed = _changed_field(fields, [getattr(v, f) for f in fields])
-        return _NONE if changed is None else v._replace(**{changed[0]: changed[1]})
-    if isinstance(v, (dict, list, set)):
-        d = copy.copy(v)
-        if type(d) is not t:
-            return _NONE
-        if isinstance(v, dict):
-            keys = list(dict.keys(v))
-            changed = _changed_field(keys, [dict.__getitem__(v, k) for k in keys])
-            if changed is None:
-                changed = (_mutate_text("key", _LETTERS), _rng.randint(0, 99))
-            dict.__setitem__(d, *changed)
-        elif isinstance(v, list):
-            changed = _changed_field(range(len(v)), list(v))
-            if changed is None:
-                list.append(d, _rng.randint(0, 99))
-            else:
-                list.__setitem__(d, *changed)
-        else:
-            set.add(d, _rng.randint(10**6, 10**7))
-        return d
-    if dataclasses.is_dataclass(v):
-        names = [f.name for f in dataclasses.fields(v)]
-        changed = _changed_field(names, [getattr(v, name) for name in names])
-        if changed is None:
-            return _NONE
-        d = copy.copy(v)
-        object.__setattr__(d, *changed)
-        return d
-    return _NONE
-
-
-def _changed_field(names, values):
-    """(name, a decoy of its value) for one field, at random, of those that have a decoy."""
-    fields = [(name, values[i]) for i, name in enumerate(names)]
-    _rng.shuffle(fields)
-    for name, value in fields:
-        inner = _decoy(value, type(value))
-        if inner is not _NONE:
-            return name, inner
-    return None
-
-
-def _sentinel_like(other):
-    """A fresh object of the tests, of a fresh class named as `other`'s (module, name,
-    qualified name, documentation): nothing of the tested code's can rightly equal it, and
-    its name does not tell it from the operand it stands beside."""
-    t = type(other)
-    cls = _SENTINELS.get(t)
-    if cls is None:
-        if len(_SENTINELS) >= _SENTINELS_KEPT:
-            _SENTINELS.clear()
-        doc = t.__dict__.get("__doc__")
-        cls = type(
-            str(t.__name__),
-            (),
-            {
-                "__slots__": ("__weakref__",),
-                "__module__": str(getattr(t, "__module__", "builtins")),
-                "__qualname__": str(getattr(t, "__qualname__", t.__name__)),
-                "__doc__": doc if isinstance(doc, str) else None,
-            },
-        )
-        _SENTINELS[t] = cls
-    return cls()
-
-
-_SENTINELS = {}
-_SENTINELS_KEPT = 256
-
-
-def _far_decoys(v, k):
-    """`k` values of v's type that no honest container in a test would hold (a container may
-    well hold v's neighbours): long random text, twelve-digit numbers."""
-    t = type(v)
-    if t is str:
-        return ["".join(_rng.choice(_LETTERS) for _ in range(16)) for _ in range(k)]
-    if t is bytes:
-        return [bytes(_rng.randrange(256) for _ in range(16)) for _ in range(k)]
-    if t is int:
-        return [_rng.randrange(10**11, 10**12) * _rng.choice((-1, 1)) for _ in range(k)]
-    if t is float:
-        return [_rng.uniform(1e11, 1e12) * _rng.choice((-1, 1)) for _ in range(k)]
-    return []
-
-
-def _shaped_decoys(v):
-    """Decoys of `in` for an object that cannot say what it holds: for a text of three or more
-    characters, one a character apart and one of random characters of the same kinds (case,
-    digit) and length; for a small number, one of the same sign a million times larger or
-    more (an honest range that holds a number rarely holds one so far beyond it)."""
-    t = type(v)
-    if t in (str, bytes) and len(v) >= 3:
-        text = v if t is str else v.decode("latin-1")
-        shaped = "".join(_shape_of(c) for c in text)
-        out = [_mutate_text(text, _LETTERS)] + ([shaped] if shaped != text else [])
-        out = [x for x in out if x != text]
-        return out if t is str else [x.encode("latin-1") for x in out]
-    if t in (int, float) and v == v and abs(v) < 10**4:
-        far = max(1.0, abs(v)) * 10 ** _rng.uniform(6.0, 6.5)
-        sign = -1 if v < 0 else 1
-        return [sign * (int(far) if t is int else far)]
-    return []
-
-
-def _shape_of(c):
-    for kind in (string.ascii_lowercase, string.ascii_uppercase, string.digits):
-        if c in kind:
-            return _rng.choice(kind)
-    return c
-
-
-def _local_members(proxy):
-    """What a mirror of a builtin container holds here for `in` (its builtin value, as
-    tested.py `_members` takes it there), or None for any other object."""
-    if not isinstance(proxy, rpc.RemoteObject):
-        return None
-    try:
-        if isinstance(proxy, str):
-            return str.__str__(proxy)
-        if isinstance(proxy, bytes):
-            return bytes.__getitem__(proxy, slice(None))
-        for base in (dict, list, tuple, set, frozenset):
-            if isinstance(proxy, base):
-                return list(base.__iter__(proxy))
-    except Exception:  # noqa: BLE001 - cannot say
-        return None
-    return None
-
-
-def _mutate_text(s, letters):
-    """s with one character replaced by another letter or digit (never a case variant or
-    whitespace, which an honest case- or space-insensitive equality would ignore); "" gets
-    one character."""
-    if not s:
-        return _rng.choice(letters)
-    i = _rng.randrange(len(s))
-    taboo = {s[i].lower(), s[i].upper()}
-    c = _rng.choice([x for x in letters if x not in taboo])
-    return s[:i] + c + s[i + 1 :]
 
 
 def _random_state(state):
