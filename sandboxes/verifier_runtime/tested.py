@@ -27,6 +27,7 @@ import os
 import pickle
 import random
 import runpy
+import select
 import sys
 import threading
 import types
@@ -128,6 +129,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.workspace = None
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
         self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
+        self.descriptors = None  # what is written to fds 1 and 2 here (_Descriptors)
 
     def rebuild(self, kind, named, fields, values, ref):
         # A named tuple of the tests (trusted.py describes only plain ones): an instance of a
@@ -190,6 +192,16 @@ class TestedEndpoint(rpc.Endpoint):
         finally:
             self.serving -= 1
 
+    def before_request(self, msg):
+        if self.descriptors is not None:
+            self.descriptors.drain()
+        super().before_request(msg)
+
+    def before_answer(self, reply):
+        if self.descriptors is not None:
+            self.descriptors.drain()
+        super().before_answer(reply)
+
     def may_ask(self):
         """Whether the tested code's thread may make a request now: the main thread, inside a
         call of the tests (another thread, or the idle loop, would read the socket beside
@@ -205,6 +217,7 @@ class TestedEndpoint(rpc.Endpoint):
             # The first request, before any code of the workspace is read: the ruleset needs
             # the workspace's path, which the tests' side says here.
             self.landlock = confine(self.workspace)
+            self.descriptors = _Descriptors(self)  # (its thread after confine: one thread there)
             return {"landlock": self.landlock, "uid": os.getuid()}
         if op == "import":
             if self.workspace is None:
@@ -430,6 +443,54 @@ class _Output(io.TextIOBase):
 
     def isatty(self):
         return False
+
+
+class _Descriptors:
+    """What is written to file descriptors 1 and 2 here (a program the tested code runs, a C
+    library, `os.write`) goes to the tests' descriptors 1 and 2, as it would in one process,
+    where `capfd` sees it and `capsys` does not. Pipes replace the descriptors; a thread sends
+    what comes, and every message this side sends first takes what the pipes hold, so what a
+    call's programs wrote before the call returned arrives before its answer."""
+
+    def __init__(self, ep):
+        self._ep = ep
+        self._lock = threading.Lock()  # a read and its sending, whole
+        self._pipes = {}  # read end -> the descriptor it stands for
+        # Past the tests' side's cap on output (trusted.py OUTPUT_CAP) nothing is sent; the
+        # pipes are still read, so a writer never blocks on them.
+        self._left = 16 << 20
+        for fd in (1, 2):
+            r, w = os.pipe()
+            os.dup2(w, fd)
+            os.close(w)
+            os.set_blocking(r, False)
+            self._pipes[r] = fd
+        threading.Thread(target=self._watch, name="rollouts-descriptors", daemon=True).start()
+
+    def _watch(self):
+        try:
+            while self._pipes:
+                readable = select.select(list(self._pipes), [], [])[0]
+                self.drain(readable)
+        except Exception:  # noqa: BLE001 - the channel is gone: nothing more to send
+            return
+
+    def drain(self, pipes=None):
+        """Sends what the pipes hold now: one read each, which takes all a pipe holds."""
+        with self._lock:
+            for r in list(self._pipes) if pipes is None else pipes:
+                try:
+                    data = os.read(r, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if not data:  # every writer closed it (the tested code closed fd 1 or 2)
+                    os.close(r)
+                    del self._pipes[r]
+                    continue
+                if self._left > 0:
+                    self._left -= len(data)
+                    # Bytes as the code points 0-255 (the codec carries text, not bytes).
+                    self._ep.oneway({"w": self._pipes[r], "b": data.decode("latin-1")})
 
 
 class _Bytes(io.RawIOBase):

@@ -490,14 +490,24 @@ class TrustedEndpoint(rpc.Endpoint):
         sources.heard(value)
 
     def on_output(self, msg):
-        text = msg.get("s")
+        """A write of the tested process: to sys.stdout or sys.stderr ("s"), or to its file
+        descriptor 1 or 2 ("b", bytes as code points 0-255), which goes to ours."""
+        raw = "b" in msg
+        text = msg.get("b") if raw else msg.get("s")
         if not isinstance(text, str) or self.output_left <= 0:
             return
         text = text[: self.output_left]
         self.output_left -= len(text)
         stream = sys.stdout if msg.get("w") == 1 else sys.stderr
         try:
-            stream.write(text)
+            if not raw:
+                stream.write(text)
+                return
+            stream.flush()  # what was written before goes first, as in one process
+            data = text.encode("latin-1", "replace")
+            fd = 1 if msg.get("w") == 1 else 2
+            while data:
+                data = data[os.write(fd, data) :]
         except Exception:
             pass
 

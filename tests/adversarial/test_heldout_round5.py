@@ -1062,6 +1062,14 @@ import subprocess
 def greet(name):
     subprocess.run(["echo", "hello " + name], check=True)
 """
+# The same program printing the wrong greeting: what reaches capfd is what it wrote.
+CAPFD_WRONG = """
+import subprocess
+
+
+def greet(name):
+    subprocess.run(["echo", "hello " + name.upper()], check=True)
+"""
 
 # ---- holds: the loose objects of the standard library, and approx on the left ----------------
 # The solution returns its own process's `mock.ANY` (equal to everything in one process): it is
@@ -1501,8 +1509,9 @@ CASES: dict[str, Case] = {
         {"solution.py": CAPFD_CORRECT},
         {"test_greet.py": CAPFD_TESTS},
         correct=True,
-        broke="the tested process's fds 1 and 2 go to /dev/null (only sys.stdout/stderr "
-        "writes are forwarded): a program the solution runs prints where capfd never sees",
+    ),
+    "subprocess_output_wrong": Case(
+        {"solution.py": CAPFD_WRONG}, {"test_greet.py": CAPFD_TESTS}, correct=False
     ),
     "mock_any_returned": Case(
         {"solution.py": MOCK_ANY},
@@ -1607,6 +1616,12 @@ DOCKER_CASES: dict[str, Case] = {
         {"solution.py": REPLACES_EXPECTED},
         {"test_solution.py": SIBLING_TESTS},
         correct=False,
+    ),
+    "subprocess_output_correct": Case(
+        {"solution.py": CAPFD_CORRECT}, {"test_solution.py": CAPFD_TESTS}, correct=True
+    ),
+    "subprocess_output_wrong": Case(
+        {"solution.py": CAPFD_WRONG}, {"test_solution.py": CAPFD_TESTS}, correct=False
     ),
     "contains_no_iter": Case(
         {"solution.py": CONTAINS_NO_ITER},

@@ -1141,3 +1141,48 @@ def test_shares_are_only_what_the_tests_handed_over_and_only_as_themselves() -> 
             ep._built(msg, request)
     a.close()
     b.close()
+
+
+DESCRIPTOR_SOLUTION = """
+import os
+import subprocess
+import sys
+
+
+def report(name):
+    print("python " + name)
+    sys.stdout.flush()
+    os.write(1, b"raw " + name.encode() + b"\\n")
+    subprocess.run(["echo", "child " + name], check=True)
+    subprocess.run(["sh", "-c", "echo oops " + name + " >&2"], check=True)
+    return name
+"""
+DESCRIPTOR_TESTS = """
+from solution import report
+
+
+def test_capfd_sees_every_write_in_order(capfd):
+    assert report("a") == "a"
+    out, err = capfd.readouterr()
+    assert out == "python a\\nraw a\\nchild a\\n"
+    assert err == "oops a\\n"
+
+
+def test_capsys_sees_the_python_writes_alone(capsys):
+    report("b")
+    out, err = capsys.readouterr()
+    assert out == "python b\\n"
+    assert err == ""
+"""
+
+
+def test_writes_to_descriptors_reach_the_tests_descriptors(tmp_path: Path) -> None:
+    """What the solution's programs (or `os.write`) write to fds 1 and 2 reaches the tests'
+    fds 1 and 2 before the call returns, after what it printed before: `capfd` sees it, as in
+    one process, and `capsys`, which sees only Python's streams, does not."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": DESCRIPTOR_SOLUTION})
+    layout.files("tests", {"test_output.py": DESCRIPTOR_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
