@@ -50,6 +50,7 @@ import os
 import socket
 import sys
 import threading
+import types
 import weakref
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
@@ -126,6 +127,7 @@ class Endpoint(
         self.shares = {}  # handle -> our list, dict or set kept on both sides (shares.py)
         self.share_ids = {}  # id(container) -> handle
         self.snapshots = {}  # handle -> its items when last sent or heard
+        self.ending_shares = []  # handles ended in the message being written, once sent
         self.next_share = 0
 
     def send(self, msg):
@@ -283,6 +285,7 @@ class Endpoint(
         memo = self._built(msg)
         args = [self.decode(a, memo) for a in raw]
         reply = {"r": q}
+        value = None  # the answer, where it is one
         self.end_unheld_shares(reply)  # (after the arguments: they may name one)
         out = codec.Memo(records=self)
         # The caller's own containers, if they come back in the answer, stay theirs.
@@ -294,7 +297,8 @@ class Endpoint(
             elif op == "peek":
                 self._serve_peek(args, out, reply)
             else:
-                reply["v"] = self.encode(self.dispatch(op, args), out)
+                value = self.dispatch(op, args)
+                reply["v"] = self.encode(value, out)
                 if op == "getattr" and self.bindings.watch(args, self.export_ids):
                     reply["c"] = 1
         except (PeerGone, ProtocolError):
@@ -309,6 +313,17 @@ class Endpoint(
             if kept:
                 reply["sr"] = kept
         self.send_shares(reply, out)
+        # (A module's own containers the tests read are pushed to by trusted.py's
+        # _push_shared, not shared.)
+        if (
+            self.shares_answers
+            and op in shares.ANSWERING_OPS
+            and not isinstance(args[0], types.ModuleType)
+        ):
+            kept = self.kept_answer(value, out)
+            if kept:
+                reply.setdefault("sk", []).extend(kept)
+        value = None
         reply["t"] = out.table
         if back:
             reply["u"] = back

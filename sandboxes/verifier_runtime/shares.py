@@ -6,7 +6,10 @@ that keeps it (`Logger(sink)` appends to `sink` in later calls, `App(config)` re
 tests' later changes, a generator reads it as it goes) would use a stale copy. So, after
 serving a request, the callee looks for the request's containers its code still holds (their
 reference counts, less the references the decoding itself made) and shares them: each gets a
-handle ("sr": [n, handle] in the answer, n its entry in the request), and from then on:
+handle ("sr": [n, handle] in the answer, n its entry in the request). The tested side does the
+same for an answer its code still holds (`registry()` answering a module's list, `stack.items`:
+"sk" below, n its entry in the answer), so `registry() is registry()` holds and the tests'
+changes to it reach the module. From then on:
 
 - each side sends, in every request and answer, the shares it changed since it last sent
   or heard of them ("sy": [handle, entry], applied in place by the receiver before anything
@@ -46,6 +49,8 @@ MAX_SHARES = 256
 MAX_SHARED_ITEMS = 1 << 14
 # Requests whose arguments the callee's code may keep.
 KEEPING_OPS = frozenset(("call", "setattr", "op", "mutate"))
+# Requests whose answer may be a container the callee's code keeps (Shares.kept_answer).
+ANSWERING_OPS = frozenset(("call", "getattr", "op"))
 
 
 def _children(v):
@@ -98,6 +103,7 @@ class Shares:
     `share_ids` id(container) -> handle, `snapshots` handle -> its items when last synced."""
 
     share_sign = 1
+    shares_answers = False  # whether answers our code still holds become shares (kept_answer)
 
     def _room(self, v):
         """Whether a new share `v` fits in MAX_SHARES and MAX_SHARED_ITEMS."""
@@ -127,7 +133,9 @@ class Shares:
         """Into an outgoing message, before any value is encoded: the shares nothing holds
         but this registry ("sx"). A share inside another (or inside a snapshot) is held while
         that one is; it ends a message after it, when the outer one is gone. Cycles among
-        shares stay. One reference count per share: no walk of their items."""
+        shares stay. One reference count per share: no walk of their items. One changed
+        since it was last sent (`solution.cache("k").append(1)`, the answer dropped after the
+        change) ends after send_shares has sent the change: the receiver applies "sy" first."""
         if not self.shares:
             return
         probe = []
@@ -140,13 +148,24 @@ class Shares:
                 ended.append(handle)
             del v
         for handle in ended:
-            self._unshare(handle)
+            if _unchanged(self.shares[handle], self.snapshots[handle]):
+                self._unshare(handle)
+            else:
+                self.ending_shares.append(handle)
         if ended:
             msg["sx"] = ended
 
     def send_shares(self, msg, memo):
         """Into an outgoing message whose values are encoded (`memo`): the shares we changed
         ("sy"), and the new lists, dicts and sets inside them ("sk")."""
+        try:
+            self._send_shares(msg, memo)
+        finally:
+            for handle in self.ending_shares:
+                self._unshare(handle)
+            del self.ending_shares[:]
+
+    def _send_shares(self, msg, memo):
         if not self.shares:
             return
         memo.shared = self.share_ids
@@ -213,6 +232,22 @@ class Shares:
                 kept.append([numbers[id(v)], self._share(v)])
             roots.extend(x for x in _children(v) if id(x) in numbers)
         return kept
+
+    def kept_answer(self, value, memo):
+        """[[n, handle]] when `value`, an answer of ours encoded into `memo`, is a list, dict
+        or set our code still holds (a module's registry, an object's own list): a share from
+        now on, so the other side gets the same object each time and its changes reach ours."""
+        if type(value) not in SHARED or id(value) in self.share_ids:
+            return []
+        n = memo.ids.get(id(value))
+        if n is None or not self._room(value):
+            return []
+        probe = []
+        base = sys.getrefcount(probe)
+        # the memo, `value` in the caller and here, the argument: two more than the probe
+        if sys.getrefcount(value) - base - 2 <= 0:
+            return []
+        return [[n, self._share(value)]]
 
     # ---- receiving -----------------------------------------------------------------------
 

@@ -1460,8 +1460,6 @@ CASES: dict[str, Case] = {
         {"solution.py": SAME_OBJECT_CORRECT},
         {"test_same.py": SAME_OBJECT_TESTS},
         correct=True,
-        broke="a list or dict a function returns travels by value: two returns of one object "
-        "are two copies (`is` fails), and the tests' change to one never reaches the module",
     ),
     "matcher_correct": Case(
         {"solution.py": MATCHER_CORRECT},
@@ -1619,6 +1617,9 @@ DOCKER_CASES: dict[str, Case] = {
     ),
     "subprocess_output_correct": Case(
         {"solution.py": CAPFD_CORRECT}, {"test_solution.py": CAPFD_TESTS}, correct=True
+    ),
+    "returned_container_correct": Case(
+        {"solution.py": SAME_OBJECT_CORRECT}, {"test_solution.py": SAME_OBJECT_TESTS}, correct=True
     ),
     "subprocess_output_wrong": Case(
         {"solution.py": CAPFD_WRONG}, {"test_solution.py": CAPFD_TESTS}, correct=False

@@ -1186,3 +1186,101 @@ def test_writes_to_descriptors_reach_the_tests_descriptors(tmp_path: Path) -> No
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
+
+
+KEPT_SOLUTION = """
+_REGISTRY = []
+_CONFIG = {"debug": False}
+_CACHE = {}
+
+
+def registry():
+    return _REGISTRY
+
+
+def register(name):
+    _REGISTRY.append(name)
+
+
+def config():
+    return _CONFIG
+
+
+def is_debug():
+    return _CONFIG["debug"]
+
+
+def fresh():
+    return [1, 2]
+
+
+def lookup(key):
+    return _CACHE.setdefault(key, [])
+
+
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, x):
+        self.items.append(x)
+
+    def peek(self):
+        return self.items[-1]
+
+    def everything(self):
+        return self.items
+"""
+KEPT_TESTS = """
+import solution
+
+
+def test_the_same_registry_each_time_and_both_sides_change_it():
+    r = solution.registry()
+    assert r is solution.registry()
+    solution.register("a")
+    assert r == ["a"]
+    r.append("b")
+    assert solution.registry() is r
+    assert len(solution.registry()) == 2
+
+
+def test_a_config_the_tests_change_is_the_modules():
+    cfg = solution.config()
+    cfg["debug"] = True
+    assert solution.is_debug()
+
+
+def test_an_objects_own_list():
+    s = solution.Stack()
+    s.items.append(3)
+    assert s.peek() == 3
+    s.push(4)
+    assert s.everything() is s.items
+    assert s.items == [3, 4]
+
+
+def test_a_cached_answer_and_a_fresh_one():
+    assert solution.lookup("k") is solution.lookup("k")
+    solution.lookup("k").append(1)
+    assert solution.lookup("k") == [1]
+    a, b = solution.fresh(), solution.fresh()
+    assert a == b and a is not b
+    a.append(3)
+    assert solution.fresh() == [1, 2]
+"""
+
+
+def test_a_container_the_solution_answers_and_keeps_is_one_object_on_both_sides(
+    tmp_path: Path,
+) -> None:
+    """A list or dict that a call or an attribute answers and the solution's code still holds
+    (a registry, a config, an object's own list, a cache) is shared (shares.py
+    `kept_answer`): the same object each time, and either side's changes reach the other, as
+    in one process; a fresh answer is a fresh copy."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": KEPT_SOLUTION})
+    layout.files("tests", {"test_kept.py": KEPT_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
