@@ -50,7 +50,6 @@ import os
 import socket
 import sys
 import threading
-import types
 import weakref
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
@@ -313,16 +312,9 @@ class Endpoint(
             if kept:
                 reply["sr"] = kept
         self.send_shares(reply, out)
-        # (A module's own containers the tests read are pushed to by trusted.py's
-        # _push_shared, not shared.)
-        if (
-            self.shares_answers
-            and op in shares.ANSWERING_OPS
-            and not isinstance(args[0], types.ModuleType)
-        ):
-            kept = self.kept_answer(value, out)
-            if kept:
-                reply.setdefault("sk", []).extend(kept)
+        kept = self.kept_answer(op, args, value, out)
+        if kept:
+            reply.setdefault("sk", []).extend(kept)
         value = None
         reply["t"] = out.table
         if back:

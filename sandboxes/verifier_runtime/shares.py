@@ -34,6 +34,7 @@ import gc
 import itertools
 import operator
 import sys
+import types
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 codec = _load("codec")
@@ -233,11 +234,19 @@ class Shares:
             roots.extend(x for x in _children(v) if id(x) in numbers)
         return kept
 
-    def kept_answer(self, value, memo):
-        """[[n, handle]] when `value`, an answer of ours encoded into `memo`, is a list, dict
-        or set our code still holds (a module's registry, an object's own list): a share from
-        now on, so the other side gets the same object each time and its changes reach ours."""
-        if type(value) not in SHARED or id(value) in self.share_ids:
+    def kept_answer(self, op, args, value, memo):
+        """[[n, handle]] when `value`, our answer to `op` on `args` encoded into `memo`, is a
+        list, dict or set our code still holds (a module's registry, an object's own list): a
+        share from now on, so the other side gets the same object each time and its changes
+        reach ours. Only the side that `shares_answers` does this; a module's own containers
+        the other side reads are pushed to (trusted.py's _push_shared), not shared here."""
+        if (
+            not self.shares_answers
+            or op not in ANSWERING_OPS
+            or isinstance(args[0], types.ModuleType)
+            or type(value) not in SHARED
+            or id(value) in self.share_ids
+        ):
             return []
         n = memo.ids.get(id(value))
         if n is None or not self._room(value):
