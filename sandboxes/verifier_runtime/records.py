@@ -15,6 +15,9 @@ proxies = _load("proxies")
 mirrors = _load("mirrors")
 AsReference = proxies.AsReference
 RemoteObject = proxies.RemoteObject
+# What only ever travels as a reference: proxies (our copy of the other side's objects),
+# classes, objects the tests hand over as handles.
+REFERENCES = (RemoteObject, type, AsReference)
 _field_name = mirrors._field_name
 _shadows = mirrors._shadows
 
@@ -27,7 +30,7 @@ class Records:
         record (`_record_kind`: a named tuple, dataclass or namespace of the standard library
         or an installed package), its state all in its fields; else None."""
         cls = type(v)
-        if issubclass(cls, (RemoteObject, type, AsReference)):  # proxies, classes: references
+        if issubclass(cls, REFERENCES):
             return None
         facts = self._class_facts(cls)
         record = _record_kind(cls) if facts.get("i") else None

@@ -160,6 +160,7 @@ class Endpoint(
             self.send_shares(msg, memo)
             self.before_request(msg)
             self._tell_used(msg)
+            held = self.before_wait(msg)
             try:
                 self.send(msg)
                 answer = {}
@@ -170,6 +171,8 @@ class Endpoint(
                 raise PeerGone(
                     "the channel to the other process failed: %s" % self.broken
                 ) from None
+            finally:
+                self.after_wait(held)
         if failed:
             raise outcome
         if op == "getattr" and "c" in answer:
@@ -409,6 +412,13 @@ class Endpoint(
         if self.releases:
             msg["rel"], self.releases = self.releases, []
         self.bindings.changed(msg)
+
+    def before_wait(self, msg):
+        """Last word on request `msg` before it is sent; what it returns goes to after_wait,
+        once the answer came (or the channel broke)."""
+
+    def after_wait(self, held):
+        pass
 
     def after_answer(self, msg):
         pass

@@ -51,6 +51,7 @@ def _loader():
 
 _load = _loader().load
 rpc = _load("rpc")
+colocate = _load("colocate")
 
 # Linux Landlock ABI (include/uapi/linux/landlock.h); syscall numbers are the same on x86_64
 # and arm64.
@@ -131,6 +132,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
         self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
         self.descriptors = None  # what is written to fds 1 and 2 here (_Descriptors)
+        self.follower = colocate.Follower()  # on the tests' processor (colocate.py)
 
     def rebuild(self, kind, named, fields, values, ref):
         # A named tuple of the tests (trusted.py describes only plain ones): an instance of a
@@ -178,6 +180,7 @@ class TestedEndpoint(rpc.Endpoint):
 
     def on_request(self, msg):
         super().on_request(msg)
+        self.follower.follow(msg.get("cpu"))
         env = msg.get("env")
         if isinstance(env, dict):
             os.environ.clear()

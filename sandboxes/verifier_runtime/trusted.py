@@ -75,6 +75,8 @@ rpc = _load("rpc")
 access = _load("access")
 sources = _load("sources")
 judging = _load("judging")
+colocate = _load("colocate")
+records = _load("records")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
 # The tested process's user and group: owns nothing the tests rely on. One per verification
@@ -278,6 +280,7 @@ class TrustedEndpoint(rpc.Endpoint):
         # (id(module proxy), name) -> (module proxy, name, the tests' latest copy, snapshot)
         self.shared = {}
         self.pushing = False
+        self.cpu_told = -1  # the processor the tested process was last told we run on
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -371,7 +374,10 @@ class TrustedEndpoint(rpc.Endpoint):
         # marks) stays an opaque handle: never a record, as never a based value below. A
         # runner's named tuple of nothing but its fields is an answer of plain data
         # (capsys.readouterr()'s CaptureResult, doctest's TestResults): it travels as one.
-        if _forbidden(v) and not _plain_named_tuple(type(v), generic=True):
+        # (A reference first: the most common argument, and no record whatever its class.)
+        if issubclass(type(v), records.REFERENCES) or (
+            _forbidden(v) and not _plain_named_tuple(type(v), generic=True)
+        ):
             return None
         # A named tuple the tests made (collections.namedtuple, nothing added) is data: it
         # travels by value, and the tested process makes it an instance of a named tuple class
@@ -385,7 +391,9 @@ class TrustedEndpoint(rpc.Endpoint):
     def based(self, v):
         # A runner's object (pytest's ParameterSet is a tuple of a test's inputs) stays an
         # opaque handle: never its value.
-        return None if _forbidden(v) else super().based(v)
+        if issubclass(type(v), records.REFERENCES) or _forbidden(v):
+            return None
+        return super().based(v)
 
     def _class_facts(self, cls):
         # ... and its class is described without its builtin base (an enum's members aside:
@@ -482,6 +490,17 @@ class TrustedEndpoint(rpc.Endpoint):
     def before_answer(self, reply):
         super().before_answer(reply)
         _grant_handed(self, reply)
+
+    def before_wait(self, msg):
+        # The tested process runs where we do, and we wait for its answer there (colocate.py).
+        cpu = colocate.current()
+        if cpu != self.cpu_told:
+            self.cpu_told = cpu
+            msg["cpu"] = cpu
+        return colocate.hold(cpu)
+
+    def after_wait(self, held):
+        colocate.release(held)
 
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))

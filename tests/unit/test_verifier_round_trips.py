@@ -104,6 +104,26 @@ def draw():
     return random.random()
 
 
+def processors(fn):
+    import os
+
+    return sorted(os.sched_getaffinity(0)), fn()
+
+
+def processors_of_a_child():
+    import os
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, str(len(os.sched_getaffinity(0))).encode())
+        os._exit(0)
+    os.close(w)
+    n = int(os.read(r, 100))
+    os.waitpid(pid, 0)
+    return n
+
+
 def start_drawing():
     import threading
     import time
@@ -118,6 +138,7 @@ def start_drawing():
 
 TESTS = '''
 import itertools
+import os
 import random
 import sys
 
@@ -409,6 +430,16 @@ def test_the_solution_asks_for_the_tests_random_state_only_when_it_moved():
     assert solution.draw() == random.Random(11).random()
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one processor: nothing to share")
+def test_a_call_runs_on_the_processor_of_the_test_that_waits_for_it():
+    mine = os.sched_getaffinity(0)
+    for _ in range(20):
+        theirs, ours_meanwhile = solution.processors(lambda: sorted(os.sched_getaffinity(0)))
+        assert len(theirs) == 1 and theirs == ours_meanwhile and theirs[0] in mine
+        assert os.sched_getaffinity(0) == mine  # held while it waited, free again after
+    assert solution.processors_of_a_child() == len(mine)  # the tested code's children too
+
+
 def test_a_thread_of_the_solution_that_draws_never_asks():
     solution.start_drawing()  # (last: it draws until the tested process ends)
     for i in range(300):
@@ -424,4 +455,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "22 passed" in run.output, run.output
+    assert "23 passed" in run.output, run.output
