@@ -212,14 +212,19 @@ class Endpoint(
         table = msg.get("t") or []
         back = msg.get("u") or []
         synced = msg.get("sy") or []
-        if not all(isinstance(x, list) for x in (table, back, synced)) or not all(
-            isinstance(x, list) and len(x) in (2, 3) for x in synced
+        plain = not (table or back or synced)  # (most answers: a plain value, no change)
+        if not plain and (
+            not all(isinstance(x, list) for x in (table, back, synced))
+            or not all(isinstance(x, list) and len(x) in (2, 3) for x in synced)
         ):
             raise ProtocolError("table")
         memo = codec.Memo(table, records=self)
         memo.shares = self.shares
         if sent is not None:
             memo.originals = sent.objects
+        if plain:
+            self.heard_shares(msg, memo, [], sent)
+            return memo
         try:
             targets = [n for n, _node in back]
             extra = [node for _n, node in back] + [entry[1] for entry in synced]

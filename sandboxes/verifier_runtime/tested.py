@@ -460,6 +460,7 @@ class _Descriptors:
         self._ep = ep
         self._lock = threading.Lock()  # a read and its sending, whole
         self._pipes = {}  # read end -> the descriptor it stands for
+        self._poll = select.poll()
         # Past the tests' side's cap on output (trusted.py OUTPUT_CAP) nothing is sent; the
         # pipes are still read, so a writer never blocks on them.
         self._left = 16 << 20
@@ -469,6 +470,7 @@ class _Descriptors:
             os.close(w)
             os.set_blocking(r, False)
             self._pipes[r] = fd
+            self._poll.register(r, select.POLLIN)
         threading.Thread(target=self._watch, name="rollouts-descriptors", daemon=True).start()
 
     def _watch(self):
@@ -482,12 +484,17 @@ class _Descriptors:
     def drain(self, pipes=None):
         """Sends what the pipes hold now: one read each, which takes all a pipe holds."""
         with self._lock:
-            for r in list(self._pipes) if pipes is None else pipes:
+            if pipes is None:  # (before each message: one system call when nothing came)
+                pipes = [r for r, _ in self._poll.poll(0)]
+            for r in pipes:
+                if r not in self._pipes:  # (closed by the other thread since its select)
+                    continue
                 try:
                     data = os.read(r, 1 << 20)
                 except BlockingIOError:
                     continue
                 if not data:  # every writer closed it (the tested code closed fd 1 or 2)
+                    self._poll.unregister(r)
                     os.close(r)
                     del self._pipes[r]
                     continue

@@ -253,6 +253,7 @@ def _resolvable(module_name, qualname):
 # The runner's own variables: pytest's current test holds a parametrized test's ids, which are
 # its inputs and expected values.
 _RUNNER_VARIABLES = ("PYTEST_", "_PYTEST")
+_RUNNER_BYTES = tuple(v.encode() for v in _RUNNER_VARIABLES)
 
 
 def _tested_environment():
@@ -271,6 +272,7 @@ class TrustedEndpoint(rpc.Endpoint):
         self.warning_registries = {}  # the tested code's modules' __warningregistry__, here
         self.env_sent = None  # the environment the tested process has (endpoint() sets it)
         self.env_seen = None  # ours as last seen (bytes as the OS has them: cheap to copy)
+        self.env_ours = None  # ... less the runner's variables
         self.random_sent = None
         self.reseeded = False  # the tests called random.seed or random.setstate
         self.random_drawn = False  # the tested code drew since it last took our state
@@ -460,14 +462,7 @@ class TrustedEndpoint(rpc.Endpoint):
         _push_shared(self)
         super().before_request(msg)
         _grant_handed(self, msg)
-        raw = getattr(os.environ, "_data", None)
-        seen = dict(raw) if raw is not None else dict(os.environ)
-        if seen != self.env_seen:
-            self.env_seen = seen
-            current = _tested_environment()
-            if current != self.env_sent:  # not when only the runner's variables changed
-                self.env_sent = current
-                msg["env"] = current
+        self._send_environment(msg)
         if self.random_drawn:
             # The tested code draws: where it has our state already, it need not ask ("rk");
             # only then, as it would be answered None. (Comparing states costs a little, so
@@ -476,6 +471,24 @@ class TrustedEndpoint(rpc.Endpoint):
                 msg["rk"] = 1
             else:
                 self.random_drawn = False
+
+    def _send_environment(self, msg):
+        raw, prefixes = getattr(os.environ, "_data", None), _RUNNER_BYTES  # (bytes on POSIX)
+        if raw is None:
+            raw, prefixes = os.environ, _RUNNER_VARIABLES
+        if raw == self.env_seen:
+            return
+        # pytest changes its own variables at each phase of each test: only a change of the
+        # rest (compared as the OS holds them, before any decoding) can change what is sent
+        self.env_seen = dict(raw)
+        ours = {k: v for k, v in raw.items() if not k.startswith(prefixes)}
+        if ours == self.env_ours:
+            return
+        self.env_ours = ours
+        current = _tested_environment()
+        if current != self.env_sent:
+            self.env_sent = current
+            msg["env"] = current
 
     def random_state(self):
         """Our random state for the tested process, or None when it has it already."""
