@@ -80,8 +80,6 @@ _OPERATORS = proxies.OPERATORS
 _qualified = proxies.qualified
 remote_name = proxies.remote_name  # also for the trusted side's module proxies (trusted.py)
 
-CHUNK_MAX = 1024  # items of an iterator in one answer (`_serve_chunk`)
-CHUNK_TABLE = 4096  # ... or fewer, once their composites fill this many table entries
 SAFE_EXCEPTIONS = mirrors.SAFE_EXCEPTIONS
 _record_kind = records._record_kind  # (trusted.py)
 
@@ -90,7 +88,7 @@ class Endpoint(
     references.References,
     mirrors.Mirrors,
     records.Records,
-    readahead.Counting,
+    readahead.ReadAhead,
     based.Based,
     shares.Shares,
 ):
@@ -300,9 +298,9 @@ class Endpoint(
         out.shared = self.share_ids
         try:
             if op == "chunk":
-                self._serve_chunk(args, out, reply)
+                self.serve_chunk(args, out, reply)
             elif op == "peek":
-                self._serve_peek(args, out, reply)
+                self.serve_peek(args, out, reply)
             else:
                 value = self.dispatch(op, args)
                 reply["v"] = self.encode(value, out)
@@ -330,82 +328,6 @@ class Endpoint(
         self.before_answer(reply)
         self._tell_used(reply)
         self.send(reply)
-
-    def _serve_chunk(self, args, out, reply):
-        """Up to n items of an iterator of ours in one answer ("k"), each encoded as it comes
-        (as its own answer would carry it: a list yielded twice, changed between, goes twice),
-        and the exception that ended it ("z", StopIteration included); with `plain`, ending
-        after the first item that holds a reference. The other side asks only while one
-        builtin call of its own consumes the iterator whole (iterators.py); to us it is the
-        same as n requests for `next` in a row."""
-        if len(args) != 4 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
-            raise ProtocolError("chunk")
-        it, plain = args[0], args[2] is True
-        self.check_target(it)
-        if args[3] is True and self._recipe(it, out, reply):
-            return
-        nodes = reply["k"] = []
-        referenced = [False]
-        encoder = self._reference_encoder(out)
-
-        def reference(v):
-            referenced[0] = True
-            return encoder(v)
-
-        for _ in range(args[1]):
-            try:
-                item = next(it)
-            except (PeerGone, ProtocolError):
-                raise
-            except BaseException as e:  # the iterator's end, or its own exception
-                reply["z"] = self.encode_exception(e, out)
-                codec.drain(out, encoder)
-                return
-            nodes.append(codec.encode(item, out, reference))
-            out.ids.clear()  # the next item's composites are its own copies
-            out.described.clear()
-            if len(out.table) > CHUNK_TABLE or (plain and referenced[0]):
-                return
-
-    def _serve_peek(self, args, out, reply):
-        """The next items of an iterator of ours read ahead of a copy ("k", "p"; readahead.py),
-        and StopIteration ("z") where the copy ended; where it may not be read ahead, or its
-        next item is not pure, that one item taken for real, as "next" would answer it."""
-        if len(args) != 3 or type(args[1]) is not int or not 0 < args[1] <= CHUNK_MAX:
-            raise ProtocolError("peek")
-        it = args[0]
-        self.check_target(it)
-        if args[2] is True and self._recipe(it, out, reply):
-            return
-        oid = self.export_ids.get(id(it))
-        copy = readahead.clone(it) if oid is not None and oid not in self.peeked else None
-        if copy is not None:
-            items, ended = readahead.take(copy, args[1])
-            if items:
-                kind = readahead.flat(items)
-                if kind is not None:
-                    reply["k"], reply["f"] = items, kind
-                else:
-                    nodes = reply["k"] = []
-                    for item in items:
-                        nodes.append(codec.encode(item, out, readahead.no_reference))
-                        out.ids.clear()  # each its own copy, as its own answer would carry it
-                        out.described.clear()
-                reply["p"] = 1
-                if ended:
-                    reply["z"] = self.encode_exception(StopIteration(), out)
-                self.peeked[oid] = [it, len(items), ended]
-                return
-        try:
-            item = next(it)
-        except (PeerGone, ProtocolError):
-            raise
-        except BaseException as e:  # the iterator's end, or its own exception
-            reply["k"] = []
-            reply["z"] = self.encode_exception(e, out)
-            codec.drain(out, self._reference_encoder(out))
-            return
-        reply["k"] = [codec.encode(item, out, self._reference_encoder(out))]
 
     def oneway(self, msg):
         if self.broken is None:

@@ -75,7 +75,7 @@ rpc = _load("rpc")
 access = _load("access")
 sources = _load("sources")
 judging = _load("judging")
-colocate = _load("colocate")
+carried = _load("carried")
 records = _load("records")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
@@ -250,18 +250,7 @@ def _resolvable(module_name, qualname):
     return module_name in _PURE_MODULES and "." not in qualname
 
 
-# The runner's own variables: pytest's current test holds a parametrized test's ids, which are
-# its inputs and expected values.
-_RUNNER_VARIABLES = ("PYTEST_", "_PYTEST")
-_RUNNER_BYTES = tuple(v.encode() for v in _RUNNER_VARIABLES)
-
-
-def _tested_environment():
-    """The environment the tested process sees: the tests', less the runner's variables."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(_RUNNER_VARIABLES)}
-
-
-class TrustedEndpoint(rpc.Endpoint):
+class TrustedEndpoint(carried.Carried, rpc.Endpoint):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
 
     def __init__(self, sock, manifest):
@@ -270,19 +259,12 @@ class TrustedEndpoint(rpc.Endpoint):
         self.values = set()  # oids the other side may use: handed over, and never forbidden
         self.output_left = OUTPUT_CAP
         self.warning_registries = {}  # the tested code's modules' __warningregistry__, here
-        self.env_sent = None  # the environment the tested process has (endpoint() sets it)
-        self.env_seen = None  # ours as last seen (bytes as the OS has them: cheap to copy)
-        self.env_ours = None  # ... less the runner's variables
-        self.random_sent = None
-        self.reseeded = False  # the tests called random.seed or random.setstate
-        self.random_drawn = False  # the tested code drew since it last took our state
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
         self.twins = {}
         self.runner_modules = {}  # oid of a proxy of the tested process's runner module -> name
         # (id(module proxy), name) -> (module proxy, name, the tests' latest copy, snapshot)
         self.shared = {}
         self.pushing = False
-        self.cpu_told = -1  # the processor the tested process was last told we run on
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -450,70 +432,17 @@ class TrustedEndpoint(rpc.Endpoint):
             return self.mirror(node)
         return super().class_value(node)
 
-    # ---- the state a test may change around a call -----------------------------------------
-    # One way only: the tested code sees the tests' environment (less the runner's own
-    # variables) and random state as they are at each call, and nothing it does changes ours
-    # (a random state sent back could make the tests draw the same input for ever). The
-    # random state is asked for ("random") by the tested process when its code first draws
-    # after a request of ours: taking it here costs more than the rest of a request, and few
-    # calls draw.
+    # ---- what a request carries (carried.py) and what the tested process hands over ---------
 
     def before_request(self, msg):
         _push_shared(self)
         super().before_request(msg)
         _grant_handed(self, msg)
-        self._send_environment(msg)
-        if self.random_drawn:
-            # The tested code draws: where it has our state already, it need not ask ("rk");
-            # only then, as it would be answered None. (Comparing states costs a little, so
-            # not on requests to code that does not draw.)
-            if random.getstate() == self.random_sent and not self.reseeded:
-                msg["rk"] = 1
-            else:
-                self.random_drawn = False
-
-    def _send_environment(self, msg):
-        raw, prefixes = getattr(os.environ, "_data", None), _RUNNER_BYTES  # (bytes on POSIX)
-        if raw is None:
-            raw, prefixes = os.environ, _RUNNER_VARIABLES
-        if raw == self.env_seen:
-            return
-        # pytest changes its own variables at each phase of each test: only a change of the
-        # rest (compared as the OS holds them, before any decoding) can change what is sent
-        self.env_seen = dict(raw)
-        ours = {k: v for k, v in raw.items() if not k.startswith(prefixes)}
-        if ours == self.env_ours:
-            return
-        self.env_ours = ours
-        current = _tested_environment()
-        if current != self.env_sent:
-            self.env_sent = current
-            msg["env"] = current
-
-    def random_state(self):
-        """Our random state for the tested process, or None when it has it already."""
-        self.random_drawn = True
-        state = random.getstate()
-        if state == self.random_sent and not self.reseeded:
-            return None
-        self.random_sent = state
-        self.reseeded = False
-        return _random_state(state)
+        self.carry(msg)
 
     def before_answer(self, reply):
         super().before_answer(reply)
         _grant_handed(self, reply)
-
-    def before_wait(self, msg):
-        # The tested process runs where we do, and we wait for its answer there (colocate.py).
-        cpu = colocate.current()
-        if cpu != self.cpu_told:
-            self.cpu_told = cpu
-            msg["cpu"] = cpu
-        return colocate.hold(cpu)
-
-    def after_wait(self, held):
-        colocate.release(held)
 
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))
@@ -695,11 +624,6 @@ _NUMBER_OPS = frozenset(
     ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
 )
 _TWINS_KEPT = 4096
-
-
-def _random_state(state):
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
 
 
 # ---- the guard's report ------------------------------------------------------------------------
@@ -941,7 +865,7 @@ def endpoint():
     manifest = _manifest()
     _not_dumpable()
     ours, theirs = socket.socketpair()
-    ep_env = _tested_environment()
+    ep_env = carried.tested_environment()
     proc, uid = _spawn(
         _tested_argv("serve", str(theirs.fileno())),
         pass_fds=(theirs.fileno(),),
@@ -1261,7 +1185,7 @@ def run_main(name):
             access.grant(path, TESTED_UID, roots, since)
     _not_dumpable()
     argv = _tested_argv("main", json.dumps(setup), _program(name, app, workspace), *args)
-    proc, uid = _spawn(argv, env=_tested_environment())
+    proc, uid = _spawn(argv, env=carried.tested_environment())
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()
     if uid is not None:

@@ -1,0 +1,93 @@
+"""What each request of the tests carries besides its arguments (the trusted side): their
+environment, their random state and the processor they wait on.
+
+One way only: the tested code sees the tests' environment (less the runner's own variables)
+and random state as they are at each call, and nothing it does changes ours (a random state
+sent back could make the tests draw the same input for ever). The random state is asked for
+("random") by the tested process when its code first draws after a request of ours: taking it
+costs more than the rest of a request, and few calls draw. The processor: colocate.py.
+
+Standard library only, Python >= 3.8.
+"""
+
+import os
+import random
+import sys
+
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
+colocate = _load("colocate")
+
+# The runner's own variables: pytest's current test holds a parametrized test's ids, which are
+# its inputs and expected values.
+_RUNNER_VARIABLES = ("PYTEST_", "_PYTEST")
+_RUNNER_BYTES = tuple(v.encode() for v in _RUNNER_VARIABLES)
+
+
+def tested_environment():
+    """The environment the tested process sees: the tests', less the runner's variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_RUNNER_VARIABLES)}
+
+
+class Carried:
+    """The trusted endpoint's part (trusted.py): what it last sent of each."""
+
+    env_sent = None  # the environment the tested process has (trusted.py's endpoint() sets it)
+    env_seen = None  # ours as last seen (bytes as the OS holds them: cheap to copy)
+    env_ours = None  # ... less the runner's variables
+    random_sent = None
+    reseeded = False  # the tests called random.seed or random.setstate
+    random_drawn = False  # the tested code drew since it last took our state
+    cpu_told = -1  # the processor the tested process was last told we run on
+
+    def carry(self, msg):
+        """Into request `msg`: our environment where it changed, and whether the tested code
+        has our random state already ("rk")."""
+        self._send_environment(msg)
+        if self.random_drawn:
+            # The tested code draws: where it has our state already, it need not ask ("rk");
+            # only then, as it would be answered None. (Comparing states costs a little, so
+            # not on requests to code that does not draw.)
+            if random.getstate() == self.random_sent and not self.reseeded:
+                msg["rk"] = 1
+            else:
+                self.random_drawn = False
+
+    def _send_environment(self, msg):
+        raw, prefixes = getattr(os.environ, "_data", None), _RUNNER_BYTES  # (bytes on POSIX)
+        if raw is None:
+            raw, prefixes = os.environ, _RUNNER_VARIABLES
+        if raw == self.env_seen:
+            return
+        # pytest changes its own variables at each phase of each test: only a change of the
+        # rest (compared as the OS holds them, before any decoding) can change what is sent
+        self.env_seen = dict(raw)
+        ours = {k: v for k, v in raw.items() if not k.startswith(prefixes)}
+        if ours == self.env_ours:
+            return
+        self.env_ours = ours
+        current = tested_environment()
+        if current != self.env_sent:
+            self.env_sent = current
+            msg["env"] = current
+
+    def random_state(self):
+        """Our random state for the tested process, or None when it has it already."""
+        self.random_drawn = True
+        state = random.getstate()
+        if state == self.random_sent and not self.reseeded:
+            return None
+        self.random_sent = state
+        self.reseeded = False
+        version, internal, gauss = state
+        return [version, list(internal), gauss]
+
+    def before_wait(self, msg):
+        # The tested process runs where we do, and we wait for its answer there (colocate.py).
+        cpu = colocate.current()
+        if cpu != self.cpu_told:
+            self.cpu_told = cpu
+            msg["cpu"] = cpu
+        return colocate.hold(cpu)
+
+    def after_wait(self, held):
+        colocate.release(held)
