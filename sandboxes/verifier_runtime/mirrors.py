@@ -325,7 +325,9 @@ _DERIVED = frozenset({("datetime", "tzinfo")})
 def _forwarded(base):
     def forward(name):
         def method(self, *args, **kwargs):
-            return self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
+            ep = self._rollouts_ep
+            call = ep.method_call(self, name)  # (called at once: this is its call)
+            return (call or ep.request("getattr", self, name))(*args, **kwargs)
 
         method.__name__ = method.__qualname__ = name
         return method

@@ -143,7 +143,9 @@ class RemoteObject:
     def __getattr__(self, name):
         if not remote_name(name):
             raise AttributeError(name)
-        return self._rollouts_ep.request("getattr", self, name)
+        ep = self._rollouts_ep
+        call = ep.method_call(self, name, sys._getframe(1))
+        return call if call is not None else ep.request("getattr", self, name)
 
     def __setattr__(self, name, value):
         if name.startswith("__") or name.startswith("_rollouts_"):

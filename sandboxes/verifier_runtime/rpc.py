@@ -84,6 +84,16 @@ SAFE_EXCEPTIONS = mirrors.SAFE_EXCEPTIONS
 _record_kind = records._record_kind  # (trusted.py)
 
 
+class NotCalled:
+    """The answer to "callattr" where the attribute is not a function or method: it goes back
+    as a getattr's answer, flagged ("g"), and the asking side calls what it gets (methods.py)."""
+
+    __slots__ = ("attribute",)
+
+    def __init__(self, attribute):
+        self.attribute = attribute
+
+
 class Endpoint(
     references.References,
     mirrors.Mirrors,
@@ -175,6 +185,8 @@ class Endpoint(
             raise outcome
         if op == "getattr" and "c" in answer:
             self.bindings.keep(args[0], args[1], outcome)
+        if op == "callattr" and "g" in answer:  # the attribute, not called there (methods.py)
+            return outcome(*args[2], **dict(args[3]))
         return outcome
 
     def _wait(self, q, sent, answer):
@@ -189,8 +201,7 @@ class Endpoint(
                 self._advance_used(msg.get("ra"))
                 self.after_answer(msg)
                 memo = self._built(msg, sent)
-                if "c" in msg:
-                    answer["c"] = 1
+                answer.update((flag, 1) for flag in ("c", "g") if flag in msg)
                 if "e" in msg:
                     return True, self.decode_exception(msg["e"], memo)
                 if "k" in msg:
@@ -303,6 +314,8 @@ class Endpoint(
                 self.serve_peek(args, out, reply)
             else:
                 value = self.dispatch(op, args)
+                if type(value) is NotCalled:
+                    value, reply["g"] = value.attribute, 1
                 reply["v"] = self.encode(value, out)
                 if op == "getattr" and self.bindings.watch(args, self.export_ids):
                     reply["c"] = 1
@@ -328,6 +341,12 @@ class Endpoint(
         self.before_answer(reply)
         self._tell_used(reply)
         self.send(reply)
+
+    def method_call(self, proxy, name, frame=None):
+        """What our proxy's attribute `name`, read at `frame`'s instruction (None: called at
+        once for certain), stands for where the read and the call may go as one request
+        (methods.py); None: ask for the attribute."""
+        return None
 
     def oneway(self, msg):
         if self.broken is None:

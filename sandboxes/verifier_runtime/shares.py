@@ -49,9 +49,9 @@ _WALKED = (list, tuple, dict, set, frozenset)
 MAX_SHARES = 256
 MAX_SHARED_ITEMS = 1 << 14
 # Requests whose arguments the callee's code may keep.
-KEEPING_OPS = frozenset(("call", "setattr", "op", "mutate"))
+KEEPING_OPS = frozenset(("call", "callattr", "setattr", "op", "mutate"))
 # Requests whose answer may be a container the callee's code keeps (Shares.kept_answer).
-ANSWERING_OPS = frozenset(("call", "getattr", "op"))
+ANSWERING_OPS = frozenset(("call", "callattr", "getattr", "op"))
 
 
 def _children(v):

@@ -223,6 +223,12 @@ class TestedEndpoint(rpc.Endpoint):
             self.landlock = confine(self.workspace)
             self.descriptors = _Descriptors(self)  # (its thread after confine: one thread there)
             return {"landlock": self.landlock, "uid": os.getuid()}
+        if op == "callattr":  # `obj.name(...)` of the tests in one request (methods.py)
+            obj, name, pos, kw = args
+            attribute = self.dispatch("getattr", [obj, name])
+            if not isinstance(attribute, (types.MethodType, types.FunctionType)):
+                return rpc.NotCalled(attribute)
+            return self.dispatch("call", [attribute, pos, kw])
         if op == "import":
             if self.workspace is None:
                 raise rpc.ProtocolError("import before hello")

@@ -104,6 +104,32 @@ def draw():
     return random.random()
 
 
+class Box:
+    factory = __import__("collections").OrderedDict  # a class: the tests' own one comes back
+
+    def __init__(self):
+        self.n = 0
+        self.sink = None
+        self.handler = lambda k: k * 10  # a function of the object's own, not its class's
+
+    def bump(self, by=1):
+        self.n += by
+        return self.n
+
+    def attach(self, sink):
+        self.sink = sink
+
+    def add(self, item):
+        self.sink.append(item)
+
+    def fail(self):
+        raise KeyError("inside")
+
+    @property
+    def doubler(self):
+        return lambda k: 2 * k
+
+
 def processors(fn):
     import os
 
@@ -137,6 +163,7 @@ def start_drawing():
 """
 
 TESTS = '''
+import collections
 import itertools
 import os
 import random
@@ -430,6 +457,42 @@ def test_the_solution_asks_for_the_tests_random_state_only_when_it_moved():
     assert solution.draw() == random.Random(11).random()
 
 
+LIMIT = 3
+
+
+def test_a_method_called_at_once_is_one_exchange_and_the_same_call():
+    box = solution.Box()
+    before = requests()
+    for i in range(50):
+        assert box.bump() == i + 1
+    assert box.bump(by=LIMIT) == 53 and box.bump(LIMIT, ) == 56
+    assert requests() - before == 52  # 104 before: a getattr, then the call
+    assert box.handler(4) == 40 and box.doubler(4) == 8  # (its own function; a property's)
+    made = box.factory()
+    assert type(made) is collections.OrderedDict  # the attribute, called here as before
+    with pytest.raises(AttributeError):
+        box.missing()
+    with pytest.raises(KeyError, match="inside"):
+        box.fail()
+    items = []
+    box.attach(items)  # an argument the method keeps is shared, as a call's is
+    box.add(1)
+    box.add(2)
+    assert items == [1, 2] and box.sink is items
+
+
+def test_a_method_read_apart_from_its_call_is_read_first():
+    box = solution.Box()
+    bump = box.bump
+    before = requests()
+    assert bump() == 1 and requests() - before == 1  # the getattr went before, at its read
+    assert box.bump(box.bump()) == 4  # (the outer read goes first, then the inner call)
+    assert getattr(box, "bump")() == 5
+    with pytest.raises(AssertionError) as failed:
+        assert box.bump() == -1  # a failure's message shows the method, as pytest's would
+    assert "bound method Box.bump of" in str(failed.value)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one processor: nothing to share")
 def test_a_call_runs_on_the_processor_of_the_test_that_waits_for_it():
     mine = os.sched_getaffinity(0)
@@ -455,4 +518,4 @@ def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) ->
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    assert "23 passed" in run.output, run.output
+    assert "25 passed" in run.output, run.output
