@@ -60,52 +60,72 @@ def called_at_once(frame, name):
 def _scan(code, offset, name):
     """The instructions after the read at `offset`, run on a stack of what they push, up to
     the first call: None unless that call calls what the read gave."""
-    instrs = list(dis.get_instructions(code))
-    at = next(n for n, i in enumerate(instrs) if i.offset == offset)
-    read = instrs[at]
-    if read.argval != name:
+    instrs = _forward(code, offset)
+    op, arg = next(instrs)
+    if _name(code, op, arg) != name:
         return None
-    if read.opname == "LOAD_METHOD" or (_NEW_ATTR and read.opname == "LOAD_ATTR" and read.arg & 1):
+    if op == "LOAD_METHOD" or (_NEW_ATTR and op == "LOAD_ATTR" and arg & 1):
         stack = [_NULL, _IT]  # a method load: the callable and its "self" slot
-    elif read.opname == "LOAD_ATTR":
+    elif op == "LOAD_ATTR":
         stack = [_IT]
     else:
         return None
     temporaries, globals_read = {}, False
-    for ins in instrs[at + 1 :]:
-        op, arg = ins.opname, ins.argval
-        if ins.is_jump_target:
-            return None
+    names = code.co_varnames
+    for op, arg in instrs:
         if op in _PLAIN:
             continue
         if op in _LOADS:
             stack.append(_OTHER)
         elif op in _LOCALS:
-            stack.append(temporaries.get(arg, _OTHER))
+            stack.append(temporaries.get(names[arg], _OTHER))
         elif op == "LOAD_FAST_LOAD_FAST":  # 3.13: two loads in one
-            stack.extend(temporaries.get(n, _OTHER) for n in arg)
+            stack.append(temporaries.get(names[arg >> 4], _OTHER))
+            stack.append(temporaries.get(names[arg & 15], _OTHER))
         elif op == "LOAD_GLOBAL":
             globals_read = True
-            if _NULL_GLOBAL and ins.arg & 1:
+            if _NULL_GLOBAL and arg & 1:
                 stack.append(_NULL)
             stack.append(_OTHER)
         elif op == "PUSH_NULL":
             stack.append(_NULL)
-        elif op == "STORE_FAST" and str(arg).startswith(_TEMPORARY):
-            temporaries[arg] = stack.pop()
-        elif op == "STORE_FAST_LOAD_FAST" and str(arg[0]).startswith(_TEMPORARY):  # 3.13
-            temporaries[arg[0]] = stack.pop()
-            stack.append(temporaries.get(arg[1], _OTHER))
+        elif op == "STORE_FAST" and names[arg].startswith(_TEMPORARY):
+            temporaries[names[arg]] = stack.pop()
+        elif op == "STORE_FAST_LOAD_FAST" and names[arg >> 4].startswith(_TEMPORARY):  # 3.13
+            temporaries[names[arg >> 4]] = stack.pop()
+            stack.append(temporaries.get(names[arg & 15], _OTHER))
         elif op in _CALLS:
-            top = len(stack) - ins.arg - _CALLS[op]
+            top = len(stack) - arg - _CALLS[op]
             below = stack[top - 2 : top] if top >= 2 else []
             return globals_read if sorted(below) == [_IT, _NULL] else None
         elif op in _PLAIN_CALLS:
-            top = len(stack) - ins.arg - _PLAIN_CALLS[op]
+            top = len(stack) - arg - _PLAIN_CALLS[op]
             return globals_read if top >= 1 and stack[top - 1] is _IT else None
         else:
             return None
     return None
+
+
+def _forward(code, offset):
+    """(name, argument) of each instruction from `offset` on, as the interpreter reads them
+    (the bytes themselves: disassembling a whole test function costs more than the calls it
+    saves); inline caches skipped."""
+    raw, extended = code.co_code, 0
+    for at in range(offset, len(raw), 2):
+        op, arg = dis.opname[raw[at]], raw[at + 1] | extended
+        if op == "EXTENDED_ARG":
+            extended = arg << 8
+            continue
+        extended = 0
+        if op != "CACHE":
+            yield op, arg
+
+
+def _name(code, op, arg):
+    """The attribute name an attribute or method load reads."""
+    if op == "LOAD_ATTR" and _NEW_ATTR:
+        arg >>= 1
+    return code.co_names[arg] if op in ("LOAD_ATTR", "LOAD_METHOD") else None
 
 
 class MethodCall:
