@@ -6,12 +6,14 @@ every hand-off wakes a sleeping processor, which on a virtual machine is an exit
 a Python ping-pong over a socket pair costs about 50 us there on two processors against 4 us
 on one (the development machine), and a call is two hand-offs. So:
 
-- the tested process runs on the processor the tests' process last said it runs on (`follow`);
 - the tests' thread that waits for an answer is held on its processor while it waits
-  (`hold`, then `release`), so the answer wakes it where the tested process runs; between
-  calls it may move as before (the tested process follows with the next request), and what
-  it starts then gets its own processors;
-- a child the tested code forks gets the tested process's processors back (`follow`).
+  (`hold`, then `release`), and the request says which processor that is when it changed;
+- the tested process sleeps held on that processor (`Follower`), so a request wakes it there
+  and its answer wakes the tests' thread there; while it runs code (the tests' request, or
+  its own waiting for an answer ended) it has all its processors, so the threads and
+  processes the tested code starts get them all;
+- between calls the tests' thread has its processors and may move (the tested process
+  follows with the next request); what the tests start then gets them all.
 
 Only speed rests on this: where the processor cannot be read or set (another C library,
 gVisor's own scheduler, a processor outside the set allowed), nothing is held.
@@ -60,26 +62,31 @@ def release(allowed):
 
 
 class Follower:
-    """The tested process's side: run on the processor the tests' process says it runs on."""
+    """The tested process's side: it sleeps on the channel where the tests' process last said
+    it runs (so a request wakes it there), and runs code with all its processors (threads and
+    processes the tested code starts get them all, as in one process)."""
 
     def __init__(self):
         self.allowed = os.sched_getaffinity(0) if _AFFINITY else None
-        self.cpu = -1
-        if self.allowed is not None and len(self.allowed) > 1:
-            os.register_at_fork(after_in_child=self._unpin)
+        self.cpu = -1  # where the tests' process runs, as last told
+        self.held = -1  # where this thread is held now
 
-    def follow(self, cpu):
-        if type(cpu) is not int or cpu == self.cpu or self.allowed is None:
-            return
-        if cpu not in self.allowed:
-            return
-        try:
-            os.sched_setaffinity(0, (cpu,))
-        except OSError:
-            return
-        self.cpu = cpu
+    def told(self, cpu):
+        allowed = self.allowed
+        if type(cpu) is int and allowed is not None and len(allowed) > 1 and cpu in allowed:
+            self.cpu = cpu
 
-    def _unpin(self):
-        if self.cpu >= 0:
+    def wait(self):
+        """Before this thread sleeps on the channel (an answer sent, or a request of its own)."""
+        if self.cpu >= 0 and self.held != self.cpu:
+            try:
+                os.sched_setaffinity(0, (self.cpu,))
+            except OSError:
+                return
+            self.held = self.cpu
+
+    def run(self):
+        """Before code runs (a request came, or the answer to one of its own)."""
+        if self.held >= 0:
             release(self.allowed)
-            self.cpu = -1
+            self.held = -1

@@ -132,7 +132,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
         self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
         self.descriptors = None  # what is written to fds 1 and 2 here (_Descriptors)
-        self.follower = colocate.Follower()  # on the tests' processor (colocate.py)
+        self.follower = colocate.Follower()  # sleeps on the tests' processor (colocate.py)
 
     def rebuild(self, kind, named, fields, values, ref):
         # A named tuple of the tests (trusted.py describes only plain ones): an instance of a
@@ -180,7 +180,8 @@ class TestedEndpoint(rpc.Endpoint):
 
     def on_request(self, msg):
         super().on_request(msg)
-        self.follower.follow(msg.get("cpu"))
+        self.follower.told(msg.get("cpu"))
+        self.follower.run()
         env = msg.get("env")
         if isinstance(env, dict):
             os.environ.clear()
@@ -205,6 +206,13 @@ class TestedEndpoint(rpc.Endpoint):
         if self.descriptors is not None:
             self.descriptors.drain()
         super().before_answer(reply)
+        self.follower.wait()  # (this thread sleeps on the channel next: colocate.py)
+
+    def before_wait(self, msg):
+        self.follower.wait()
+
+    def after_wait(self, held):
+        self.follower.run()
 
     def may_ask(self):
         """Whether the tested code's thread may make a request now: the main thread, inside a

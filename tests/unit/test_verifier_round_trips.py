@@ -133,11 +133,12 @@ class Box:
 def processors(fn):
     import os
 
-    return sorted(os.sched_getaffinity(0)), fn()
+    return len(os.sched_getaffinity(0)), fn(os.getpid())
 
 
-def processors_of_a_child():
+def processors_of_a_child_and_a_thread():
     import os
+    import threading
 
     r, w = os.pipe()
     pid = os.fork()
@@ -147,7 +148,11 @@ def processors_of_a_child():
     os.close(w)
     n = int(os.read(r, 100))
     os.waitpid(pid, 0)
-    return n
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(len(os.sched_getaffinity(0))))
+    thread.start()
+    thread.join()
+    return n, seen[0]
 
 
 def start_drawing():
@@ -494,13 +499,18 @@ def test_a_method_read_apart_from_its_call_is_read_first():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one processor: nothing to share")
-def test_a_call_runs_on_the_processor_of_the_test_that_waits_for_it():
+def test_a_call_waits_on_one_processor_and_runs_on_all():
     mine = os.sched_getaffinity(0)
+
+    def meanwhile(pid):  # (a callback: the tested process waits for its answer)
+        return sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(pid))
+
     for _ in range(20):
-        theirs, ours_meanwhile = solution.processors(lambda: sorted(os.sched_getaffinity(0)))
-        assert len(theirs) == 1 and theirs == ours_meanwhile and theirs[0] in mine
+        running, (ours, theirs_waiting) = solution.processors(meanwhile)
+        assert running == len(mine)  # the tested code runs with all its processors
+        assert len(ours) == 1 and theirs_waiting == ours and ours[0] in mine  # both wait there
         assert os.sched_getaffinity(0) == mine  # held while it waited, free again after
-    assert solution.processors_of_a_child() == len(mine)  # the tested code's children too
+    assert solution.processors_of_a_child_and_a_thread() == (len(mine), len(mine))
 
 
 def test_a_thread_of_the_solution_that_draws_never_asks():
