@@ -224,6 +224,49 @@ async def test_the_tested_code_runs_as_another_user_and_reaches_nothing(
     assert set(seen.values()) <= {13, 1}, seen  # EACCES, EPERM: nothing written, opened, sent
 
 
+_WAITS = b"""
+import os
+
+
+def fn(callback):
+    return len(os.sched_getaffinity(0)), callback(os.getpid())
+"""
+_WAITS_TESTS = b"""
+import os
+
+from solution import fn
+
+
+def test_a_call_waits_on_one_processor_and_runs_on_all():
+    mine = os.sched_getaffinity(0)
+
+    def meanwhile(pid):
+        return sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(pid))
+
+    running, (ours, theirs) = fn(meanwhile)
+    assert running == len(mine)
+    if HELD and len(mine) > 1:  # (one processor: nothing to share)
+        assert len(ours) == 1 and theirs == ours
+    else:
+        assert ours == theirs == sorted(mine)
+    assert os.sched_getaffinity(0) == mine
+"""
+
+
+@both_runtimes
+async def test_both_sides_of_a_call_wait_on_one_processor(
+    runtime, backend, example_task, run_labels
+):
+    """In the verifier container too (its seccomp profile, the tested user), the tests' thread
+    and the tested process wait for each other on one processor, and the tested code runs
+    with all of them (verifier_runtime/colocate.py). Not under gVisor, where holding costs
+    more than it saves."""
+    tests = b"HELD = %r\n" % (runtime == "runc") + _WAITS_TESTS
+    task = replace(example_task, test_files={**example_task.test_files, "test_solution.py": tests})
+    result = await backend.verify(task, build_tar({"solution.py": _WAITS}), run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
+
+
 async def test_a_task_conftest_runs_beside_the_guard(backend, example_task, run_labels):
     """The task's own conftest.py (its fixtures, its hooks, even pytest_sessionfinish) runs
     beside the pytest guard without replacing the guard's hooks: a correct solution scores 1
