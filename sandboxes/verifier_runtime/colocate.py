@@ -37,18 +37,18 @@ def _gvisor():
         return False
 
 
+_AFFINITY = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
 try:
-    _getcpu = None if _gvisor() else ctypes.CDLL(None, use_errno=True).sched_getcpu
+    _getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    if _gvisor() or not _AFFINITY:
+        _getcpu = None
 except (OSError, AttributeError):  # a C library without it
     _getcpu = None
-_AFFINITY = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
 
 
 def current():
     """The processor this thread runs on now, or -1 where it cannot be read."""
-    if _getcpu is None or not _AFFINITY:
-        return -1
-    return _getcpu()
+    return -1 if _getcpu is None else _getcpu()
 
 
 def hold(cpu):
@@ -76,30 +76,24 @@ def release(allowed):
 
 class Follower:
     """The tested process's side: it sleeps on the channel where the tests' process last said
-    it runs (so a request wakes it there), and runs code with all its processors (threads and
-    processes the tested code starts get them all, as in one process)."""
+    it runs (so a request wakes it there), and runs code with the processors it had (threads
+    and processes the tested code starts get them all, as in one process; a set the tested
+    code chose for itself stays its own)."""
 
     def __init__(self):
-        self.allowed = os.sched_getaffinity(0) if _AFFINITY else None
         self.cpu = -1  # where the tests' process runs, as last told
-        self.held = -1  # where this thread is held now
+        self.held = None  # this thread's processors while it is held (`hold`)
 
     def told(self, cpu):
-        allowed = self.allowed
-        if type(cpu) is int and allowed is not None and len(allowed) > 1 and cpu in allowed:
+        if type(cpu) is int:
             self.cpu = cpu
 
     def wait(self):
         """Before this thread sleeps on the channel (an answer sent, or a request of its own)."""
-        if self.cpu >= 0 and self.held != self.cpu:
-            try:
-                os.sched_setaffinity(0, (self.cpu,))
-            except OSError:
-                return
-            self.held = self.cpu
+        if self.held is None:
+            self.held = hold(self.cpu)
 
     def run(self):
         """Before code runs (a request came, or the answer to one of its own)."""
-        if self.held >= 0:
-            release(self.allowed)
-            self.held = -1
+        release(self.held)
+        self.held = None
