@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -69,14 +70,22 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
                 "p50": round(percentile(values, 50), 3),
                 "p95": round(percentile(values, 95), 3),
             }
-    results.add_figure(
-        "sandbox_vs_floor", ratio(best, "floor"), target="≥ 0.5", higher_is_better=True
-    )
+    # The targets are issue 37's: at least 1.2x cold at every level, at least 0.9 of the bound,
+    # gVisor at least half of runc.
+    results.add_figure("sandbox_vs_floor", ratio(best, "floor"))
+    bound = _vs_bound(runs, best)
+    if bound is not None:
+        results.add_figure("sandbox_vs_bound", bound, target="≥ 0.9", higher_is_better=True)
     if "ours_runsc" in runs.rounds:
         # What gVisor's kernel boundary costs: ours under runsc over ours under runc.
-        results.add_figure("sandbox_runsc_vs_runc", ratio(best, "ours", "ours_runsc"))
-    results.add_figure("sandbox_vs_cold", vs_cold[best], target="≥ 1.5", higher_is_better=True)
-    results.add_figure("sandbox_vs_cold_min", vs_cold[worst], target="≥ 1", higher_is_better=True)
+        results.add_figure(
+            "sandbox_runsc_vs_runc",
+            ratio(best, "ours", "ours_runsc"),
+            target="≥ 0.5",
+            higher_is_better=True,
+        )
+    results.add_figure("sandbox_vs_cold", vs_cold[best])
+    results.add_figure("sandbox_vs_cold_min", vs_cold[worst], target="≥ 1.2", higher_is_better=True)
     cpu = _cpu_per_trial(runs)
     ours = [r for rounds in runs.rounds["ours"].values() for r in rounds]
     trials = sum(r.trials for r in ours)
@@ -121,6 +130,21 @@ def sandbox_section(results: Results, tasks_path: str, sizes: Sizes, quick: bool
             },
         },
     }
+
+
+def _vs_bound(runs: Any, best: int) -> Figure | None:
+    """Ours / floor over the bound of any design that keeps a fresh agent container and a fresh
+    verifier container per trial: at saturation (throughput = cores / CPU per trial) that is
+    work / (work + 2 lifecycles), from this run's floor CPU per trial (per repeat, at ours'
+    best level) and the bare lifecycle's CPU (median). None where CPU was not measured."""
+    if runs.cpu_unavailable or not runs.lifecycle_cpu:
+        return None
+    lifecycle = statistics.median(runs.lifecycle_cpu)
+    out = []
+    for o, f in zip(runs.rounds["ours"][best], runs.rounds["floor"][best], strict=True):
+        work = f.cpu.total_s / f.trials
+        out.append((o.per_min / f.per_min) / (work / (work + 2 * lifecycle)))
+    return figure(out)
 
 
 def _pooled_stages(by_c: dict[int, list[Any]]) -> dict[str, list[float]]:

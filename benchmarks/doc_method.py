@@ -61,9 +61,10 @@ def method_sections() -> list[str]:
         "verifications: the task's `solution/solve.sh`, then its tests in a fresh container;",
         "every trial must reach reward 1.0 or the benchmark fails. The bundled tasks run at",
         f"concurrency {', '.join(map(str, FULL.levels))} (full mode: {FULL.sandbox_tasks}",
-        "tasks a round). Three systems run on the same image with the same isolation flags,",
-        "their rounds interleaved within each repeat, and each first gets the same unmeasured",
-        "warm-up round:",
+        "tasks, taken in turn, at least twice as many trials a round as its concurrency, so",
+        "that every level fills). Three systems run on the same image with the same",
+        "isolation flags, their rounds interleaved within each repeat, and each first gets the",
+        "same unmeasured warm-up round:",
     ))  # fmt: skip
     add("\n".join([
         item("*ours*: `run_oracle` through `DockerBackend`, with a warm pool of one agent and",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.doc_text import item, median_of, para, target_value, text_of, wave_count
+from benchmarks.doc_text import NOT_RUN, item, median_of, para, target_value, text_of, wave_count
 from benchmarks.results_tables import fig_text
 
 
@@ -24,16 +24,15 @@ def targets_section(r: dict[str, Any]) -> list[str]:
     add("## Where a target is not met, and what it would take")
     if not missed:
         add("Every target is met in the committed run.")
-    sandbox_missed = {"sandbox_vs_floor", "sandbox_vs_cold", "sandbox_vs_cold_min"} & set(missed)
+    sandbox_missed = {"sandbox_vs_bound", "sandbox_vs_cold_min"} & set(missed)
     if sandbox_missed and tpm:
         add("### Sandbox throughput: ours vs floor and vs cold")
-        figs = r["figures"]
         add(para(
-            f"Ours / floor {text_of(r, 'sandbox_vs_floor')} (target",
-            f"{figs['sandbox_vs_floor']['target']}), ours / cold {text_of(r, 'sandbox_vs_cold')}",
-            f"at the best concurrency (target {figs['sandbox_vs_cold']['target']}) and",
-            f"{text_of(r, 'sandbox_vs_cold_min')} at the worst",
-            f"(target {figs.get('sandbox_vs_cold_min', {}).get('target')}).",
+            f"Ours / floor {text_of(r, 'sandbox_vs_floor')} at the best concurrency, which is",
+            f"{text_of(r, 'sandbox_vs_bound')} of the two-lifecycle bound below (target",
+            f"{_target(r, 'sandbox_vs_bound')}); ours / cold {text_of(r, 'sandbox_vs_cold')}",
+            f"at the best concurrency and {text_of(r, 'sandbox_vs_cold_min')} at the worst",
+            f"(target {_target(r, 'sandbox_vs_cold_min')} at every concurrency).",
         ))  # fmt: skip
         ops, engine = sb.get("engine_ops_s"), sb.get("engine")
         where = (
@@ -202,6 +201,10 @@ def targets_section(r: dict[str, Any]) -> list[str]:
     return blocks
 
 
+def _target(r: dict[str, Any], key: str) -> str:
+    return r["figures"].get(key, {}).get("target") or NOT_RUN
+
+
 def _lifecycle_bound(
     r: dict[str, Any],
     lifecycle: dict[str, Any],
@@ -210,36 +213,36 @@ def _lifecycle_bound(
     f: dict[str, Any],
 ) -> str:
     """What two bare container lifecycles per trial leave reachable against floor and cold, at
-    saturation (throughput = cores / CPU per trial), from the CPU figures of one concurrency."""
+    saturation (throughput = cores / CPU per trial), from the CPU figures of one concurrency,
+    and what ours would have to spend to meet the targets there."""
     lc, fl, co, ours = (x["median"] for x in (lifecycle, f["total"], c["total"], o["total"]))
     least = fl + 2 * lc  # the work plus two lifecycles, nothing else
     vs_floor, vs_cold = fl / least, co / least
-    floor_target = r["figures"]["sandbox_vs_floor"]["target"]
-    # fl / (fl + 2 lc) >= t  <=>  lc <= fl (1/t - 1) / 2
-    lc_needed = fl * (1 / target_value(r, "sandbox_vs_floor") - 1) / 2
-    beyond = [
-        f"ours / {name} {r['figures'][key]['target']}"
-        for name, key, bound in (("floor", "sandbox_vs_floor", vs_floor),
-                                 ("cold", "sandbox_vs_cold", vs_cold))
-        if bound < target_value(r, key)
-    ]  # fmt: skip
-    verdict = (
-        f"so {' and '.join(beyond)} {'is' if len(beyond) == 1 else 'are'} out of reach for any "
-        "design that keeps both fresh containers on this engine (ours / floor "
-        f"{floor_target} needs a lifecycle of at most {lc_needed:.2f} CPU-seconds, the work "
-        f"costing {fl:.2f}): that is the engine's "
-        "configuration (runtime, storage driver), not the project's code"
-        if beyond
-        else "so both targets are within this design's reach: what stands between is what ours "
-        "spends besides the work and the two lifecycles"
+    needs = []
+    if "sandbox_vs_bound" in r["figures"]:
+        most = least / target_value(r, "sandbox_vs_bound")
+        needs.append(f"{_target(r, 'sandbox_vs_bound')} of the bound needs at most {most:.3f}")
+    if r["figures"].get("sandbox_vs_cold_min", {}).get("target"):
+        most = co / target_value(r, "sandbox_vs_cold_min")
+        needs.append(f"ours / cold {_target(r, 'sandbox_vs_cold_min')} at most {most:.3f}")
+    cold_verdict = (
+        f"ours / cold {_target(r, 'sandbox_vs_cold_min')} is out of reach for any design that "
+        "keeps both fresh containers on this engine: that is the engine's configuration "
+        "(runtime, storage driver), not the project's code"
+        if r["figures"].get("sandbox_vs_cold_min", {}).get("target")
+        and vs_cold < target_value(r, "sandbox_vs_cold_min")
+        else "both are within this design's reach: what stands between is what ours spends "
+        "besides the work and the two lifecycles"
     )
     return para(
         "A bare container lifecycle (create, start and remove of an agent container whose PID 1",
         f"waits idle), measured alone, costs {fig_text(lifecycle, '{:.3f}')} CPU-seconds here,",
         "engine and containers together. A trial that keeps a fresh agent container and a fresh",
         "verifier container pays two of them besides its work, so at saturation ours / floor",
-        f"is at most {fl:.3f} / ({fl:.3f} + 2 × {lc:.3f}) = {vs_floor:.2f} and ours / cold at",
-        f"most {co:.3f} / {least:.3f} = {vs_cold:.2f}, with nothing else spent; ours spent",
-        f"{ours:.3f}, {ours - least:.3f} more than that (its attach sessions, PID 1's loop,",
-        f"the tar streams and its own process): {verdict}.",
+        f"is at most {fl:.3f} / ({fl:.3f} + 2 × {lc:.3f}) = {vs_floor:.2f} (the bound) and ours",
+        f"/ cold at most {co:.3f} / {least:.3f} = {vs_cold:.2f}, with nothing else spent; ours",
+        f"spent {ours:.3f} CPU-seconds a trial, {ours - least:.3f} more than that (the",
+        "verifier's layout of /app, the tested process and the calls to it, the guard, the",
+        "attach sessions, PID 1's loop, the tar streams and our own process).",
+        f"At saturation {' and '.join(needs) or 'nothing'} CPU-seconds a trial: {cold_verdict}.",
     )  # fmt: skip

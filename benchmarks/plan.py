@@ -35,7 +35,9 @@ class Sizes:
     sqlite_blobs: int
 
 
-# The full run takes about a quarter of an hour on 2 cores. The overlap batch (4 tasks x 8
-# through 8 slots) is four waves, as an RL step's batch is several times the samples in flight.
-FULL = Sizes(3, 6, (1, 2, 4, 8), (8,), 40, 2, 4, 8, 8, 2048, 10_000, 1280)
+# The full run takes about half an hour on 2 cores. The sandbox levels are issue 37's (1 to 16;
+# a round holds at least twice as many trials as its level: sandbox_throughput.round_tasks).
+# The overlap batch (4 tasks x 8 through 8 slots) is four waves, as an RL step's batch is
+# several times the samples in flight.
+FULL = Sizes(3, 6, (1, 2, 4, 8, 16), (8, 16), 40, 2, 4, 8, 8, 2048, 10_000, 1280)
 QUICK = Sizes(1, 2, (2,), (2,), 5, 1, 1, 2, 2, 64, 256, 128)  # 256: one JSON and one Arrow lease

@@ -11,6 +11,8 @@ from benchmarks.stats import Figure
 
 _LABELS = {
     "sandbox_vs_floor": "sandbox throughput / physical floor (best concurrency)",
+    "sandbox_vs_bound": "ours / floor over the two-lifecycle bound, work / (work + 2 lifecycles)",
+    "sandbox_runsc_vs_runc": "ours under gVisor / ours under runc (best concurrency)",
     "sandbox_vs_cold": "sandbox throughput / cold `docker run` (best concurrency)",
     "sandbox_vs_cold_min": "sandbox throughput / cold `docker run` (worst concurrency)",
     "command_rtt_p50_ms": "one agent command through the terminal, p50 (ms)",

@@ -16,7 +16,7 @@ import io
 import tarfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchmarks.cpu_cost import CpuMeter
@@ -65,6 +65,17 @@ class TimedAdapter(DockerAdapter):
     def attach_socket(self, *args: Any, **kwargs: Any) -> Any:  # the control channel's
         self.calls["attach"] += 1
         return super().attach_socket(*args, **kwargs)
+
+
+def round_tasks(tasks: list[Task], concurrency: int, distinct: bool = False) -> list[Task]:
+    """A round's trials: the tasks in turn, at least twice as many as the concurrency (a level
+    above the number of tasks would otherwise never fill). `distinct`: repeats get ids of their
+    own (`ID-r2`), for a runner that names its trials by task (Harbor's task folders)."""
+    out = []
+    for i in range(max(len(tasks), 2 * concurrency)):
+        task, turn = tasks[i % len(tasks)], i // len(tasks)
+        out.append(replace(task, id=f"{task.id}-r{turn + 1}") if distinct and turn else task)
+    return out
 
 
 async def _bounded(items: list[Task], concurrency: int, fn: Any) -> float:
@@ -388,10 +399,11 @@ async def run_sandbox_section(
     try:
         for t in tasks:  # one floor container per slot and image, started once
             await floor.ensure(args_for[t.id], images[t.id], max(levels))
-        # Warm-up (not measured), the same for every system: one round of the first tasks at
-        # the highest concurrency (image resolution, first pool fill, page cache, the CLI's
+        # Warm-up (not measured), the same for every system: one trial per slot at the
+        # highest concurrency (image resolution, first pool fill, page cache, the CLI's
         # and the engine's own caches).
-        warm, c = tasks[: max(levels)], max(levels)
+        c = max(levels)
+        warm = round_tasks(tasks, c)[:c]
         await ours_round(backend, adapter, warm, c, run)
         if gvisor is not None:
             await ours_round(gvisor, adapter, warm, c, run)
@@ -402,16 +414,17 @@ async def run_sandbox_section(
                 systems = (
                     ("ours", "ours_runsc", "cold", "floor") if gvisor else ("ours", "cold", "floor")
                 )
+                trials = round_tasks(tasks, c)
                 for system in systems:
                     before = meter.sample()
                     if system == "ours":
-                        r = await ours_round(backend, adapter, tasks, c, run)
+                        r = await ours_round(backend, adapter, trials, c, run)
                     elif system == "ours_runsc":
-                        r = await ours_round(gvisor, adapter, tasks, c, run)  # type: ignore[arg-type]
+                        r = await ours_round(gvisor, adapter, trials, c, run)  # type: ignore[arg-type]
                     elif system == "cold":
-                        r = await cold_round(args_for, images, tasks, c)
+                        r = await cold_round(args_for, images, trials, c)
                     else:
-                        r = await floor_round(floor, images, tasks, c)
+                        r = await floor_round(floor, images, trials, c)
                     r.cpu = meter.sample().minus(before)
                     runs.add(system, c, r)
                     log(f"  sandbox rep {rep + 1} c={c} {system}: {r.per_min:.1f} trials/min")
@@ -419,7 +432,7 @@ async def run_sandbox_section(
             # An extra round, not measured: py-spy's sampling costs CPU and would be charged to
             # the rounds it watched.
             profiler.start()
-            await ours_round(backend, adapter, tasks, max(levels), run)
+            await ours_round(backend, adapter, round_tasks(tasks, max(levels)), max(levels), run)
             profiler.stop()
         if harbor_levels:
             from benchmarks.harbor_baseline import harbor_available, harbor_round
@@ -429,7 +442,9 @@ async def run_sandbox_section(
                 log(f"  harbor: skipped: {runs.harbor_unavailable}")
         for c in harbor_levels if not runs.harbor_unavailable else ():
             before = meter.sample()
-            r = await harbor_round(tasks, c, images, log=log)
+            trials = round_tasks(tasks, c, distinct=True)
+            copies = {t.id: images[tasks[i % len(tasks)].id] for i, t in enumerate(trials)}
+            r = await harbor_round(trials, c, copies, log=log)
             r.cpu = meter.sample().minus(before)
             runs.add("harbor", c, r)
             log(f"  sandbox c={c} harbor: {r.per_min:.1f} trials/min")
