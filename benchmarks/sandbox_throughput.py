@@ -112,7 +112,9 @@ async def ours_round(
         labels = {"rollouts.rollout_id": f"bench-{run}", BENCH_LABEL: run}
         result = await run_oracle(task, backend, solve_script=None, labels=labels)
         if result.reward != 1.0:
-            raise TrialFailed(f"ours: {task.id}: {result.status.value} {result.output[-300:]}")
+            raise TrialFailed(
+                f"ours: {task.id}: {result.verdict} {result.flags} {result.output[-1500:]}"
+            )
         d = result.durations
         stages["create"].append(d.get("create_s", 0.0))
         stages["agent"].append(d.get("agent_s", 0.0) + d.get("workspace_s", 0.0))
