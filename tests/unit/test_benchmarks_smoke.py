@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sandbox_throughput import docker_run_flags
+from benchmarks.sandbox_throughput import docker_run_flags, round_tasks
 from benchmarks.stats import figure, percentile
 from sandboxes.isolation import container_args
 from sandboxes.tasks import load_tasks
@@ -135,6 +135,19 @@ def test_bad_task_folder_is_one_line_exit_2(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--tasks", str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--tasks" in proc.stderr
+
+
+def test_every_level_fills_its_rounds() -> None:
+    """A round holds at least twice its level in trials, the tasks in turn (with 6 tasks a
+    round, level 8 ran 6 at once and 16 could never fill); Harbor's copies get ids of their own."""
+    tasks = load_tasks(str(REPO / "examples" / "tasks"))[:6]
+    assert round_tasks(tasks, 1) == tasks and round_tasks(tasks, 2) == tasks
+    sixteen = round_tasks(tasks, 16)
+    assert len(sixteen) == 32 and sixteen[:6] == tasks and sixteen[6:12] == tasks
+    distinct = round_tasks(tasks, 16, distinct=True)
+    assert len({t.id for t in distinct}) == 32
+    assert distinct[:6] == tasks and distinct[6].id == f"{tasks[0].id}-r2"
+    assert distinct[6].test_files == tasks[0].test_files
 
 
 def test_cold_baseline_uses_the_same_isolation_as_our_containers() -> None:
