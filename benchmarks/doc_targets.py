@@ -223,15 +223,15 @@ def _lifecycle_bound(
     if "sandbox_vs_bound" in r["figures"]:
         most = least / target_value(r, "sandbox_vs_bound")
         needs.append(f"{_target(r, 'sandbox_vs_bound')} of the bound needs at most {most:.3f}")
-    if r["figures"].get("sandbox_vs_cold_min", {}).get("target"):
+    cold_target = r["figures"].get("sandbox_vs_cold_min", {}).get("target")
+    if cold_target:
         most = co / target_value(r, "sandbox_vs_cold_min")
-        needs.append(f"ours / cold {_target(r, 'sandbox_vs_cold_min')} at most {most:.3f}")
+        needs.append(f"ours / cold {cold_target} at most {most:.3f}")
     cold_verdict = (
-        f"ours / cold {_target(r, 'sandbox_vs_cold_min')} is out of reach for any design that "
-        "keeps both fresh containers on this engine: that is the engine's configuration "
-        "(runtime, storage driver), not the project's code"
-        if r["figures"].get("sandbox_vs_cold_min", {}).get("target")
-        and vs_cold < target_value(r, "sandbox_vs_cold_min")
+        f"ours / cold {cold_target} is out of reach for any design that keeps both fresh "
+        "containers on this engine: that is the engine's configuration (runtime, storage "
+        "driver), not the project's code"
+        if cold_target and vs_cold < target_value(r, "sandbox_vs_cold_min")
         else "both are within this design's reach: what stands between is what ours spends "
         "besides the work and the two lifecycles"
     )

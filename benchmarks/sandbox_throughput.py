@@ -445,7 +445,8 @@ async def run_sandbox_section(
         for c in harbor_levels if not runs.harbor_unavailable else ():
             before = meter.sample()
             trials = round_tasks(tasks, c, distinct=True)
-            copies = {t.id: images[tasks[i % len(tasks)].id] for i, t in enumerate(trials)}
+            originals = round_tasks(tasks, c)
+            copies = {t.id: images[o.id] for t, o in zip(trials, originals, strict=True)}
             r = await harbor_round(trials, c, copies, log=log)
             r.cpu = meter.sample().minus(before)
             runs.add("harbor", c, r)
