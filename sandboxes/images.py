@@ -25,7 +25,7 @@ import tempfile
 import time
 import tomllib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -275,11 +275,17 @@ class PullRefused(ImageError):
 
 
 async def rewrite_from(
-    dockerfile: str, aliases: ImageAliases, adapter: DockerAdapter, *, allow_pull: bool = False
+    dockerfile: str,
+    aliases: ImageAliases,
+    adapter: DockerAdapter,
+    *,
+    allow_pull: bool = False,
+    prepare: Callable[[str], Awaitable[object]] | None = None,
 ) -> str:
     """Map FROM images that are not available locally through `aliases` (stages kept). An
     image that is neither here nor aliased (in FROM or `COPY --from`) would be pulled from a
-    registry by the build: PullRefused unless `allow_pull`."""
+    registry by the build: PullRefused unless `allow_pull`. `prepare` is awaited with each
+    alias target the result names (the resolver builds the base image there if it is missing)."""
     stages: set[str] = set()
     lines = []
 
@@ -301,6 +307,8 @@ async def rewrite_from(
                 elif not await adapter.image_exists(image):
                     target = aliases.lookup(image)
                     if target:
+                        if prepare is not None:
+                            await prepare(target)
                         line = f"{m.group(1)}{m.group(2)}{target}{rest}"
                     elif not allow_pull:
                         raise refuse(image)
@@ -350,18 +358,37 @@ class ImageResolver:
             return True
         return False
 
+    async def _available(self, ref: str) -> bool:
+        """Whether `ref` exists here; the base image this project builds is built now if it
+        is missing (once, about a minute): a fresh machine's first sample would otherwise fail
+        for want of an image no command had built yet."""
+        if await self._exists(ref):
+            return True
+        if ref != BASE_TAG:
+            return False
+        async with self._locks[BASE_TAG]:
+            await ensure_base_image(
+                BASE_TAG,
+                adapter=self.adapter,
+                on_build=lambda tag: log.warning(
+                    "building the base image %s (once, about a minute)", tag
+                ),
+            )
+        self._known.add(BASE_TAG)
+        return True
+
     async def resolve(self, task: Task, override: str | None = None) -> str:
         if override:
-            if not await self._exists(override):
+            if not await self._available(override):
                 raise ImageError(f"task {task.id}: --image {override!r} does not exist locally")
             return override
         declared = task.config.environment.docker_image
         if declared:
-            if await self._exists(declared):
+            if await self._available(declared):
                 return declared
             if "Dockerfile" not in task.environment_files:
                 alias = self.aliases.lookup(declared)
-                if alias and await self._exists(alias):
+                if alias and await self._available(alias):
                     return alias
                 raise ImageError(
                     f"task {task.id}: docker_image {declared!r} is not available locally and "
@@ -397,7 +424,11 @@ class ImageResolver:
             dockerfile = files["Dockerfile"].decode("utf-8", errors="replace")
             try:
                 rewritten = await rewrite_from(
-                    dockerfile, self.aliases, self.adapter, allow_pull=self.build.allow_pull
+                    dockerfile,
+                    self.aliases,
+                    self.adapter,
+                    allow_pull=self.build.allow_pull,
+                    prepare=self._available,
                 )
             except PullRefused as e:
                 raise ImageBuildError(f"task {task.id}: environment/Dockerfile: {e}") from e

@@ -277,6 +277,18 @@ class Exchange:
 
 
 GENERATION_PATHS = ("/v1/completions", "/inference/v1/generate")
+# The Qwen3 template's special tokens, and the generation prompt a turn's prompt ends on.
+IM_START, IM_END, ENDOFTEXT = 151644, 151645, 151643
+GEN_PROMPT = [IM_START, 77091, 198]  # "<|im_start|>" "assistant" "\n"
+
+
+@dataclass
+class _Hold:
+    """One arming of a RecordingProxy's hold: what it holds, and its two moments."""
+
+    match: Callable[[Any], bool]
+    held: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
 
 class RecordingProxy:
@@ -289,12 +301,12 @@ class RecordingProxy:
         self.name = name
         self.upstream = upstream.rstrip("/")
         self.exchanges: list[Exchange] = []
+        self.arrived = 0  # generation requests received so far
         self.sent = 0  # generation requests forwarded so far (answered or not)
-        # A generation request that `hold_when` matches waits here, before it is sent on, until
-        # the test releases it (`held` is set once one waits).
-        self._hold_when: Callable[[Any], bool] | None = None
-        self.held = threading.Event()
-        self._release = threading.Event()
+        # A generation request that the armed hold matches waits here, before it is sent on,
+        # until the test releases it. Each arming has events of its own: arming again must not
+        # touch a hold whose request is still on its way out.
+        self._hold: _Hold | None = None
         self._lock = threading.Lock()
         self._sent_more = threading.Condition(self._lock)
         self._http: httpx.AsyncClient | None = None
@@ -334,12 +346,23 @@ class RecordingProxy:
             return [e for e in self.exchanges if e.path in GENERATION_PATHS]
 
     def hold_when(self, match: Callable[[Any], bool]) -> None:
-        """Hold the first generation request whose JSON body `match`es before sending it on,
-        until `release()`; `held` says when it waits."""
-        self._hold_when = match
+        """Hold the next generation request whose JSON body `match`es before sending it on,
+        until `release()`; `held` says when it waits. Arming again replaces an unmet hold."""
+        self._hold = _Hold(match)
+
+    @property
+    def held(self) -> threading.Event:
+        """Set once the request of the latest arming waits."""
+        return self._hold.held if self._hold is not None else threading.Event()
+
+    def hold_nth(self, n: int) -> None:
+        """Hold the `n`-th generation request this proxy receives (counted from its start), as
+        `hold_when` does."""
+        self.hold_when(lambda _body: self.arrived == n)
 
     def release(self) -> None:
-        self._release.set()
+        if self._hold is not None:
+            self._hold.release.set()
 
     def wait_sent(self, n: int, timeout_s: float = 600) -> None:
         """Until `n` generation requests have been sent on to the server."""
@@ -357,14 +380,18 @@ class RecordingProxy:
         path = "/" + request.path_params["path"]
         query = f"?{request.url.query}" if request.url.query else ""
         headers = {"content-type": request.headers.get("content-type", "application/json")}
+        if path in GENERATION_PATHS:
+            with self._lock:
+                self.arrived += 1
+        hold = self._hold
         if (
             path in GENERATION_PATHS
-            and self._hold_when is not None
-            and self._hold_when(_json(body))
+            and hold is not None
+            and not hold.held.is_set()
+            and hold.match(_json(body))
         ):
-            self._hold_when = None
-            self.held.set()
-            await asyncio.to_thread(self._release.wait, 600)
+            hold.held.set()
+            await asyncio.to_thread(hold.release.wait, 600)
         if path in GENERATION_PATHS:
             with self._sent_more:
                 self.sent += 1

@@ -43,6 +43,10 @@ from service.ui.models import MAX_TOKEN_IDS
 from service.ui.tokens import PolicyServerTexts, TokenizerFiles
 from tests.e2e.live import API_KEY, serve
 from tests.e2e.real_vllm import (
+    ENDOFTEXT,
+    GEN_PROMPT,
+    IM_END,
+    IM_START,
     ROOT,
     TOKENIZER,
     Exchange,
@@ -57,9 +61,7 @@ from tests.vf.env_server import judge, serve_env, venv_python
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 TASKS = str(ROOT / "examples" / "tasks")
-IM_START, IM_END, ENDOFTEXT = 151644, 151645, 151643
 THINK_OFF = [151667, 271, 151668, 271]  # "<think>" "\n\n" "</think>" "\n\n"
-GEN_PROMPT = [IM_START, 77091, 198]  # "<|im_start|>" "assistant" "\n"
 SAMPLED: dict[str, Any] = {
     "temperature": 1.0,
     "top_p": 1.0,

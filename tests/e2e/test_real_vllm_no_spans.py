@@ -32,7 +32,6 @@ from tests.e2e.test_real_vllm_updates import (
     check_nothing_lost,
     collect_with,
     evidence,
-    hold_part_way,
     load,
     post,
     rescore,
@@ -79,18 +78,15 @@ def test_a_trainer_keep_pause_without_spans_aborts_and_the_turn_continues_under_
         with proxy, serve(tmp_path, [proxy.url]) as svc:
             before = server.metric("vllm:generation_tokens_total")
 
-            def trainer() -> None:
-                # Request 1 is the generate route's 403; 2 is the turn on /v1/completions.
-                hold_part_way(server, proxy, 2)
+            def trainer() -> None:  # the turn is held part-way: the pause aborts it there
                 r = svc.call("POST", "/v1/policy/pause", json={"mode": "keep"})
                 assert r.status_code == 200 and r.json()["servers"][0]["status"] == "paused", r.text
                 load(server.url, ckpt[2])  # the trainer's own transfer
                 r = svc.call("POST", "/v1/policy", json={"version": 1})
                 assert r.status_code == 200 and r.json()["servers"][0]["version"] == 1, r.text
 
-            trajs = collect_with(
-                svc, server, proxy, trainer, max_tokens=128, max_turns=1, hold_first_turn=False
-            )
+            # Request 1 is the generate route's 403; 2 is the turn on /v1/completions.
+            trajs = collect_with(svc, server, proxy, trainer, max_tokens=128, max_turns=1, hold=2)
             generated = server.metric("vllm:generation_tokens_total") - before
             aborted = svc.metric("rollouts_policy_aborted_generations_total")
             discarded = svc.metric("rollouts_tokens_discarded_total")

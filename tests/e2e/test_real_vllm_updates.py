@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +51,7 @@ from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import SegmentKind, Status, Trajectory, from_arrow
 from tests.e2e.live import TASKS, Service, serve
 from tests.e2e.real_vllm import (
+    GEN_PROMPT,
     ROOT,
     EnginePool,
     RecordingProxy,
@@ -126,6 +129,28 @@ def post(url: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
     return r
 
 
+def prompt_of(body: Any) -> list[int]:
+    """The prompt token ids of a generation request's JSON body (either route)."""
+    return body.get("token_ids") or body.get("prompt") or []
+
+
+def step(url: str) -> None:
+    """Resume the engine and pause it (keep) again in one pipelined exchange on one connection:
+    it runs between the two for as long as its own server takes to answer one and read the
+    other, not for as long as this process, starved on a busy machine, takes to send the
+    second (two separate requests let it finish a whole turn in between)."""
+    u = httpx.URL(url)
+    raw = b"".join(
+        f"POST {path} HTTP/1.1\r\nHost: {u.host}\r\nContent-Length: 0\r\n{last}\r\n".encode()
+        for path, last in (("/resume", ""), ("/pause?mode=keep", "Connection: close\r\n"))
+    )
+    with socket.create_connection((u.host, u.port), timeout=600) as s:
+        s.sendall(raw)
+        answer = b"".join(iter(lambda: s.recv(65536), b""))
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)  # an answer follows a body at once
+    assert statuses == [b"200", b"200"], answer[-500:]
+
+
 def load(url: str, ckpt: Path, tag: str | None = None) -> None:
     """What a trainer does on its own: reload a checkpoint in place (and tag it)."""
     post(
@@ -164,11 +189,11 @@ def collect_with(
     *,
     max_tokens: int = 640,
     max_turns: int = 2,
-    hold_first_turn: bool = True,
+    hold: int | None = 1,
 ) -> list[dict]:
     """Collect one task x 2 samples (one first-turn request, n=2) through `proxy`; `during()`
-    runs once the first turn is held part-way in the engine (`hold_part_way`), or at once.
-    Returns the trajectories (leased and acknowledged)."""
+    runs once the `hold`-th generation request is held part-way in the engine
+    (`hold_part_way`), or at once (None). Returns the trajectories (leased and acknowledged)."""
     body = {
         "tasks": {"path": TASKS, "ids": [TASK_ID]},
         "n_samples": 2,
@@ -176,27 +201,34 @@ def collect_with(
         "agent": {"max_turns": max_turns},
         "advantage": {"estimator": "rloo", "min_group_size": 1},
     }
+    if hold is not None:
+        proxy.hold_nth(hold)
     rollout = svc.submit(body)
-    if hold_first_turn:
-        hold_part_way(server, proxy, 1)
+    if hold is not None:
+        hold_part_way(server, proxy)
     during()
     svc.wait_finished(rollout, timeout_s=900)
     groups = svc.drain(rollout)
     return [t for g in groups for t in g["trajectories"]]
 
 
-def hold_part_way(server: VllmServer, proxy: RecordingProxy, sent: int, tokens: int = 8) -> None:
-    """Once `proxy` has sent its `sent`-th generation request on, hold the engine's requests
-    (`/pause?mode=keep` from outside), then step the engine (resume, pause at once) until it has
-    generated `tokens` more tokens. What runs is then part-way through its turn (hundreds of
-    tokens long), however busy the machine, and stays so until the test releases it (the
-    update under test resumes the engine, or the test does)."""
-    proxy.wait_sent(sent)
+def hold_part_way(server: VllmServer, proxy: RecordingProxy, tokens: int = 8) -> None:
+    """Once `proxy` holds the generation request it was armed for (`hold_nth`, `hold_when`),
+    hold the engine's requests (`/pause?mode=keep` from outside), let the held one in, then step
+    the engine (`step`) until it has taken the request in (its prompt counted)
+    and generated `tokens` more tokens. What runs is then part-way through its turn (hundreds
+    of tokens long), however busy the machine (the request never met a running engine), and
+    stays so until the test releases it (the update under test resumes the engine, or the test
+    does)."""
+    assert proxy.held.wait(900), f"{proxy.name}: the armed generation request never came"
     post(server.url, "/pause", params={"mode": "keep"})
-    before = server.metric("vllm:generation_tokens_total")
-    while server.metric("vllm:generation_tokens_total") < before + tokens:
-        post(server.url, "/resume")
-        post(server.url, "/pause", params={"mode": "keep"})
+    prompts = server.metric("vllm:prompt_tokens_total")
+    proxy.release()
+    since: float | None = None  # generated tokens once the request was in
+    while since is None or server.metric("vllm:generation_tokens_total") < since + tokens:
+        step(server.url)
+        if since is None and server.metric("vllm:prompt_tokens_total") > prompts:
+            since = server.metric("vllm:generation_tokens_total")
 
 
 def turns(t: dict) -> list[tuple[int, int]]:
@@ -377,15 +409,17 @@ def test_trainer_driven_update_in_abort_mode_then_an_abort_from_outside(
             before = u.metric("vllm:generation_tokens_total")
 
             def trainer_then_outside() -> None:
+                # Hold the first second turn to come (its prompt ends on the template's
+                # generation prompt, a continuation's on its partial tokens).
+                proxy.hold_when(lambda body: prompt_of(body)[-len(GEN_PROMPT) :] == GEN_PROMPT)
                 # The first turn is held part-way: the service's abort ends it there.
                 r = svc.call("POST", "/v1/policy/pause", json={"mode": "abort"})
                 assert r.status_code == 200 and r.json()["servers"][0]["status"] == "paused", r.text
                 load(u.url, rig.ckpt[2])  # the trainer's own transfer
                 r = svc.call("POST", "/v1/policy", json={"version": 1})
                 assert r.status_code == 200 and r.json()["servers"][0]["version"] == 1, r.text
-                # Requests 2 and 3 continue the first turns; 4 and 5 are the second turns.
-                # Once the last is sent, hold what runs part-way and abort it from outside.
-                hold_part_way(u, proxy, 5)
+                # Hold what runs part-way once that turn is in, and abort it from outside.
+                hold_part_way(u, proxy)
                 post(u.url, "/pause", params={"mode": "abort"})
                 post(u.url, "/resume")  # the continuations, queued meanwhile, then run
 
@@ -431,9 +465,7 @@ def test_a_pause_from_outside_outlasts_the_timeouts(rig: Rig, tmp_path: Path) ->
                 time.sleep(12)
                 post(u.url, "/resume")
 
-            trajs = collect_with(
-                svc, u, proxy, held, max_tokens=48, max_turns=1, hold_first_turn=False
-            )
+            trajs = collect_with(svc, u, proxy, held, max_tokens=48, max_turns=1, hold=None)
             check_nothing_lost(trajs, u.metric("vllm:generation_tokens_total") - before)
             gens = proxy.generations()
             assert len(gens) == 1 and gens[0].status == 200  # one request, n=2: no retry
@@ -514,7 +546,7 @@ def test_summarized_episode_is_exact_segments_across_an_update(rig: Rig, tmp_pat
         ends = [await policy.observation_delta(request, turn_closed=c) for c in (True, False)]
 
         def summary_call(body: Any) -> bool:
-            prompt = body.get("token_ids") or body.get("prompt") or []
+            prompt = prompt_of(body)
             return any(prompt[-len(e) :] == e for e in ends)
 
         proxy.hold_when(summary_call)
@@ -529,7 +561,7 @@ def test_summarized_episode_is_exact_segments_across_an_update(rig: Rig, tmp_pat
 
         async def update_inside_the_summary() -> None:
             assert await asyncio.to_thread(proxy.held.wait, 900), "the episode never summarized"
-            await asyncio.to_thread(hold_released_part_way)
+            await asyncio.to_thread(hold_part_way, u, proxy)
             # As POST /v1/policy does: load checkpoint 2 in place, tag it 1, resume.
             await policy.fleet.update(1, weights_path=str(rig.ckpt[2]))
 
@@ -539,16 +571,6 @@ def test_summarized_episode_is_exact_segments_across_an_update(rig: Rig, tmp_pat
             await updating
         finally:
             await policy.aclose()
-
-    def hold_released_part_way() -> None:
-        """Pause the engine (keep), let the held summary call in, and step the engine until it
-        has generated a few of its tokens."""
-        post(u.url, "/pause", params={"mode": "keep"})
-        before = u.metric("vllm:generation_tokens_total")
-        proxy.release()
-        while u.metric("vllm:generation_tokens_total") < before + 8:
-            post(u.url, "/resume")
-            post(u.url, "/pause", params={"mode": "keep"})
 
     try:
         asyncio.run(go())
@@ -563,7 +585,7 @@ def test_summarized_episode_is_exact_segments_across_an_update(rig: Rig, tmp_pat
     # Each segment ends on one generation request's prompt and returned tokens.
     sent = {}
     for e in proxy.generations():
-        prompt = e.request.get("token_ids") or e.request.get("prompt")
+        prompt = prompt_of(e.request)
         for c in e.response["choices"]:
             sent[tuple(prompt + c["token_ids"])] = True
     for s in t.segments:

@@ -193,3 +193,48 @@ def test_the_step_containers_a_build_names_are_read_from_its_output() -> None:
     ]
     # Candidates only: the build removes those carrying its token (a step prints what it likes).
     assert build_step_containers(lines) == [a, b]
+
+
+def test_a_missing_base_image_is_built_once_on_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh machine: `rollouts serve` has built nothing yet, and the first samples of tasks
+    FROM an aliased image (or naming the base image itself) all arrive at once. The base image
+    is built once, before their builds need it, instead of every sample failing for want of it.
+    (Building it for real is tests/docker's; here only who asks for it, and when.)"""
+    built: list[str] = []
+
+    class Fresh(FakeAdapter):
+        async def image_exists(self, ref: str) -> bool:
+            return ref in self.built or (ref in LOCAL and ref != BASE_TAG)
+
+    adapter = Fresh()
+
+    async def build_base_image(tag: str, mode: str, adapter: Fresh) -> None:
+        await asyncio.sleep(0.01)  # the others ask meanwhile
+        built.append(tag)
+        adapter.built.add(tag)
+
+    monkeypatch.setattr("sandboxes.images.build_base_image", build_base_image)
+    resolver = ImageResolver(adapter, ImageAliases())  # type: ignore[arg-type]
+    declared = replace(
+        task("FROM ubuntu:24.04\n"),
+        id="declared",
+        config=replace(
+            TaskConfig(), environment=replace(EnvironmentConfig(), docker_image=BASE_TAG)
+        ),
+        environment_files={},
+    )
+
+    async def first_samples() -> list[str]:
+        tasks = [task("FROM ubuntu:24.04\nRUN true\n"), declared, task("FROM python:3.11\n")]
+        return await asyncio.gather(*(resolver.resolve(t) for t in tasks))
+
+    images = asyncio.run(first_samples())
+    assert built == [BASE_TAG]
+    assert images[1] == BASE_TAG
+    assert [
+        f"FROM {BASE_TAG}" in b["context_tar"].decode(errors="replace") for b in adapter.builds
+    ] == [True, True]
+    assert (
+        asyncio.run(ImageResolver(Fresh(), ImageAliases()).resolve(task("FROM alpine\n"), BASE_TAG))
+        == BASE_TAG
+    )  # type: ignore[arg-type]
