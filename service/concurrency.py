@@ -29,7 +29,11 @@ level moves under it by hill climbing on what the service observes of finished s
   start level is a guess too). Lower by `grow` (at least one), it stays lower while throughput
   keeps within `gain` of where the descent began (the same work with fewer samples crowding
   the machine), and goes on down; once lowering loses more, the level goes back and holds.
-- Otherwise the level grows by `grow` (at least one), up to the ceiling.
+- Otherwise the level grows by `grow` (at least one), up to the ceiling, if the samples
+  waiting now can fill the new slots (when the scheduler says how many wait): at a batch's
+  tail, a raise could not be judged by the batch it is meant for, and the next batch would
+  start at an untested level (in the admission benchmark, half its time at a level 12%
+  worse than the one it came from).
 - The first `warmup_windows` windows only measure: the first samples of a fresh service find
   no warm sandbox and all start at once, so their throughput is no baseline (taken as one, it
   made the first raise look like a gain).
@@ -107,6 +111,7 @@ class ConcurrencyController:
         self._best_verify: dict[int, float] = {}
         self.history: list[WindowResult] = []
         self._waiting_since: float | None = None  # samples wait for a slot since then
+        self._queued: int | None = None  # how many wait, as the scheduler last said (None: unsaid)
         self._changed_at = now  # when the level last changed
 
     @property
@@ -114,9 +119,10 @@ class ConcurrencyController:
         """Whether samples wait for a slot, as the scheduler last said."""
         return self._waiting_since is not None
 
-    def demand(self, *, now: float, waiting: bool) -> None:
-        """Whether samples wait for a slot from `now` on (the scheduler says so whenever its
-        queue changes; saying the same again changes nothing)."""
+    def demand(self, *, now: float, waiting: bool, queued: int | None = None) -> None:
+        """Whether samples wait for a slot from `now` on, and how many when known (the
+        scheduler says so whenever its queue changes; saying the same again changes nothing)."""
+        self._queued = queued
         if waiting == self.waiting:
             return
         if waiting:
@@ -223,9 +229,10 @@ class ConcurrencyController:
             self._lowered = True
             return "lower"
         self._look_down = False
-        if level >= self.s.ceiling:
+        higher = min(self.s.ceiling, max(level + 1, math.ceil(level * self.s.grow)))
+        if level >= self.s.ceiling or (self._queued is not None and self._queued < higher - level):
             return "keep"
-        self._set(max(level + 1, math.ceil(level * self.s.grow)))
+        self._set(higher)
         self._raised = True
         return "grow"
 

@@ -566,7 +566,9 @@ class Scheduler:
             self.metrics.concurrency_level.set(self._slots.total)
         if self.concurrency_control is not None:
             # Samples waiting for a slot: the level, not the demand, bounds what runs now.
-            self.concurrency_control.demand(now=time.monotonic(), waiting=self.queued_samples > 0)
+            self.concurrency_control.demand(
+                now=time.monotonic(), waiting=self.queued_samples > 0, queued=self.queued_samples
+            )
 
 
 def _said(window: WindowResult | None, metrics: Metrics | None) -> None:

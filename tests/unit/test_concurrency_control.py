@@ -376,3 +376,17 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(
 
 def _gauge(metrics: Metrics, name: str) -> float | None:
     return metrics.registry.get_sample_value(name)
+
+
+def test_it_raises_only_when_the_waiting_samples_can_fill_the_new_slots() -> None:
+    """At a batch's tail, fewer samples wait than a raise would add: the level stays (the
+    raise could not be judged by this batch, and the next one would start at an untested
+    level); with enough waiting, the same window raises."""
+    m = Machine(cores=12)
+    for queued, decision, level in ((2, "keep", 6), (3, "grow", 9)):
+        c = ConcurrencyController(settings(ceiling=64, start=6, warmup_windows=0), now=0.0)
+        c.demand(now=0.0, waiting=True, queued=queued)
+        now = 0.0
+        while not c.history:
+            now = finish(c, m, now, c.level)
+        assert (c.history[-1].decision, c.level) == (decision, level)
