@@ -121,7 +121,8 @@ class ConcurrencyController:
 
     def demand(self, *, now: float, waiting: bool, queued: int | None = None) -> None:
         """Whether samples wait for a slot from `now` on, and how many when known (the
-        scheduler says so whenever its queue changes; saying the same again changes nothing)."""
+        scheduler says so whenever its queue changes; the same `waiting` again only updates
+        the count)."""
         self._queued = queued
         if waiting == self.waiting:
             return
