@@ -280,12 +280,14 @@ async def rewrite_from(
     adapter: DockerAdapter,
     *,
     allow_pull: bool = False,
-    prepare: Callable[[str], Awaitable[object]] | None = None,
+    available: Callable[[str], Awaitable[bool]] | None = None,
 ) -> str:
     """Map FROM images that are not available locally through `aliases` (stages kept). An
     image that is neither here nor aliased (in FROM or `COPY --from`) would be pulled from a
-    registry by the build: PullRefused unless `allow_pull`. `prepare` is awaited with each
-    alias target the result names (the resolver builds the base image there if it is missing)."""
+    registry by the build: PullRefused unless `allow_pull`. `available` says whether an image
+    is here (default: the engine's answer); it is asked for each alias target too (the
+    resolver's one builds the base image when it is missing)."""
+    available = available or adapter.image_exists
     stages: set[str] = set()
     lines = []
 
@@ -304,11 +306,10 @@ async def rewrite_from(
                 if "$" in image:  # an ARG: what it names is only known to the builder
                     if not allow_pull:
                         raise refuse(image)
-                elif not await adapter.image_exists(image):
+                elif not await available(image):
                     target = aliases.lookup(image)
                     if target:
-                        if prepare is not None:
-                            await prepare(target)
+                        await available(target)  # a missing target fails the build, saying so
                         line = f"{m.group(1)}{m.group(2)}{target}{rest}"
                     elif not allow_pull:
                         raise refuse(image)
@@ -319,7 +320,7 @@ async def rewrite_from(
         if copy and not allow_pull:
             source = copy.group(1)
             local = source.lower() in stages or source.isdigit()
-            if not local and ("$" in source or not await adapter.image_exists(source)):
+            if not local and ("$" in source or not await available(source)):
                 raise refuse(source)
         lines.append(line)
     return "\n".join(lines) + "\n"
@@ -428,7 +429,7 @@ class ImageResolver:
                     self.aliases,
                     self.adapter,
                     allow_pull=self.build.allow_pull,
-                    prepare=self._available,
+                    available=self._available,
                 )
             except PullRefused as e:
                 raise ImageBuildError(f"task {task.id}: environment/Dockerfile: {e}") from e
