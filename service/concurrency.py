@@ -5,48 +5,75 @@ batch), more samples in flight add contention, not throughput, and every sandbox
 verification gets slower. With `--adaptive-concurrency`, that setting is a ceiling and the
 level moves under it by hill climbing on what the service observes of finished samples:
 
-- Every `window` finished samples (and at least `min_window_s` seconds) close a window: its
-  throughput, its median sandbox-start and verify latency, its share of sandbox failures. Only
-  samples that took their slot after the level last changed count: one that ran partly at
-  another level measures neither. The throughput is the level over the mean time a sample held
-  its episode slot (Little's law, true while every slot is taken: see `saturated`).
+- A window is a cohort: the next `window` samples to take a slot (over at least
+  `min_window_s` seconds), closed once the last of them has finished: its throughput, its
+  median sandbox-start and verify latency, its share of sandbox failures. The throughput is the
+  level over the mean time a sample held its episode slot (Little's law, true while every slot
+  is taken: see `saturated`). Windows are chosen by when their samples started, not by when
+  they finished: the first samples to finish after a change of level are the quick ones (the
+  slow ones are still running, or started before the change and measure neither level), and
+  windows of them read a just-raised level as 1.5x faster than it was, on average (in a
+  simulation with exponentially distributed episode times); on a machine where every level
+  did as well, that walked the level up to the ceiling. A change of level drops the windows
+  under way.
 - A window counts only if samples waited for a slot for at least `saturated` of its time (the
   scheduler says when they do, `waiting`): only then was the level what held throughput back.
   A window short of work (a synchronous RL loop idling between rollouts, a batch's last samples
   draining, a service waiting for its first request) ran below its level whatever the level
-  was; it decides nothing: it neither keeps nor undoes a raise, backs off, counts towards a
+  was; it decides nothing: it neither keeps nor undoes a probe, backs off, counts towards a
   hold or the warm-up, nor sets a baseline or a latency reference.
-- A level that has just been raised stays raised only if the window's throughput beats the
-  one before by `gain` (relative); otherwise the level goes back down and holds there for
-  `hold_windows` windows before probing up again (throughput that stopped growing); each
-  revert to the same level in a row doubles that hold, up to `max_hold_windows`, so a long
-  collection settled at its best level pays less and less for probing above it.
+- The first window of the work that comes after none waited (a synchronous RL loop's next
+  batch) is a ramp: its samples start together into a machine whose verifications have not
+  yet piled up behind them, so they hold their slots for less than they will once it has (in
+  the admission benchmark, 2.21 samples/s at level 4 against 1.57 to 1.82 for the windows
+  after it; in the unit tests' batches, up to twice the level's rate, which kept raises past
+  the machine's best). It decides nothing, as a short window does.
+- A level's throughput pools its last `pool_windows` windows, with that figure's standard
+  error: the larger of what the spread of its samples' slot times says (in that simulation,
+  single windows of 12 at level 4 read from 0.8x to 2.2x its rate) and what the spread
+  between windows at one level says, learnt from every level's windows (`window_noise`
+  until they show it): the machine's load drifts between windows, so they differ by more than
+  their samples do. A level needs `settle_windows` windows before a raise from it. A probe (a
+  raise, or a step below) is judged window by window against the level it came from, until
+  the evidence tells (`_verdict`). A raise stays when it beats that level by `gain` and by
+  more than `confidence` standard errors of the two figures' ratio: more samples at once
+  crowd every sample, so a level above must show what it buys. It goes back when even that
+  margin above its throughput would fall short of `gain`. A step below stays when it keeps
+  within `gain` of where the descent began: as much done with less crowding; it goes back
+  when it is behind by more than `gain` and by more than the margin. A probe the evidence has
+  not told after `probe_windows` windows goes back. So a probe that costs much is undone
+  after one window, and one that costs little runs until its cost is told from the noise.
+- A level gone back to holds for `hold_windows` windows before probing up again; each revert
+  to the same level in a row doubles that hold, up to `max_hold_windows`, so a long collection
+  settled at its best level pays less and less for probing above it.
 - A latency cliff (the window's start or verify latency over `cliff` times the best seen at
   a lower level) or a failure share over `max_failures` cuts the level by
   `backoff`, whatever throughput says: the machine is overloaded.
 - The first time a raise from a level is undone, the level is probed below instead of held:
-  a level that did no better than the one under it may itself be past the machine's best (the
-  start level is a guess too). Lower by `grow` (at least one), it stays lower while throughput
-  keeps within `gain` of where the descent began (the same work with fewer samples crowding
-  the machine), and goes on down; once lowering loses more, the level goes back and holds.
-- Otherwise the level grows by `grow` (at least one), up to the ceiling, if the samples
-  waiting now can fill the new slots (when the scheduler says how many wait): at a batch's
-  tail, a raise could not be judged by the batch it is meant for, and the next batch would
-  start at an untested level (in the admission benchmark, half its time at a level 12%
-  worse than the one it came from).
+  a level that did no better than the one above it may itself be past the machine's best (the
+  start level is a guess too). Lower by `grow` (at least one): where it did more than where
+  the descent began, by `gain`, it goes on down; where it did as much, it stays and holds
+  (as good, with less crowding: going lower still cost a whole window at half the rate on a
+  two-core machine).
+- Otherwise the level grows by `grow` (at least one), up to the ceiling.
+- A probe starts only while a window's worth of samples wait for a slot (and enough to fill
+  the new slots), when the scheduler says how many wait: at a batch's tail it could not be
+  judged by the batch it is meant for, and the next batch would start at an untested level
+  (in the admission benchmark, half its time at a level 12% worse than the one it came from).
 - The first `warmup_windows` windows only measure: the first samples of a fresh service find
   no warm sandbox and all start at once, so their throughput is no baseline (taken as one, it
   made the first raise look like a gain).
 
-Plain arithmetic on observations, no clock of its own and no I/O: the scheduler feeds it
-finished samples and applies the level it answers (service/scheduler.py), and unit tests drive
-it with synthetic numbers (tests/unit/test_concurrency_control.py).
+Plain arithmetic on observations, no clock of its own and no I/O: the scheduler tells it which
+samples take a slot and which finish, and applies the level it answers (service/scheduler.py);
+unit tests drive it with synthetic machines (tests/unit/test_concurrency_control.py).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 
@@ -55,7 +82,7 @@ class ConcurrencySettings:
     ceiling: int
     start: int = 4
     floor: int = 1
-    window: int = 12  # finished samples per window
+    window: int = 12  # samples per window
     min_window_s: float = 5.0
     grow: float = 1.5
     backoff: float = 0.7
@@ -65,18 +92,76 @@ class ConcurrencySettings:
     hold_windows: int = 4
     max_hold_windows: int = 16
     warmup_windows: int = 1
+    confidence: float = 1.0  # standard errors a probe's verdict must clear
+    window_noise: float = 0.05  # the spread of a window's figure assumed before windows show it
+    settle_windows: int = 2  # windows at a level before a raise from it
+    pool_windows: int = 16  # the windows a level's evidence pools
+    probe_windows: int = 4  # the windows a probe may take to tell
     saturated: float = 0.75  # share of a window's time samples must wait for a slot
 
 
 @dataclass
 class _Window:
-    opened_at: float
-    samples: int = 0
+    """The samples that took a slot one after another at one level: a cohort, judged once the
+    last of them has finished."""
+
+    level: int
+    opened_at: float  # its first sample took a slot
+    ramp: bool = False  # opened as work came back after none waited (`demand`)
+    started: int = 0
+    samples: int = 0  # finished
     failures: int = 0
-    waited_s: float = 0.0  # time samples waited for a slot, up to the last change of that
     slot_s: float = 0.0  # the time its samples held their episode slot, summed
+    slot_sq: float = 0.0  # and its squares (for the throughput's standard error)
     start_s: list[float] = field(default_factory=list)
     verify_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Evidence:
+    """The last windows judged at one level, pooled: its throughput by Little's law (with every
+    slot taken, samples finish at the level over the mean time one holds its slot) and that
+    figure's relative standard error. Finishes counted per second instead carried the noise of
+    when a handful of samples happen to end (in a simulation, windows of 8 at one steady level
+    read from 0.7x to 1.5x its rate)."""
+
+    level: int
+    windows: list[tuple[int, float, float]] = field(default_factory=list)  # n, sum, squares
+
+    @classmethod
+    def of(cls, w: _Window) -> _Evidence:
+        e = cls(w.level)
+        e.add(w, 1)
+        return e
+
+    def add(self, w: _Window, keep: int) -> None:
+        self.windows = [*self.windows, (w.samples, w.slot_s, w.slot_sq)][-keep:]
+
+    @property
+    def throughput(self) -> float:
+        n = sum(k for k, _, _ in self.windows)
+        return self.level * n / max(sum(s for _, s, _ in self.windows), 1e-12)
+
+    @property
+    def logs(self) -> list[float]:
+        """Each window's throughput, as a logarithm."""
+        return [math.log(self.level * n / max(s, 1e-12)) for n, s, _ in self.windows]
+
+    def error(self, spread: float) -> float:
+        """The throughput's relative standard error: the larger of what the spread of its
+        samples' slot times says and what `spread`, the spread of one window's figure about
+        its level's, says of the mean of its windows. The windows of a level differ by more
+        than their samples do (the machine's load drifts between them: in the admission
+        benchmark, windows of 12 at level 4 read 1.70 to 2.22 samples/s)."""
+        n = sum(k for k, _, _ in self.windows)
+        if n < 2:
+            return math.inf
+        total = sum(s for _, s, _ in self.windows)
+        squares = sum(q for _, _, q in self.windows)
+        mean = total / n
+        variance = max(0.0, (squares - n * mean * mean) / (n - 1))
+        within = math.sqrt(variance / n) / max(mean, 1e-12)
+        return max(within, spread / math.sqrt(len(self.windows)))
 
 
 @dataclass(frozen=True)
@@ -89,7 +174,7 @@ class WindowResult:
     verify_s: float  # median verification
     failures: float  # share of sandbox failures
     saturated: float  # share of the window's time samples waited for a slot
-    decision: str  # short | warmup | grow | keep | revert | lower | hold | backoff
+    decision: str  # short | ramp | warmup | grow | keep | measure | revert | lower | hold | backoff
     next_level: int
 
 
@@ -97,12 +182,17 @@ class ConcurrencyController:
     def __init__(self, settings: ConcurrencySettings, now: float) -> None:
         self.s = settings
         self.level = max(settings.floor, min(settings.start, settings.ceiling))
-        self._window = _Window(now)
-        self._previous: tuple[int, float] | None = None  # (level, throughput) of the last window
-        self._raised = False  # the last decision raised the level
-        self._lowered = False  # the last decision lowered it (a probe below)
+        self._filling: _Window | None = None  # the window new samples join
+        self._member: dict[Hashable, _Window] = {}  # the window of each sample in its episode
+        self._here = _Evidence(self.level)  # what the level measured since it was set
+        self._probe: str | None = None  # "raise" | "lower": the level is on probation
+        self._reference = self._here  # what a probe must beat (or keep within gain of)
+        self._back = self._here  # where a probe that fails goes back to
         self._look_down = False  # the next probe goes below
-        self._reference = 0.0  # throughput where the current probe below began
+        # Squared deviations of windows' log throughput from their level's mean, and their
+        # degrees of freedom: the spread of one window's figure (`_spread`).
+        self._deviations = 0.0
+        self._freedom = 0
         self._hold = 0  # windows left before probing up again
         self._reverts = 0  # reverts in a row to the level held now
         self._warmup = settings.warmup_windows  # windows left that set no baseline
@@ -111,8 +201,9 @@ class ConcurrencyController:
         self._best_verify: dict[int, float] = {}
         self.history: list[WindowResult] = []
         self._waiting_since: float | None = None  # samples wait for a slot since then
+        self._waits: list[tuple[float, float]] = []  # earlier spans in which samples waited
         self._queued: int | None = None  # how many wait, as the scheduler last said (None: unsaid)
-        self._changed_at = now  # when the level last changed
+        self._ramp_next = False  # the next window opened is a ramp
 
     @property
     def waiting(self) -> bool:
@@ -129,113 +220,212 @@ class ConcurrencyController:
         if waiting:
             self._waiting_since = now
         else:
-            self._window.waited_s = self._waited(self._window, now)
+            assert self._waiting_since is not None
+            self._waits.append((self._waiting_since, now))
             self._waiting_since = None
+            # No more samples join the windows under way (they drain), and the next window is
+            # the ramp of the work that comes next.
+            self._filling = None
+            self._ramp_next = True
 
-    def _waited(self, w: _Window, now: float) -> float:
-        since = self._waiting_since
-        return w.waited_s + (now - max(since, w.opened_at) if since is not None else 0.0)
+    def _waited(self, since: float, now: float) -> float:
+        """How long samples waited for a slot between `since` and `now`."""
+        spans = list(self._waits)
+        if self._waiting_since is not None:
+            spans.append((self._waiting_since, now))
+        return sum(max(0.0, min(end, now) - max(begin, since)) for begin, end in spans)
+
+    def started(self, sample: Hashable, *, now: float) -> None:
+        """`sample` took an episode slot at `now`: it joins the window being filled."""
+        w = self._filling
+        if w is None or self._full(w, now):
+            w = self._filling = _Window(self.level, now, ramp=self._ramp_next)
+            self._ramp_next = False
+        w.started += 1
+        self._member[sample] = w
+
+    def _full(self, w: _Window, now: float) -> bool:
+        return w.started >= self.s.window and now - w.opened_at >= self.s.min_window_s
 
     def finished(
-        self, *, now: float, slot_s: float, start_s: float, verify_s: float, failed: bool
+        self,
+        sample: Hashable,
+        *,
+        now: float,
+        slot_s: float,
+        start_s: float,
+        verify_s: float,
+        failed: bool,
     ) -> WindowResult | None:
-        """One sample finished its episode and verification; it held its episode slot for
+        """`sample` finished its episode and verification; it held its episode slot for
         `slot_s`. Returns the closed window's result when this closes one (the level may then
         have changed), else None."""
-        if now - slot_s < self._changed_at:
-            return None  # it ran partly at another level: no measure of this one
-        w = self._window
+        w = self._member.pop(sample, None)
+        if w is None:
+            return None  # it took its slot before the level last changed: no measure of this one
         w.samples += 1
         w.slot_s += slot_s
+        w.slot_sq += slot_s * slot_s
         w.failures += failed
         if not failed:
             w.start_s.append(start_s)
             w.verify_s.append(verify_s)
-        if w.samples < self.s.window or now - w.opened_at < self.s.min_window_s:
+        if w is self._filling and self._full(w, now):
+            self._filling = None  # the next sample to take a slot opens the next window
+        return self._close(w, now) if self._complete(w) else None
+
+    def forget(self, sample: Hashable, *, now: float) -> WindowResult | None:
+        """`sample` left its slot saying nothing of the machine's load (cancelled, or the policy
+        failed first): its window no longer waits for it. Returns what `finished` does."""
+        w = self._member.pop(sample, None)
+        if w is None:
             return None
-        result = self._close(w, now)
-        self._window = _Window(now)
-        return result
+        w.started -= 1
+        return self._close(w, now) if self._complete(w) else None
+
+    def _complete(self, w: _Window) -> bool:
+        """No more samples join it, and every one that did has finished."""
+        return w is not self._filling and w.samples == w.started and w.samples > 0
 
     def _close(self, w: _Window, now: float) -> WindowResult:
-        level = self.level
+        level = w.level  # the level now: a change drops the windows under way
         seconds = max(now - w.opened_at, 1e-9)
-        # Little's law: with every slot taken (a saturated window), samples finish at the level
-        # over the mean time one holds its slot. Counting finishes per second instead carried
-        # the noise of when a handful of samples happen to end (in a simulation, windows of 8
-        # at one steady level read from 0.7x to 1.5x its rate).
-        throughput = level * w.samples / max(w.slot_s, 1e-9)
         start = statistics.median(w.start_s) if w.start_s else math.inf
         verify = statistics.median(w.verify_s) if w.verify_s else math.inf
         failures = w.failures / w.samples
-        saturated = min(1.0, self._waited(w, now) / seconds)
-        decision = (
-            self._decide(level, throughput, start, verify, failures)
-            if saturated >= self.s.saturated
-            else "short"
-        )
+        saturated = min(1.0, self._waited(w.opened_at, now) / seconds)
+        if w.ramp:
+            decision = "ramp"
+        elif saturated < self.s.saturated:
+            decision = "short"
+        else:
+            decision = self._decide(w, start, verify, failures)
         if self.level != level:
-            self._changed_at = now
-        if decision != "short" and start < math.inf:
+            # Samples in their episode now ran partly at the old level: they measure neither.
+            self._member.clear()
+            self._filling = None
+        if decision not in ("short", "ramp") and start < math.inf:
             self._best_start[level] = min(self._best_start.get(level, math.inf), start)
             self._best_verify[level] = min(self._best_verify.get(level, math.inf), verify)
+        live = [*self._member.values(), *([self._filling] if self._filling else [])]
+        oldest = min((m.opened_at for m in live), default=now)
+        self._waits = [span for span in self._waits if span[1] > oldest]
         result = WindowResult(
-            level, throughput, start, verify, failures, saturated, decision, self.level
-        )
+            level, _Evidence.of(w).throughput, start, verify, failures, saturated, decision,
+            self.level,
+        )  # fmt: skip
         self.history.append(result)
         return result
 
-    def _decide(
-        self, level: int, throughput: float, start: float, verify: float, failures: float
-    ) -> str:
+    def _decide(self, w: _Window, start: float, verify: float, failures: float) -> str:
+        level = w.level
         warming = self._warmup > 0
         self._warmup -= warming
-        previous, self._previous = self._previous, (None if warming else (level, throughput))
-        raised, self._raised = self._raised, False
-        lowered, self._lowered = self._lowered, False
         if failures > self.s.max_failures or self._cliff(level, start, verify):
-            self._set(math.floor(level * self.s.backoff))
+            self._move(math.floor(level * self.s.backoff))
+            self._probe = None
             self._hold, self._reverts, self._look_down = self.s.hold_windows, 0, False
             return "backoff"
         if warming:
             return "warmup"
-        bought_nothing = raised and throughput < previous[1] * (1 + self.s.gain)
-        lost = lowered and throughput < self._reference * (1 - self.s.gain)
-        if previous is not None and (bought_nothing or lost):
-            # Go back; the first time a raise from here bought nothing, look below next,
-            # else stay a while.
-            self._set(previous[0])
-            self._previous = previous
-            self._reverts += 1
-            self._look_down = bought_nothing and self._reverts == 1
-            self._hold = (
-                0
-                if self._look_down
-                else min(self.s.hold_windows * 2 ** (self._reverts - 1), self.s.max_hold_windows)
-            )
-            return "revert"
-        if raised or lowered:
+        self._note_spread(w)
+        self._here.add(w, self.s.pool_windows)
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            verdict = self._verdict(probe)
+            if verdict is None:
+                self._probe = probe
+                return "measure"
+            if not verdict:
+                # Go back; the first time a raise from there bought nothing, look below next,
+                # else stay a while.
+                self._set(self._back.level)
+                self._here = self._back
+                self._reverts += 1
+                self._look_down = probe == "raise" and self._reverts == 1
+                doubled = self.s.hold_windows * 2 ** (self._reverts - 1)
+                self._hold = 0 if self._look_down else min(doubled, self.s.max_hold_windows)
+                return "revert"
             self._reverts = 0  # a probe kept: a new level, whose probes start afresh
-        if lowered:  # as much done with fewer samples: lower still
-            self._reference = max(self._reference, throughput)
-            self._look_down = True
+            if probe == "lower":
+                # More done with fewer samples: the best may lie lower still. As much done:
+                # this level is as good, with less crowding; it holds, as a revert does.
+                self._look_down = self._here.throughput > self._reference.throughput * (
+                    1 + self.s.gain
+                )
+                self._hold = 0 if self._look_down else self.s.hold_windows
         if self._hold > 0:
             self._hold -= 1
             return "hold"
+        # A probe is judged by the next `window` samples to take a slot: with fewer waiting (a
+        # batch's tail), it would be judged by the next batch, which would start at an untested
+        # level (in the admission benchmark, a raise decided at a tail ran half the next batch
+        # at a level 12% worse; in a simulation of it, a probe below ran all of it at half the
+        # rate).
+        queued = math.inf if self._queued is None else self._queued
         if self._look_down and level > self.s.floor:
+            if queued < self.s.window:
+                return "keep"  # the probe below waits for a batch that can judge it
             self._look_down = False
-            if not lowered:
-                self._reference = throughput
-            self._set(min(level - 1, math.floor(level / self.s.grow)))
-            self._lowered = True
+            if probe != "lower":  # a descent starts here: what each level below must keep
+                self._reference = self._here
+            self._back = self._here
+            self._move(min(level - 1, math.floor(level / self.s.grow)))
+            self._probe = "lower"
             return "lower"
         self._look_down = False
         higher = min(self.s.ceiling, max(level + 1, math.ceil(level * self.s.grow)))
-        if level >= self.s.ceiling or (self._queued is not None and self._queued < higher - level):
+        if (
+            level >= self.s.ceiling
+            or queued < max(self.s.window, higher - level)
+            or len(self._here.windows) < self.s.settle_windows
+        ):
             return "keep"
-        self._set(higher)
-        self._raised = True
+        self._reference = self._back = self._here
+        self._move(higher)
+        self._probe = "raise"
         return "grow"
+
+    def _verdict(self, probe: str) -> bool | None:
+        """Whether the probed level stays, None while its windows so far cannot tell (the
+        rules in the module's docstring); a probe not told after `probe_windows` windows goes
+        back: a level is kept on evidence."""
+        here, ref = self._here, self._reference
+        ratio = here.throughput / max(ref.throughput, 1e-12)
+        spread = self._spread()
+        margin = self.s.confidence * math.hypot(here.error(spread), ref.error(spread)) * ratio
+        if probe == "raise":
+            mark = 1 + self.s.gain
+            verdict = (
+                True
+                if ratio > mark and ratio - margin > 1
+                else (False if ratio + margin < mark else None)
+            )
+        else:
+            verdict = True if ratio >= 1 - self.s.gain else (False if ratio + margin < 1 else None)
+        if verdict is None and len(here.windows) >= self.s.probe_windows:
+            return False
+        return verdict
+
+    def _note_spread(self, w: _Window) -> None:
+        """A window's deviation from the windows before it at its level (Welford's update)."""
+        logs = self._here.logs
+        if logs:
+            x = math.log(w.level * w.samples / max(w.slot_s, 1e-12))
+            mean = statistics.fmean(logs)
+            self._deviations += len(logs) / (len(logs) + 1) * (x - mean) ** 2
+            self._freedom += 1
+
+    def _spread(self) -> float:
+        """The spread of one window's figure about its level's: what the windows seen so far
+        show, with `window_noise` counted as two windows' worth before them."""
+        prior = 2 * self.s.window_noise**2
+        return math.sqrt((self._deviations + prior) / (self._freedom + 2))
+
+    def _move(self, level: int) -> None:
+        """A new level: what the old one measured says nothing of it."""
+        self._set(level)
+        self._here = _Evidence(self.level)
 
     def _cliff(self, level: int, start: float, verify: float) -> bool:
         """The window's latencies against the best seen at a lower level (where the machine was

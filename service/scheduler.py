@@ -150,15 +150,18 @@ class _Slots:
 class _HeldSlots:
     """When each sample of a group took its episode slot and gave it back; called with a
     sample, how long it held it (None: it never held one). The concurrency controller's measure
-    (service/concurrency.py)."""
+    (service/concurrency.py), which hears of each slot taken through `on_take`."""
 
-    def __init__(self, holding: list[str]) -> None:
-        now = time.monotonic()
-        self._took = dict.fromkeys(holding, now)
+    def __init__(self, holding: list[str], on_take: Callable[[str, float], None]) -> None:
+        self._on_take = on_take
+        self._took: dict[str, float] = {}
         self._gave: dict[str, float] = {}
+        for trajectory_id in holding:
+            self.took(trajectory_id)
 
     def took(self, trajectory_id: str) -> None:
-        self._took[trajectory_id] = time.monotonic()
+        now = self._took[trajectory_id] = time.monotonic()
+        self._on_take(trajectory_id, now)
 
     def gave(self, trajectory_id: str) -> None:
         self._gave[trajectory_id] = time.monotonic()
@@ -451,7 +454,7 @@ class Scheduler:
         spec_of = {s.trajectory_id: s for s in specs}
         # owed (no slot yet) -> running (a slot) -> finishing (a finishing slot) -> done
         state = {s.trajectory_id: "running" if i < slotted else "owed" for i, s in enumerate(specs)}
-        held_s = _HeldSlots([s.trajectory_id for s in specs[:slotted]])
+        held_s = _HeldSlots([s.trajectory_id for s in specs[:slotted]], self._took_slot)
 
         async def on_start(trajectory_id: str) -> None:
             if state.get(trajectory_id) != "owed":
@@ -517,6 +520,8 @@ class Scheduler:
             left = [s for s in specs if state[s.trajectory_id] != "done"]
             for spec in left:
                 await leave(spec.trajectory_id)
+                if ctx.cancelled:  # never reported: its window must not wait for it
+                    await self._apply_window(self._forget_slot(spec.trajectory_id))
             self._update_gauges()
         if left and not ctx.cancelled:
             why = f"runner error: {error!r}" if error else "runner returned without this sample"
@@ -538,23 +543,39 @@ class Scheduler:
         """Samples allowed in their episode at once now."""
         return self._slots.total
 
+    def _took_slot(self, trajectory_id: str, now: float) -> None:
+        if self.concurrency_control is not None:
+            self.concurrency_control.started(trajectory_id, now=now)
+
+    def _forget_slot(self, trajectory_id: str) -> WindowResult | None:
+        control = self.concurrency_control
+        return control.forget(trajectory_id, now=time.monotonic()) if control else None
+
     async def _follow_level(self, t: Trajectory, slot_s: float | None) -> None:
         """A finished sample, for the concurrency controller; the slots follow its level.
         Samples that never reached a sandbox (cancelled, or the policy failed first) or never
-        held a slot say nothing of the sandboxes' load."""
+        held a slot say nothing of the sandboxes' load: their window stops waiting for them."""
         control = self.concurrency_control
-        if control is None or slot_s is None or t.status in (Status.cancelled, Status.policy_error):
+        if control is None:
             return
-        before = control.level
+        if slot_s is None or t.status in (Status.cancelled, Status.policy_error):
+            await self._apply_window(self._forget_slot(t.trajectory_id))
+            return
         window = control.finished(
+            t.trajectory_id,
             now=time.monotonic(),
             slot_s=slot_s,
             start_s=t.timings.create_s,
             verify_s=t.timings.verify_s,
             failed=t.status == Status.sandbox_error,
         )
+        await self._apply_window(window)
+
+    async def _apply_window(self, window: WindowResult | None) -> None:
+        """A closed window (None: none closed), said, and its level applied to the slots."""
         _said(window, self.metrics)
-        if control.level != before:
+        control = self.concurrency_control
+        if control is not None and control.level != self._slots.total:
             await self._slots.resize(control.level)
             await self._finishing.resize(control.level)
         self._update_gauges()
