@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from pathlib import Path
 
@@ -194,4 +195,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(line, err=True)
         if not settings.sandboxes.ray_address:  # on Ray, each node's executor checks its engine
             refuse_unknown_runtime(settings.sandboxes.runtime)
+        # The service's own loggers (a resumed rollout, each concurrency window's decision):
+        # uvicorn configures only its own.
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)

@@ -3,6 +3,7 @@ and the settings reach the classes they configure."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,13 @@ def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None
     built: list[Settings] = []
     monkeypatch.setattr(service.app, "create_app", lambda s: built.append(s) or object())
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    # The service's own loggers log at --log-level too (uvicorn configures only its own): a
+    # resumed rollout, each concurrency window's decision.
+    logged: list[dict[str, object]] = []
+    monkeypatch.setattr(logging, "basicConfig", lambda **kw: logged.append(kw))
     app, _ = _command("serve")
-    args = ["serve", "--policy-url", "http://a:8000", "--tasks-root", "/data/one"]
+    args = ["serve", "--log-level", "debug"]
+    args += ["--policy-url", "http://a:8000", "--tasks-root", "/data/one"]
     args += ["--tasks-root", "/data/two", "--retention", "60", "--disk-reserve", "10"]
     args += ["--build-network", "--allow-pull", "--build-memory", "512", "--image-budget", "2"]
     args += ["--warm-ttl", "30", "--build-timeout", "90", "--build-cpus", "1.5"]
@@ -84,6 +90,7 @@ def test_serve_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None
         network=True, allow_pull=True, cpus=1.5, memory_mb=512, timeout_s=90, budget_bytes=2 << 30
     )
     assert s.sandboxes.pool().idle_ttl_s == 30
+    assert [kw["level"] for kw in logged] == ["DEBUG"]
 
 
 # Flags serve and collect share (clients/commands/options.py), with values that differ from
