@@ -53,17 +53,40 @@ def _reading(a: dict[str, Any], ceilings: list[str]) -> str:
     parts = []
     if all(a["adaptive"][c]["highest_level"] < int(c) for c in ceilings):
         parts.append("The level stayed far below the ceiling.")
+    probes = _first_probes(a, ceilings)
+    if probes:
+        parts.append(
+            f"Every adaptive round entered the measured batch at level {a['controller']['start']}"
+            f" and first moved to another level {min(probes):.0%} to {max(probes):.0%} of the way"
+            " through it: the first probe of a fresh service, which a long collection pays at"
+            " ever longer intervals (each revert to a level in a row doubles the hold before the"
+            " next probe), and which a round of two batches measures every time."
+        )
     best = a["trials_per_min"][a["best_fixed"]]
     spread = (best["max"] - best["min"]) / best["median"]
     if spread > a["controller"]["gain"]:
         parts.append(
             f"The best fixed level's own rounds differ by {spread:.0%} of their median in this "
-            f"run, more than the {a['controller']['gain']:.0%} a raise must gain: on a machine "
-            "this busy a window can keep or undo a raise on load that is not its own, and a "
-            "ratio far from 1 says more about the load's drift and the finishing slots above "
-            "than about the level (the traces are in the results file)."
+            f"run, more than the {a['controller']['gain']:.0%} a raise must gain: a ratio far "
+            "from 1 says as much about the machine's drift between rounds as about the level "
+            "(the traces are in the results file)."
         )
     return " ".join(parts)
+
+
+def _first_probes(a: dict[str, Any], ceilings: list[str]) -> list[float]:
+    """How far through the measured batch each adaptive round first changed level, as a share
+    of it; empty unless every round entered the batch at the start level and changed in it."""
+    shares = []
+    for c in ceilings:
+        rounds = a["rounds"][f"adaptive-{c}"]
+        for trace, r in zip(a["adaptive"][c]["traces"], rounds, strict=True):
+            before = [level for t, level in trace if t <= 0]
+            moves = [t for t, _ in trace if 0 < t < r["seconds"]]
+            if not before or before[-1] != a["controller"]["start"] or not moves:
+                return []
+            shares.append(moves[0] / r["seconds"])
+    return shares
 
 
 def _round(a: dict[str, Any], trials: int) -> str:

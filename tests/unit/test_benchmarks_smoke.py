@@ -367,3 +367,21 @@ def test_settled_level_is_the_time_weighted_median_over_the_measured_rollout() -
     # 4 holds 6 s (0-4, 7-9), 5 holds 3 s, 6 holds 1 s.
     assert settled_level([(0.0, 4), (4.0, 5), (7.0, 4), (9.0, 6)], 10.0) == 4
     assert settled_level([(-5.0, 3)], 10.0) == 3
+
+
+def test_the_admission_doc_says_where_each_round_first_probed() -> None:
+    """The doc reads each adaptive round's trace: entered the measured batch at the start level
+    and first changed level how far through it; no claim when any round did otherwise."""
+    from benchmarks.doc_admission import _first_probes
+
+    def result(traces: list[list[list[float]]]) -> dict:
+        return {
+            "controller": {"start": 4},
+            "rounds": {"adaptive-16": [{"seconds": 30.0} for _ in traces]},
+            "adaptive": {"16": {"traces": traces}},
+        }
+
+    probed = [[[-28.0, 4], [15.0, 6]], [[-30.0, 4], [-12.0, 6], [-2.0, 4], [1.0, 6], [21.0, 4]]]
+    assert _first_probes(result(probed), ["16"]) == [0.5, 1.0 / 30.0]
+    assert _first_probes(result([[[-28.0, 4], [-10.0, 6], [15.0, 4]]]), ["16"]) == []
+    assert _first_probes(result([[[-28.0, 4]]]), ["16"]) == []  # held its level throughout
