@@ -172,6 +172,66 @@ class _HeldSlots:
         return self._gave.get(trajectory_id, time.monotonic()) - self._took[trajectory_id]
 
 
+class _LevelFeed:
+    """What the concurrency controller (service/concurrency.py) hears of the samples, and the
+    episode and finishing slots resized to the level it answers; without one, nothing."""
+
+    def __init__(
+        self,
+        control: ConcurrencyController | None,
+        slots: _Slots,
+        finishing: _Slots,
+        metrics: Metrics | None,
+        changed: Callable[[], None],
+    ) -> None:
+        self.control = control
+        self._slots, self._finishing = slots, finishing
+        self._metrics = metrics
+        self._changed = changed
+
+    def took(self, trajectory_id: str, now: float) -> None:
+        if self.control is not None:
+            self.control.started(trajectory_id, now=now)
+
+    def demand(self, queued: int) -> None:
+        """Samples waiting for a slot: the level, not the demand, bounds what runs now."""
+        if self.control is not None:
+            self.control.demand(now=time.monotonic(), waiting=queued > 0, queued=queued)
+
+    async def forget(self, trajectory_id: str) -> None:
+        """A sample that held a slot and says nothing of the load: no window waits for it."""
+        if self.control is not None:
+            await self._apply(self.control.forget(trajectory_id, now=time.monotonic()))
+
+    async def finished(self, t: Trajectory, slot_s: float | None) -> None:
+        """A finished sample, which held its episode slot for `slot_s` (None: never held one).
+        Samples that never reached a sandbox (cancelled, or the policy failed first) or never
+        held a slot say nothing of the sandboxes' load."""
+        if self.control is None:
+            return
+        if slot_s is None or t.status in (Status.cancelled, Status.policy_error):
+            await self.forget(t.trajectory_id)
+            return
+        window = self.control.finished(
+            t.trajectory_id,
+            now=time.monotonic(),
+            slot_s=slot_s,
+            start_s=t.timings.create_s,
+            verify_s=t.timings.verify_s,
+            failed=t.status == Status.sandbox_error,
+        )
+        await self._apply(window)
+
+    async def _apply(self, window: WindowResult | None) -> None:
+        """A closed window (None: none closed), said, and its level applied to the slots."""
+        _said(window, self._metrics)
+        assert self.control is not None
+        if self.control.level != self._slots.total:
+            await self._slots.resize(self.control.level)
+            await self._finishing.resize(self.control.level)
+        self._changed()
+
+
 class Scheduler:
     def __init__(
         self,
@@ -224,13 +284,15 @@ class Scheduler:
         # (-priority, order, sequence, work): a work put back keeps its place.
         self._queue: asyncio.PriorityQueue[tuple[int, int, int, Work]] = asyncio.PriorityQueue()
         self._seq = itertools.count()
-        self.concurrency_control = concurrency_control
         # Samples in their episode, and samples verifying or committing: each as many as the
         # controller's level when there is one (so a level bounds what a fixed setting of that
         # number bounds: episodes and verifications both).
         level = concurrency_control.level if concurrency_control else max_concurrent_samples
         self._slots = _Slots(level)
         self._finishing = _Slots(level)
+        self._level = _LevelFeed(
+            concurrency_control, self._slots, self._finishing, metrics, self._update_gauges
+        )
         self._dispatcher: asyncio.Task[None] | None = None
 
     # -- lifecycle
@@ -454,7 +516,7 @@ class Scheduler:
         spec_of = {s.trajectory_id: s for s in specs}
         # owed (no slot yet) -> running (a slot) -> finishing (a finishing slot) -> done
         state = {s.trajectory_id: "running" if i < slotted else "owed" for i, s in enumerate(specs)}
-        held_s = _HeldSlots([s.trajectory_id for s in specs[:slotted]], self._took_slot)
+        held_s = _HeldSlots([s.trajectory_id for s in specs[:slotted]], self._level.took)
 
         async def on_start(trajectory_id: str) -> None:
             if state.get(trajectory_id) != "owed":
@@ -521,7 +583,7 @@ class Scheduler:
             for spec in left:
                 await leave(spec.trajectory_id)
                 if ctx.cancelled:  # never reported: its window must not wait for it
-                    await self._apply_window(self._forget_slot(spec.trajectory_id))
+                    await self._level.forget(spec.trajectory_id)
             self._update_gauges()
         if left and not ctx.cancelled:
             why = f"runner error: {error!r}" if error else "runner returned without this sample"
@@ -535,7 +597,7 @@ class Scheduler:
         """A finished sample, which held its episode slot for `slot_s` (None: never held one):
         the concurrency controller hears of it, then it is committed or queued to run again
         (service/outcomes.py)."""
-        await self._follow_level(t, slot_s)
+        await self._level.finished(t, slot_s)
         await self._outcomes.report(ctx, work, spec, t)
 
     @property
@@ -543,53 +605,12 @@ class Scheduler:
         """Samples allowed in their episode at once now."""
         return self._slots.total
 
-    def _took_slot(self, trajectory_id: str, now: float) -> None:
-        if self.concurrency_control is not None:
-            self.concurrency_control.started(trajectory_id, now=now)
-
-    def _forget_slot(self, trajectory_id: str) -> WindowResult | None:
-        control = self.concurrency_control
-        return control.forget(trajectory_id, now=time.monotonic()) if control else None
-
-    async def _follow_level(self, t: Trajectory, slot_s: float | None) -> None:
-        """A finished sample, for the concurrency controller; the slots follow its level.
-        Samples that never reached a sandbox (cancelled, or the policy failed first) or never
-        held a slot say nothing of the sandboxes' load: their window stops waiting for them."""
-        control = self.concurrency_control
-        if control is None:
-            return
-        if slot_s is None or t.status in (Status.cancelled, Status.policy_error):
-            await self._apply_window(self._forget_slot(t.trajectory_id))
-            return
-        window = control.finished(
-            t.trajectory_id,
-            now=time.monotonic(),
-            slot_s=slot_s,
-            start_s=t.timings.create_s,
-            verify_s=t.timings.verify_s,
-            failed=t.status == Status.sandbox_error,
-        )
-        await self._apply_window(window)
-
-    async def _apply_window(self, window: WindowResult | None) -> None:
-        """A closed window (None: none closed), said, and its level applied to the slots."""
-        _said(window, self.metrics)
-        control = self.concurrency_control
-        if control is not None and control.level != self._slots.total:
-            await self._slots.resize(control.level)
-            await self._finishing.resize(control.level)
-        self._update_gauges()
-
     def _update_gauges(self) -> None:
         if self.metrics is not None:
             self.metrics.queued_samples.set(self.queued_samples)
             self.metrics.running_samples.set(self.running_samples)
             self.metrics.concurrency_level.set(self._slots.total)
-        if self.concurrency_control is not None:
-            # Samples waiting for a slot: the level, not the demand, bounds what runs now.
-            self.concurrency_control.demand(
-                now=time.monotonic(), waiting=self.queued_samples > 0, queued=self.queued_samples
-            )
+        self._level.demand(self.queued_samples)
 
 
 def _said(window: WindowResult | None, metrics: Metrics | None) -> None:
