@@ -294,6 +294,9 @@ class Scheduler:
             concurrency_control, self._slots, self._finishing, metrics, self._update_gauges
         )
         self._dispatcher: asyncio.Task[None] | None = None
+        # Group tasks that have taken their first step: only those may be cancelled (one
+        # cancelled before it never runs its body, and the slots it was handed are lost).
+        self._begun: set[asyncio.Task[None]] = set()
 
     # -- lifecycle
 
@@ -392,7 +395,8 @@ class Scheduler:
             ctx.queued.clear()
             running = list(ctx.running)
             for t in running:
-                t.cancel()
+                if t in self._begun:  # the others see ctx.cancelled at their first step
+                    t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
         completed = await self.store.cancel_rollout(rollout_id, self.current_version())
         for gid in completed:
@@ -502,6 +506,7 @@ class Scheduler:
             )
             ctx.running.add(task)
             task.add_done_callback(ctx.running.discard)
+            task.add_done_callback(self._begun.discard)
 
     async def _take_slots(self, samples: int) -> tuple[int, int]:
         """Slots for a group start of `samples`: (how many samples start now, how many of them
@@ -513,6 +518,9 @@ class Scheduler:
     ) -> None:
         """Run samples of one group that start together; the first `slotted` hold a slot, the
         others take theirs in `on_start`."""
+        this = asyncio.current_task()
+        assert this is not None
+        self._begun.add(this)
         spec_of = {s.trajectory_id: s for s in specs}
         # owed (no slot yet) -> running (a slot) -> finishing (a finishing slot) -> done
         state = {s.trajectory_id: "running" if i < slotted else "owed" for i, s in enumerate(specs)}
@@ -570,9 +578,10 @@ class Scheduler:
 
         error: BaseException | None = None
         try:
-            await self.runner.run_group(
-                ctx.tasks[work.task_id], specs, on_trajectory, on_episode_end, on_start
-            )
+            if not ctx.cancelled:  # cancelled before this task's first step (cancel())
+                await self.runner.run_group(
+                    ctx.tasks[work.task_id], specs, on_trajectory, on_episode_end, on_start
+                )
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a runner bug must not lose the samples
@@ -582,8 +591,9 @@ class Scheduler:
             left = [s for s in specs if state[s.trajectory_id] != "done"]
             for spec in left:
                 await leave(spec.trajectory_id)
-                if ctx.cancelled:  # never reported: its window must not wait for it
-                    await self._level.forget(spec.trajectory_id)
+                # The runner never reported it: what becomes of it (cancelled, or a runner
+                # error) says nothing of the machine's load, and its window must not wait.
+                await self._level.forget(spec.trajectory_id)
             self._update_gauges()
         if left and not ctx.cancelled:
             why = f"runner error: {error!r}" if error else "runner returned without this sample"

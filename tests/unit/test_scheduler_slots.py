@@ -54,3 +54,41 @@ def test_the_next_group_generates_while_one_verifies_and_verifying_is_bounded(
             store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_rollout_cancelled_before_its_group_task_first_runs_gives_its_slots_back(
+    tmp_path: Path,
+) -> None:
+    """The dispatcher takes a group's slots, then creates the task that runs it. A cancel that
+    comes before that task's first step must not cancel it there: a task cancelled before it
+    starts never runs its body, and the slots it was handed would be lost for good (the
+    service would run with fewer slots, or none)."""
+
+    async def scenario() -> None:
+        store = Store(tmp_path)
+        store.open()
+        tasks = load_tasks(EXAMPLES)[:1]
+        runner = StepRunner()
+        scheduler = Scheduler(
+            store, runner, lambda *a: tasks, max_concurrent_samples=4, max_queued_samples=16,
+            current_version=lambda: 0,
+        )  # fmt: skip
+        await scheduler.start()
+        try:
+            request = RolloutRequest(
+                tasks=TasksSpec(path="x"), n_samples=3, advantage=AdvantageSpec(min_group_size=1)
+            )
+            rid = await scheduler.submit(request, tasks)
+            # Queued behind the dispatcher's wake-up: it runs after the group task is created,
+            # before that task's first step.
+            await asyncio.create_task(scheduler.cancel(rid))
+            await until(lambda: scheduler.running_samples == 0)
+            assert runner.started == []  # no episode ran
+            assert (scheduler._slots.free, scheduler.queued_samples) == (4, 0)
+            summary = await store.rollout_summary(rid)
+            assert summary.status == "cancelled"
+        finally:
+            await scheduler.aclose()
+            store.close()
+
+    asyncio.run(scenario())
