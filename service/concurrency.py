@@ -22,12 +22,13 @@ level moves under it by hill climbing on what the service observes of finished s
   draining, a service waiting for its first request) ran below its level whatever the level
   was; it decides nothing: it neither keeps nor undoes a probe, backs off, counts towards a
   hold or the warm-up, nor sets a baseline or a latency reference.
-- The first window of the work that comes after none waited (a synchronous RL loop's next
-  batch) is a ramp: its samples start together into a machine whose verifications have not
-  yet piled up behind them, so they hold their slots for less than they will once it has (in
-  the admission benchmark, 2.21 samples/s at level 4 against 1.57 to 1.82 for the windows
-  after it; in the unit tests' batches, up to twice the level's rate, which kept raises past
-  the machine's best). It decides nothing, as a short window does.
+- The first window after no sample waited for a slot (the queue emptied: a synchronous RL
+  loop's next batch, or a dip in a stream of requests, where the level is not what holds
+  throughput back anyway) is a ramp: its samples start together into a machine whose
+  verifications have not yet piled up behind them, so they hold their slots for less than
+  they will once it has (in the admission benchmark, 2.21 samples/s at level 4 against 1.57
+  to 1.82 for the windows after it; in the unit tests' batches, up to twice the level's rate,
+  which kept raises past the machine's best). It decides nothing, as a short window does.
 - A level's throughput pools its last `pool_windows` windows, with that figure's standard
   error: the larger of what the spread of its samples' slot times says (in that simulation,
   single windows of 12 at level 4 read from 0.8x to 2.2x its rate) and what the spread
@@ -60,7 +61,8 @@ level moves under it by hill climbing on what the service observes of finished s
   the new slots), when the scheduler says how many wait: at a batch's tail it could not be
   judged by the batch it is meant for, and the next batch would start at an untested level
   (in the admission benchmark, half its time at a level 12% worse than the one it came from).
-- The first `warmup_windows` windows only measure: the first samples of a fresh service find
+- The first `warmup_windows` windows only measure (a failure share over `max_failures` still
+  backs off): the first samples of a fresh service find
   no warm sandbox and all start at once, so their throughput is no baseline (taken as one, it
   made the first raise look like a gain).
 
@@ -75,6 +77,8 @@ import math
 import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+
+HISTORY = 1024  # closed windows the controller keeps for metrics and tests (at least)
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,8 @@ class ConcurrencyController:
             self._waits.append((self._waiting_since, now))
             self._waiting_since = None
             # No more samples join the windows under way (they drain), and the next window is
-            # the ramp of the work that comes next.
+            # the ramp of the work that comes next. (One whose samples are all done already,
+            # short of its count, is dropped: it could never close.)
             self._filling = None
             self._ramp_next = True
 
@@ -270,9 +275,7 @@ class ConcurrencyController:
         if not failed:
             w.start_s.append(start_s)
             w.verify_s.append(verify_s)
-        if w is self._filling and self._full(w, now):
-            self._filling = None  # the next sample to take a slot opens the next window
-        return self._close(w, now) if self._complete(w) else None
+        return self._settle(w, now)
 
     def forget(self, sample: Hashable, *, now: float) -> WindowResult | None:
         """`sample` left its slot saying nothing of the machine's load (cancelled, or the policy
@@ -281,6 +284,15 @@ class ConcurrencyController:
         if w is None:
             return None
         w.started -= 1
+        return self._settle(w, now)
+
+    def _settle(self, w: _Window, now: float) -> WindowResult | None:
+        """After one of `w`'s samples is done: it takes no more samples once it has its count
+        and its seconds, or its count and every one of them is done (no sample took a slot
+        since: left filling, it would never close); closed once complete."""
+        if w is self._filling and w.started >= self.s.window:
+            if now - w.opened_at >= self.s.min_window_s or w.samples == w.started:
+                self._filling = None  # the next sample to take a slot opens the next window
         return self._close(w, now) if self._complete(w) else None
 
     def _complete(self, w: _Window) -> bool:
@@ -315,6 +327,8 @@ class ConcurrencyController:
             self.level,
         )  # fmt: skip
         self.history.append(result)
+        if len(self.history) > 2 * HISTORY:
+            del self.history[:-HISTORY]
         return result
 
     def _decide(self, w: _Window, start: float, verify: float, failures: float) -> str:
@@ -367,7 +381,7 @@ class ConcurrencyController:
             if queued < self.s.window:
                 return "keep"  # the probe below waits for a batch that can judge it
             self._look_down = False
-            if probe != "lower":  # a descent starts here: what each level below must keep
+            if self._reference.level <= level:  # a descent starts here (none is under way)
                 self._reference = self._here
             self._back = self._here
             self._move(min(level - 1, math.floor(level / self.s.grow)))

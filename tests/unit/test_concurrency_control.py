@@ -417,6 +417,25 @@ def test_a_window_is_the_samples_that_start_together_and_needs_its_seconds() -> 
     assert len(c.history) == 1
 
 
+def test_a_window_whose_samples_are_all_done_closes_before_its_seconds() -> None:
+    """A window with its count, every sample done and no sample taking a slot since (a slot
+    handed back only after the report, a queue gone quiet) closes at its last sample, short of
+    `min_window_s`: left open for more samples, the next one to take a slot past its seconds
+    would have sealed it, and a window sealed with nothing left to finish never closes."""
+    s = ConcurrencySettings(
+        ceiling=64, start=1, window=2, min_window_s=5.0, warmup_windows=0, settle_windows=1
+    )
+    c = ConcurrencyController(s, now=0.0)
+    c.demand(now=0.0, waiting=True)
+    c.started("a", now=0.0)
+    assert c.finished("a", now=1.0, slot_s=1.0, start_s=0.1, verify_s=0.5, failed=False) is None
+    c.started("b", now=1.0)
+    result = c.finished("b", now=4.9, slot_s=3.9, start_s=0.1, verify_s=0.5, failed=False)
+    assert result is not None and result.level == 1
+    c.started("c", now=5.0)  # the next window's first
+    assert len(c.history) == 1
+
+
 def test_a_sample_that_says_nothing_of_the_load_is_not_waited_for() -> None:
     """A sample cancelled, or whose policy failed before its sandbox did anything, leaves its
     window (`forget`): the window closes on the others, and does not wait for it forever."""
