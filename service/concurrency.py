@@ -290,9 +290,9 @@ class ConcurrencyController:
         """After one of `w`'s samples is done: it takes no more samples once it has its count
         and its seconds, or its count and every one of them is done (no sample took a slot
         since: left filling, it would never close); closed once complete."""
-        if w is self._filling and w.started >= self.s.window:
-            if now - w.opened_at >= self.s.min_window_s or w.samples == w.started:
-                self._filling = None  # the next sample to take a slot opens the next window
+        counted = w.started >= self.s.window and w.samples == w.started
+        if w is self._filling and (self._full(w, now) or counted):
+            self._filling = None  # the next sample to take a slot opens the next window
         return self._close(w, now) if self._complete(w) else None
 
     def _complete(self, w: _Window) -> bool:
@@ -425,7 +425,7 @@ class ConcurrencyController:
         """A window's deviation from the windows before it at its level (Welford's update)."""
         logs = self._here.logs
         if logs:
-            x = math.log(w.level * w.samples / max(w.slot_s, 1e-12))
+            [x] = _Evidence.of(w).logs
             mean = statistics.fmean(logs)
             self._deviations += len(logs) / (len(logs) + 1) * (x - mean) ** 2
             self._freedom += 1
