@@ -25,15 +25,14 @@ tests' /app and the tested code's writable workspace: trusted.py calls it around
 the tests run, so the program reads what the tests put in /app and the tests read what it
 wrote (module files, metadata and the rest stay where they are).
 
-Standard library only: this runs under the task image's Python.
+Standard library only: this runs under the task image's Python. And few modules of it: this
+interpreter starts in every verification, and `json`, `re` and `shutil` (with what they import)
+cost as much CPU again as its bare start, so the little this needs of them is done here.
 """
 
 import importlib.machinery
 import importlib.util
-import json
 import os
-import re
-import shutil
 import stat
 import sys
 
@@ -53,7 +52,6 @@ EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".pth", ".egg-link", ".dist-info", ".egg-in
 # A folder holding one of these is package metadata, whatever its own name.
 METADATA_FILES = {"metadata", "pkg-info", "entry_points.txt"}
 RESERVED_MODULES = {"sitecustomize", "usercustomize", "__main__", "conftest"}
-_TEST_FILE = re.compile(r"^(test_.*|.*_test)$")
 _MODULE_SUFFIXES = sorted(
     importlib.machinery.SOURCE_SUFFIXES + importlib.machinery.EXTENSION_SUFFIXES,
     key=len,
@@ -96,6 +94,11 @@ def _excluded(name):
     return folded in EXCLUDED_NAMES or folded.endswith(EXCLUDED_SUFFIXES)
 
 
+def _test_file(name):
+    """A module name pytest collects as a test file by default."""
+    return name.startswith("test_") or name.endswith("_test")
+
+
 def _metadata_folder(path):
     try:
         return any(n.casefold() in METADATA_FILES for n in os.listdir(path))
@@ -113,6 +116,17 @@ def _shadows(top, tests):
         return importlib.util.find_spec(top) is not None
     except (ImportError, ValueError):
         return True
+
+
+def _copy(src, dest):
+    """Copy a regular file's bytes (the workspace is the agent's, but nothing runs in it yet:
+    `build` runs before any of its code)."""
+    with open(src, "rb") as i, open(dest, "wb") as o:
+        while True:
+            chunk = i.read(_CHUNK)
+            if not chunk:
+                return
+            o.write(chunk)
 
 
 def build(workspace, app, tests, runtime, sources):
@@ -143,7 +157,7 @@ def build(workspace, app, tests, runtime, sources):
             name = _module_name(f)
             if name is None:  # data
                 dest = os.path.join(app, *parts, f)
-                shutil.copyfile(src, dest)
+                _copy(src, dest)
                 os.chmod(dest, 0o644)
                 os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))  # sync: the same file
                 continue
@@ -151,8 +165,8 @@ def build(workspace, app, tests, runtime, sources):
             if (
                 not importable
                 or not name.isidentifier()
-                or (not parts and (_shadows(name, tests) or _TEST_FILE.match(name)))
-                or (parts and _TEST_FILE.match(name))
+                or (not parts and (_shadows(name, tests) or _test_file(name)))
+                or (parts and _test_file(name))
                 or not dotted
             ):
                 left_out.append(os.path.join(rel, f))
@@ -170,7 +184,7 @@ def build(workspace, app, tests, runtime, sources):
                 # of the agent's code ran, to where the tested code cannot write.
                 texts[dest] = os.path.join(sources, *parts, name + ".py")
                 os.makedirs(os.path.dirname(texts[dest]), mode=0o755, exist_ok=True)
-                shutil.copyfile(src, texts[dest])
+                _copy(src, texts[dest])
                 os.chmod(texts[dest], 0o644)
     return modules, left_out, texts
 
@@ -321,23 +335,55 @@ def sync(src, dst, file_mode=0o644, dir_mode=0o755):
     return copied, failed
 
 
+# ---- JSON out, for the manifest and the report (the `json` module is what this avoids) --------
+
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\"}
+
+
+def _json_char(c):
+    if " " <= c <= "~":
+        return _JSON_ESCAPES.get(c, c)
+    o = ord(c)
+    if o > 0xFFFF:  # a surrogate pair, as json.dumps writes it
+        o -= 0x10000
+        return "\\u%04x\\u%04x" % (0xD800 | (o >> 10), 0xDC00 | (o & 0x3FF))
+    return "\\u%04x" % o
+
+
+def to_json(value):
+    """`json.dumps(value)` for what this writes: str (ASCII out, as json.dumps writes it,
+    lone surrogates of undecodable file names included), int, None, list and dict by str."""
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return '"' + "".join(map(_json_char, value)) + '"'
+    if type(value) is int:
+        return str(value)
+    if type(value) is list:
+        return "[" + ", ".join(map(to_json, value)) + "]"
+    if type(value) is dict:
+        return "{" + ", ".join(to_json(k) + ": " + to_json(v) for k, v in value.items()) + "}"
+    raise TypeError("not written as JSON here: %s" % type(value).__name__)
+
+
 def main(argv):
     workspace, app, tests, manifest, report = argv
     runtime = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trusted.py")
     sources = os.path.join(os.path.dirname(os.path.abspath(manifest)), "sources")
     modules, left_out, texts = build(workspace, app, tests, runtime, sources)
     with open(manifest, "w") as f:
-        json.dump(
-            {
-                "app": app,
-                "workspace": workspace,
-                "tests": tests,
-                "report": report,
-                "modules": modules,
-                "sources": texts,
-                "runtime": runtime,
-            },
-            f,
+        f.write(
+            to_json(
+                {
+                    "app": app,
+                    "workspace": workspace,
+                    "tests": tests,
+                    "report": report,
+                    "modules": modules,
+                    "sources": texts,
+                    "runtime": runtime,
+                }
+            )
         )
     line = {
         "event": "view",
@@ -346,7 +392,7 @@ def main(argv):
         "pid": os.getpid(),
     }
     with open(report, "a") as f:
-        f.write(json.dumps(line) + "\n")
+        f.write(to_json(line) + "\n")
 
 
 if __name__ == "__main__":

@@ -637,6 +637,55 @@ def test_the_view_holds_stubs_and_data_only(layout: Layout) -> None:
     assert run.rc == 0 and run.output.split() == ["2", "3", "1"], run.output
 
 
+# view.py writes its JSON without the json module (its interpreter's start is every
+# verification's): what json reads back must be what it meant, whatever a file name holds.
+_AWKWARD = [
+    "",
+    'quote " and backslash \\ and slash /',
+    "controls \x00\x01\n\r\t\x1f and DEL \x7f",
+    "non-ASCII é ß 漢字, astral 𝄞 😀",
+    "lone surrogates of undecodable names \udcff\udc80",
+    "\ud800 a high one alone",
+]
+
+
+@pytest.mark.parametrize("text", _AWKWARD)
+def test_the_views_json_is_what_json_reads(text: str) -> None:
+    to_json = _load("view").to_json
+    value = {text: [text, None, 0, -7, 1 << 70], "nested": {"k": {text: None}}, "empty": []}
+    assert json.loads(to_json(value)) == value
+    assert json.loads(to_json(text)) == text
+    with pytest.raises(TypeError):
+        to_json(1.5)
+
+
+def test_awkward_file_names_reach_the_manifest_and_report(layout: Layout) -> None:
+    names = {
+        "modulé.py": "v = 'é'\n",
+        'data "quoted" \\ file.txt': "d\n",
+        "new\nline.txt": "n\n",
+    }
+    layout.files("workspace", names)
+    undecodable = os.fsencode(layout.root / "workspace") + b"/raw\xff.txt"
+    with open(undecodable, "wb") as f:
+        f.write(b"r\n")
+    layout.files("workspace", {"conftest.py": "", "bad name/x.py": ""})
+    manifest = layout.view()
+    assert manifest["modules"] == ["modulé"]
+    assert manifest["sources"] == {
+        str(layout.root / "app" / "modulé.py"): str(layout.root / "sources" / "modulé.py")
+    }
+    app = os.fsencode(layout.root / "app")
+    assert sorted(os.listdir(app)) == sorted(
+        [b"raw\xff.txt", b"bad name", *map(os.fsencode, names)]
+    )
+    (view,) = [json.loads(line) for line in layout.report.read_text().splitlines()]
+    assert view["modules"] == ["modulé"] and set(view["left_out"]) == {
+        "bad name/x.py",
+        "./conftest.py",
+    }
+
+
 # ---- the codec ------------------------------------------------------------------------------
 
 
