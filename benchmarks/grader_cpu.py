@@ -2,12 +2,17 @@
 verifier script and of the task's test.sh, from the containers' own cgroup accounting.
 
     python -m benchmarks.grader_cpu [--tasks examples/tasks] [--trials 12] [--grader DIR ...]
+                                    [--marks] [--plain] [--whole]
 
 - by container: the cpuacct usage of each agent and verifier container, read just before it is
   removed (the warm pool's idle time included, as a trial pays it), per trial; beside it the
   floor, the same solve.sh and test.sh by one exec in a running container;
 - by step: the verifier script and test.sh with a mark after each step, which reads the
-  container's usage (a bash builtin, so the marks cost nothing measurable), graded as usual.
+  container's usage (a bash builtin, so the marks cost nothing measurable), graded as usual;
+- whole (`--whole`): every CPU-second a trial costs the machine, by who spent it (the engine,
+  the containers, this process: benchmarks/cpu_cost.py), one trial at a time, for each arm and
+  for the cold `docker run` harness of the sandbox benchmark, interleaved: what a free boundary
+  (`--plain`: no stubs, no tested process) would leave between us and that harness.
 
 Each `--grader DIR` is a checkout whose sandboxes/verifier_runtime and verifier script grade a
 further set of trials, interleaved with this checkout's, so two graders are compared side by
@@ -20,16 +25,24 @@ import argparse
 import asyncio
 import dataclasses
 import importlib.util
+import json
 import os
 import re
 import statistics
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import sandboxes.verifier as verifier
-from benchmarks.sandbox_throughput import FloorContainers, floor_upload
+from benchmarks.cpu_cost import CpuCost, CpuMeter
+from benchmarks.sandbox_throughput import (
+    FloorContainers,
+    cold_round,
+    floor_upload,
+    lifecycle_cpu_seconds,
+)
 from sandboxes.docker_adapter import DockerAdapter
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import ImageResolver, ensure_base_image
@@ -124,7 +137,13 @@ def load_checkout(checkout: Path) -> tuple[Any, dict[str, bytes]]:
 
 
 async def floor_cpu(
-    adapter: DockerAdapter, args: dict[str, Any], image: str, task: Task, trials: int
+    adapter: DockerAdapter,
+    args: dict[str, Any],
+    image: str,
+    task: Task,
+    trials: int,
+    meter: CpuMeter,
+    whole: list[CpuCost],
 ) -> tuple[list[float], dict[str, list[float]]]:
     floor = FloorContainers(adapter)
     await floor.ensure(args, image, 1)
@@ -144,11 +163,13 @@ async def floor_cpu(
             ]
         )
         for _ in range(trials):
-            before = int(usage.read_text())
+            before, sample = int(usage.read_text()), meter.sample()
             result, _ = await adapter.exec_stream(
                 cid, ["bash", "-c", script], stdin=floor_upload(task), timeout_s=300
             )
             out.append((int(usage.read_text()) - before) / 1e9)
+            if meter.engine_groups:
+                whole.append(meter.sample().minus(sample))
             text = result.output.text()
             assert text.strip().splitlines()[-1] == "1", text  # the reward, after any marks
             _record_marks(marks, text)
@@ -166,6 +187,7 @@ class Arm:
     adapter: MeteredAdapter
     plain: bool = False  # the calibration fallback's layout: no stubs, no tested process
     marks: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    whole: list[CpuCost] = dataclasses.field(default_factory=list)
 
 
 def _record_marks(marks: dict[str, list[float]], output: str) -> None:
@@ -209,9 +231,18 @@ async def main_async(args: argparse.Namespace) -> None:
         arms.append(Arm(name, script, module.write_upload, backend, adapter))
     if args.plain:  # this checkout again, graded as plain pytest with the guard
         first = arms[0]
-        arms.append(dataclasses.replace(first, name="this, plain", plain=True, marks={}))
+        arms.append(dataclasses.replace(first, name="this, plain", plain=True, marks={}, whole=[]))
     labels = {"rollouts.rollout_id": f"grader-cpu-{uuid.uuid4().hex[:6]}"}
     load = []
+    meter = CpuMeter()
+    cold: list[CpuCost] = []
+    if args.whole:
+        meter.setup()
+        if meter.unavailable:
+            raise SystemExit(f"--whole: {meter.unavailable}")
+        resolver = arms[0].backend.resolver
+        images = {t.id: await resolver.resolve(t) for t in tasks}
+        cold_args = {t.id: container_args(t, labels, images[t.id]) for t in tasks}
     try:
         for rep in range(args.trials + 1):  # the first round warms up, unmeasured
             for arm in arms:
@@ -219,36 +250,117 @@ async def main_async(args: argparse.Namespace) -> None:
                     # Read at each verification by verifier_container_args and _send_upload.
                     verifier._SCRIPT, verifier.write_upload = arm.script, arm.upload  # noqa: SLF001
                     load.append(os.getloadavg()[0])
+                    before = meter.sample()
                     r = await run_oracle(
                         task, arm.backend, solve_script=None, labels=labels, plain=arm.plain
                     )
                     if r.reward != 1.0:
                         raise SystemExit(f"{arm.name} {task.id}: {r.verdict} {r.output[-2000:]}")
+                    await _settle(arm.backend)
                     if rep > 0:
                         _record_marks(arm.marks, r.output)
-                    await _settle(arm.backend)
+                        if args.whole:
+                            arm.whole.append(meter.sample().minus(before))
                 if rep == 0:
                     for k in arm.adapter.used:
                         arm.adapter.used[k].clear()
                     arm.marks.clear()
+            for task in tasks if args.whole else []:
+                before = meter.sample()
+                await cold_round(cold_args, images, [task], 1)
+                if rep > 0:
+                    cold.append(meter.sample().minus(before))
         task = (marked if args.marks else tasks)[0]
         image = await arms[0].backend.resolver.resolve(task)
+        floor_whole: list[CpuCost] = []
+        lifecycles = (
+            await lifecycle_cpu_seconds(
+                DockerAdapter(), meter, container_args(task, labels, image), 5
+            )
+            if args.whole
+            else []
+        )
         floor, floor_marks = await floor_cpu(
-            DockerAdapter(), container_args(task, labels, image), image, task, args.trials
+            DockerAdapter(),
+            container_args(task, labels, image),
+            image,
+            task,
+            args.trials,
+            meter,
+            floor_whole,
         )
     finally:
         for arm in arms:
             await arm.backend.aclose()
-    print(f"load average while measured: {statistics.mean(load):.1f} (2 cores)")
-    print(f"floor (one exec: solve.sh + test.sh): {statistics.median(floor):.3f} CPU-s")
-    for name, values in floor_marks.items():
-        print(f"    {name:>18}: {statistics.median(values) * 1e3:7.1f} ms (median)")
+    ms = lambda values: round(statistics.median(values) * 1e3, 1)  # noqa: E731
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cores": os.cpu_count() or 0,
+        "load_while_measured": round(statistics.mean(load), 1),
+        "tasks": [t.id for t in tasks],
+        "trials": args.trials,
+        "floor": {
+            "containers_s": round(statistics.median(floor), 3),
+            # (no "whole": the floor's container runs every trial, its usage is all of theirs)
+            "marks_ms": {name: ms(v) for name, v in floor_marks.items() if name != "whole"},
+        },
+        "arms": {},
+    }
     for arm in arms:
-        used = arm.adapter.used
-        agent = statistics.median(used["agent"]) if used["agent"] else float("nan")
-        print(f"[{arm.name}] agent container: {agent:.3f} CPU-s (median of {len(used['agent'])})")
-        for name, values in arm.marks.items():
-            print(f"    {name:>18}: {statistics.median(values) * 1e3:7.1f} ms (median)")
+        used = arm.adapter.used["agent"]
+        results["arms"][arm.name] = {
+            "plain": arm.plain,
+            "agent_container_s": round(statistics.median(used), 3) if used else None,
+            "marks_ms": {name: ms(v) for name, v in arm.marks.items()},
+        }
+    if args.whole:
+        results["floor"]["whole_s"] = whole_figures(floor_whole)
+        for arm in arms:
+            results["arms"][arm.name]["whole_s"] = whole_figures(arm.whole)
+        results["cold"] = {"whole_s": whole_figures(cold)}
+        results["lifecycle_s"] = round(statistics.median(lifecycles), 3)
+    print(report(results))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+WHOLE_PARTS = ("engine_dockerd", "engine_containerd", "containers", "harness", "total")
+
+
+def whole_figures(costs: list[CpuCost]) -> dict[str, float]:
+    """Each share's median over the trials, CPU-seconds (the total: the median of the totals)."""
+    columns: dict[str, list[float | None]] = {
+        "engine_dockerd": [(c.engine_parts or {}).get("dockerd") for c in costs],
+        "engine_containerd": [(c.engine_parts or {}).get("containerd") for c in costs],
+        "containers": [c.containers_s for c in costs],
+        "harness": [c.harness_s for c in costs],
+        "total": [c.total_s for c in costs],
+    }
+    return {
+        k: round(statistics.median(x for x in v if x is not None), 3) for k, v in columns.items()
+    }
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        f"load average while measured: {results['load_while_measured']} ({results['cores']} cores)",
+        f"floor (one exec: solve.sh + test.sh): {results['floor']['containers_s']:.3f} CPU-s "
+        "in its container",
+    ]
+    marked = [("floor", results["floor"])] + list(results["arms"].items())
+    for name, arm in marked:
+        if arm.get("agent_container_s") is not None:
+            lines.append(f"[{name}] agent container: {arm['agent_container_s']:.3f} CPU-s")
+        lines += [f"[{name}] {step:>18}: {v:7.1f} ms" for step, v in arm["marks_ms"].items()]
+    whole = [(n, a["whole_s"]) for n, a in marked if "whole_s" in a]
+    if "cold" in results:
+        whole.append(("cold docker run", results["cold"]["whole_s"]))
+    if "lifecycle_s" in results:
+        lines.append(f"a bare container lifecycle: {results['lifecycle_s']:.3f} CPU-s")
+    if whole:
+        lines.append("whole trial, CPU-s (medians): " + ", ".join(WHOLE_PARTS))
+        lines += [f"{n:>18}: " + "  ".join(f"{w[k]:.3f}" for k in WHOLE_PARTS) for n, w in whole]
+    return "\n".join(lines)
 
 
 async def _settle(backend: DockerBackend) -> None:
@@ -265,6 +377,8 @@ def main() -> None:
     ap.add_argument("--marks", action="store_true", help="mark each step (script and test.sh)")
     ap.add_argument("--plain", action="store_true", help="also this checkout's plain layout")
     ap.add_argument("--grader", action="append", default=[], help="another checkout to compare")
+    ap.add_argument("--whole", action="store_true", help="whole trials' CPU, and the cold harness")
+    ap.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     asyncio.run(main_async(ap.parse_args()))
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks.doc_admission import admission_section
 from benchmarks.doc_boundary import boundary_section
+from benchmarks.doc_grader import grader_section
 from benchmarks.doc_gvisor import gvisor_section
 from benchmarks.doc_method import method_sections
 from benchmarks.doc_results import results_sections
@@ -51,6 +52,7 @@ def render_doc(r: dict[str, Any]) -> str:
     blocks += method_sections()
     blocks += results_sections(r)
     blocks += boundary_section()
+    blocks += grader_section()  # its own results file (benchmarks/grader_cpu.py)
     blocks += targets_section(r)
     blocks += gvisor_section(r)  # and its own results file (benchmarks/gvisor_settings.py)
     blocks += admission_section()  # its own results file (benchmarks/admission.py)

@@ -385,3 +385,36 @@ def test_the_admission_doc_says_where_each_round_first_probed() -> None:
     assert _first_probes(result(probed), ["16"]) == [0.5, 1.0 / 30.0]
     assert _first_probes(result([[[-28.0, 4], [-10.0, 6], [15.0, 4]]]), ["16"]) == []
     assert _first_probes(result([[[-28.0, 4]]]), ["16"]) == []  # held its level throughout
+
+
+@pytest.mark.docker
+def test_grader_cpu_whole_run(tmp_path: Path) -> None:
+    """`python -m benchmarks.grader_cpu --whole --plain --marks --trials 1`: one measured trial
+    of each kind (ours, ours without the boundary, the cold harness, the floor), seconds in
+    all. Every share is a number, ours and the plain layout were marked step by step, and the
+    performance doc's section renders from the file, with the arithmetic the targets ask."""
+    from benchmarks.doc_grader import grader_section
+
+    out = tmp_path / "grader_cpu.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.grader_cpu", "--whole", "--plain", "--marks"]
+        + ["--trials", "1", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    wholes = [result["floor"]["whole_s"], result["cold"]["whole_s"]]
+    wholes += [result["arms"][arm]["whole_s"] for arm in ("this", "this, plain")]
+    for whole in wholes:
+        assert all(math.isfinite(v) and v >= 0 for v in whole.values()), whole
+        assert whole["total"] > 0
+    assert result["lifecycle_s"] > 0
+    for arm in ("this", "this, plain"):
+        assert {"view", "python_1", "whole"} <= set(result["arms"][arm]["marks_ms"])
+    section = "\n\n".join(grader_section(out))
+    assert "| ours, no boundary (plain layout) |" in section
+    words = " ".join(section.split())
+    assert "The boundary costs" in words and "of the bound needs at most" in words
