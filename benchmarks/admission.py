@@ -3,12 +3,14 @@ fixed concurrency, through the real service.
 
 A round is one `rollouts serve` process (real Docker sandboxes and verifier, the stand-in policy:
 instant, always right, never malformed) running `LEAD_IN` rollouts of the same tasks x n samples
-and then one more, back to back, as a long collection runs one batch after another. Its figure is
-the last rollout's trials per minute, from its submission to its completion (every trial must
-score 1, or the run fails): a batch of a collection under way, which admission enters at the
-level the batches before it found, not a fresh service's first minute (where it starts at its
-starting level and a fixed setting has no such cost); the lead-in's drain and the pause before
-the next submission are what a synchronous RL loop shows it between batches. The configurations are
+and then `MEASURED` more, back to back, as a long collection runs one batch after another. Its
+figure is the measured rollouts' trials per minute, from the first one's submission to the last
+one's completion (every trial must score 1, or the run fails): a stretch of a collection under
+way, long enough to hold the rest of admission's first exploration (the verdict on its first
+probe above the start level and, after a revert, the probe below) and what it settles at after;
+not a fresh service's first minutes (where it starts at its starting level and a fixed setting
+has no such cost). Each rollout's drain and the pause before the next
+submission are what a synchronous RL loop shows it between batches. The configurations are
 `--fixed-concurrency` at each of `levels` and `--adaptive-concurrency` at each of `ceilings`;
 they take turns within each repeat, in an order rotated per repeat, so load from the machine's
 other users falls on all of them alike. Only ratios from the same run mean anything on a shared
@@ -18,7 +20,7 @@ the highest median over the repeats).
 While a round runs, the service's /metrics is read every `POLL_S`: `rollouts_concurrency_level`
 is the level the service admits to now, so an adaptive round's trace is what the controller
 (service/concurrency.py) decided, read where an operator reads it. The level a round settles at
-is the time-weighted median of that trace over the measured rollout.
+is the time-weighted median of that trace over the measured rollouts.
 """
 
 from __future__ import annotations
@@ -50,7 +52,15 @@ RESULTS = Path(__file__).parent / "results" / "admission.json"
 POLL_S = 0.25
 API_KEY = "bench-admission"
 LEVEL_METRIC = "rollouts_concurrency_level"
-LEAD_IN = 1  # unmeasured rollouts a round runs before the measured one
+# Unmeasured rollouts a round runs first, then measured ones: with batches of 48 samples
+# (windows of 12, the first of each batch a ramp), the controller has had its warm-up and its
+# start level's windows after the first batch and starts its first probe above late in the
+# second; the three measured batches hold that probe's verdict, the probe below that follows a
+# revert, and the level it settles at (docs/performance.md, "Adaptive admission", lists each
+# round's levels).
+LEAD_IN = 2
+MEASURED = 3
+QUICK_LEAD_IN, QUICK_MEASURED = 1, 1  # the smoke test's rounds: seconds, not minutes
 
 
 @dataclass(frozen=True)
@@ -72,7 +82,8 @@ class Round:
     config: str
     trials: int
     seconds: float
-    # (s since the measured rollout's submission, level): the lead-in's readings are negative
+    # (s since the first measured rollout's submission, level): the lead-in's readings are
+    # negative
     trace: list[tuple[float, int]] = field(default_factory=list)
 
     @property
@@ -153,8 +164,9 @@ def run_round(
     policy_url: str,
     config: Config,
     lead_in: int = LEAD_IN,
+    measured: int = MEASURED,
 ) -> Round:
-    """`lead_in` rollouts, then the measured one, each submitted once the one before is done."""
+    """`lead_in` rollouts, then `measured` ones, each submitted once the one before is done."""
     body = {
         "tasks": {"path": tasks, "ids": ids},
         "n_samples": n,
@@ -167,10 +179,11 @@ def run_round(
             base_url=url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60
         )
         with client:
-            t_first = time.monotonic()
-            for _ in range(lead_in + 1):
+            t_first = t_measured = time.monotonic()
+            for i in range(lead_in + measured):
                 r = client.post("/v1/rollouts", json=body)
-                t0 = time.monotonic()
+                if i == lead_in:
+                    t_measured = time.monotonic()
                 if r.status_code != 202:
                     raise RoundFailed(f"submit: {r.status_code} {r.text}")
                 rid = r.json()["id"]
@@ -181,7 +194,6 @@ def run_round(
                         trace.append((now, level))
                     status = client.get(f"/v1/rollouts/{rid}").json()
                     if status["status"] != "running":
-                        seconds = time.monotonic() - t0
                         break
                     time.sleep(POLL_S)
                 expected = len(ids) * n
@@ -190,9 +202,10 @@ def run_round(
                         f"{config.name}: {status['counts']}, mean reward "
                         f"{status['mean_reward']}\n" + log_path.read_text()[-2000:]
                     )
-    shift = t0 - t_first  # the measured rollout's submission is 0
+            seconds = time.monotonic() - t_measured
+    shift = t_measured - t_first  # the first measured rollout's submission is 0
     rebased = [(round(t - shift, 2), level) for t, level in trace]
-    return Round(config.name, expected, seconds, rebased)
+    return Round(config.name, expected * measured, seconds, rebased)
 
 
 def run(
@@ -204,6 +217,7 @@ def run(
     repeats: int,
     log: Callable[[str], None],
     warm_up: bool = True,
+    batches: tuple[int, int] = (LEAD_IN, MEASURED),
     on_repeat: Callable[[dict[str, list[Round]]], None] = lambda rounds: None,
 ) -> dict[str, list[Round]]:
     """Every configuration's rounds, interleaved per repeat in a rotated order; `on_repeat`
@@ -215,11 +229,11 @@ def run(
         extra = ["--p-malformed", "0"]
         with stand_in_policy(tasks, p_correct=1.0, extra_args=extra) as policy:
             if warm_up:  # images, page cache, the engine's first containers: unmeasured
-                run_round(tmp, tasks, ids, 1, policy.url, Config(False, 2), lead_in=0)
+                run_round(tmp, tasks, ids, 1, policy.url, Config(False, 2), 0, 1)
             for rep in range(repeats):
                 shift = rep % len(configs)
                 for config in configs[shift:] + configs[:shift]:
-                    r = run_round(tmp, tasks, ids, n, policy.url, config)
+                    r = run_round(tmp, tasks, ids, n, policy.url, config, *batches)
                     rounds[config.name].append(r)
                     settled = f", settled at {r.settled:g}" if config.adaptive else ""
                     log(
@@ -316,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": round(os.getloadavg()[0], 1),
         "tasks": ids,
         "n_samples": ns.n_samples,
-        "lead_in": LEAD_IN,
+        "lead_in": QUICK_LEAD_IN if ns.quick else LEAD_IN,
+        "measured": QUICK_MEASURED if ns.quick else MEASURED,
         "repeats": ns.repeats,
     }
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -334,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         return summary
 
     args = (tasks, ids, ns.n_samples, ns.levels, ns.ceilings, ns.repeats, log, not ns.quick)
-    print(markdown(write(run(*args, on_repeat=write))))
+    batches = (started["lead_in"], started["measured"])
+    print(markdown(write(run(*args, batches=batches, on_repeat=write))))
     return 0
 
 

@@ -24,7 +24,7 @@ def _fig(f: dict[str, Any], fmt: str = "{:.2f}") -> str:
 def _table(a: dict[str, Any]) -> str:
     lines = [
         "| configuration | trials/min | adaptive / best fixed | level (settled) "
-        "| seconds (measured rollout) |",
+        "| seconds (measured rollouts) |",
         "|---|---|---|---|---|",
     ]
     for name, f in a["trials_per_min"].items():
@@ -53,7 +53,7 @@ def _reading(a: dict[str, Any], ceilings: list[str]) -> str:
     parts = []
     if all(a["adaptive"][c]["highest_level"] < int(c) for c in ceilings):
         parts.append("The level stayed far below the ceiling.")
-    probes = _first_probes(a, ceilings)
+    probes = _first_probes(a, ceilings) if a.get("measured", 1) == 1 else []
     if probes:
         parts.append(
             f"Every adaptive round entered the measured batch at level {a['controller']['start']}"
@@ -89,6 +89,40 @@ def _first_probes(a: dict[str, Any], ceilings: list[str]) -> list[float]:
     return shares
 
 
+def _levels(a: dict[str, Any], ceilings: list[str]) -> str:
+    """Each adaptive round's levels over its measured stretch, from its trace."""
+    rounds = []
+    for c in ceilings:
+        runs = a["rounds"][f"adaptive-{c}"]
+        for i, (trace, r) in enumerate(zip(a["adaptive"][c]["traces"], runs, strict=True)):
+            end = r["seconds"]
+            entered = [level for t, level in trace if t <= 0][-1:] or [trace[0][1]]
+            steps = [f"entered at {entered[0]}"]
+            steps += [f"{level} at {t:.0f} s" for t, level in trace if 0 < t < end]
+            rounds.append(f"ceiling {c}, repeat {i + 1} ({end:.0f} s): {', '.join(steps)}")
+    best = int(a["best_fixed"].split("-")[1])
+    reached = [
+        t
+        for c in ceilings
+        for trace, r in zip(a["adaptive"][c]["traces"], a["rounds"][f"adaptive-{c}"], strict=True)
+        for t in [next((t for t, level in trace if level == best and t < r["seconds"]), None)]
+        if t is not None
+    ]
+    total = sum(len(a["adaptive"][c]["traces"]) for c in ceilings)
+    when = (
+        f" Admission reached the best fixed level ({best}) in {len(reached)} of the {total}"
+        f" adaptive rounds, {max(min(reached), 0):.0f} to {max(reached):.0f} s into the"
+        " measured stretch; the time before that is the rest of its first exploration (a"
+        " probe above, its revert, the probe below), which a long collection pays once."
+        if reached
+        else ""
+    )
+    return para(
+        "Levels over the measured stretch, from each adaptive round's trace:",
+        "; ".join(rounds) + "." + when,
+    )
+
+
 def _round(a: dict[str, Any], trials: int) -> str:
     """How a round runs, and why it is that long."""
     if "lead_in" not in a:
@@ -98,24 +132,37 @@ def _round(a: dict[str, Any], trials: int) -> str:
             "windows the level held back. Its ratios are shown, not counted; a rerun is due.",
         )
     ctl = a["controller"]
+    measured = a.get("measured", 1)
+    per_batch = -(-trials // ctl["window"])  # windows a batch starts, its ramp included
+    if measured == 1:
+        return para(
+            f"A round is a fresh service running {a['lead_in']} unmeasured rollout(s) and then",
+            f"the measured one, back to back, each the same {trials} trials: a long",
+            "collection's second batch, which admission enters at its start level or with its",
+            "first probe under way (about",
+            f"{a['lead_in'] * per_batch} windows of {ctl['window']} samples before it, each",
+            "batch's first a ramp that decides nothing). A round of two batches measures that",
+            "first exploration every time; a long collection pays it once.",
+        )
+    rounds = (len(a["trials_per_min"])) * a["repeats"] + 1
     return para(
-        f"A round is a fresh service running {a['lead_in']} unmeasured rollout(s) and then the",
-        f"measured one, back to back, each the same {trials} trials: a collection is many",
-        "batches, and admission carries its level from one to the next, so what a user gets in",
-        "a long collection is a batch entered at the level the batches before found, not the",
-        "fresh service's climb from its starting level (a fixed setting pays no such climb;",
-        "timing that climb in every round would measure a collection's first minute). The",
-        f"lead-in gives the controller about {trials // (ctl['window'] + ctl['start'])}",
-        f"windows of {ctl['window']} samples: its warm-up and the windows its start level",
-        "needs before a raise from it, so it enters the measured batch at its start level or",
-        "with its first probe under way, as a long collection's second batch would. Its",
-        "drain, the pause before the measured submission and the measured batch's start are",
-        "what a synchronous RL loop shows between batches: a batch's first window and windows",
-        f"in which samples waited for a slot under {ctl['saturated']:.0%} of the time count for",
-        "nothing (neither keep nor undo a probe, nor back off), so they cannot count against",
-        "the level. Two rollouts of this size keep the whole run (the configurations x",
-        "repeats rounds plus one warm-up round) under about 20 minutes on an idle 2-core",
-        "machine.",
+        f"A round is a fresh service running {a['lead_in']} unmeasured rollouts and then",
+        f"{measured} measured ones, back to back, each the same {trials} trials; the figure is",
+        "the measured rollouts' trials per minute, from the first one's submission to the last",
+        "one's completion. A collection is many batches, and admission carries its level from",
+        "one to the next: what a user gets is a stretch of batches after the fresh service's",
+        "first exploration, with the probes a settled collection keeps making, not the climb",
+        f"from its start level (a fixed setting pays no such climb). With {per_batch} windows",
+        f"of {ctl['window']} samples a batch, each batch's first a ramp that decides nothing,",
+        "the lead-in holds the controller's warm-up, the windows its start level needs before",
+        "a raise, and the start of its first probe; the measured stretch holds that probe's",
+        "verdict and what follows it (each round's levels are listed below the table). Each",
+        "batch's drain, the pause before the next submission and the next batch's start are",
+        "what a synchronous RL loop shows between batches: windows in which samples waited for",
+        f"a slot under {ctl['saturated']:.0%} of the time count for nothing (neither keep nor",
+        "undo a probe, nor back off), so they cannot count against the level. The whole run is",
+        f"{rounds} rounds (the configurations x repeats, and a warm-up round) of",
+        f"{a['lead_in'] + measured} rollouts, about 50 minutes on an idle 2-core machine.",
     )
 
 
@@ -175,7 +222,7 @@ def admission_section(path: Path = ADMISSION_RESULTS) -> list[str]:
         "each repeat (order rotated per repeat). The level is read from the service's",
         "`/metrics` (`rollouts_concurrency_level`, also the web view's concurrency card) while",
         "the round runs; the settled level is its time-weighted median over the measured",
-        "rollout. Target: admission at every ceiling gives at least the best fixed level's",
+        "rollout(s). Target: admission at every ceiling gives at least the best fixed level's",
         f"throughput (adaptive / best fixed ≥ {TARGET:g}, paired by repeat).",
     ))  # fmt: skip
     blocks.append(_round(a, trials))
@@ -201,6 +248,8 @@ def admission_section(path: Path = ADMISSION_RESULTS) -> list[str]:
         "noisy rates: read the ratios, paired by repeat).",
     ))  # fmt: skip
     blocks.append(_table(a))
+    if a.get("measured", 1) > 1:
+        blocks.append(_levels(a, ceilings))
     ratios = {c: a["adaptive"][c]["vs_best_fixed"]["median"] for c in ceilings}
     met = [c for c in ceilings if ratios[c] >= TARGET]
     missed = [c for c in ceilings if ratios[c] < TARGET]
