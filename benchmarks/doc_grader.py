@@ -99,9 +99,10 @@ def grader_section(path: Path = RESULTS) -> list[str]:
         "\n".join(steps),
         para(
             f"The boundary costs {boundary:.3f} CPU-seconds a trial: {inside:.3f} inside the",
-            f"verifier container ({top}: the /app view's own interpreter, and in the tests'",
-            "run the tested process, its start and imports, the tests' side of the runtime",
-            f"and the calls) and {engine:.3f} in the engine. Cold / ours is",
+            f"verifier container (most in {top}; the view step is the /app view's own",
+            "interpreter, and the tests' run holds the tested process, its start and imports,",
+            f"the tests' side of the runtime and the calls) and {engine:.3f} in the engine.",
+            "Cold / ours is",
             f"{cold['total'] / ours['total']:.2f} in CPU per trial, and cold / the trial",
             f"without the boundary {cold['total'] / plain['total']:.2f}. Once the cores are",
             f"saturated, ours / cold ≥ {COLD_TARGET} needs at most {most_vs_cold:.3f}",
