@@ -162,7 +162,7 @@ def _round(a: dict[str, Any], trials: int) -> str:
         f"a slot under {ctl['saturated']:.0%} of the time count for nothing (neither keep nor",
         "undo a probe, nor back off), so they cannot count against the level. The whole run is",
         f"{rounds} rounds (the configurations x repeats, and a warm-up round) of",
-        f"{a['lead_in'] + measured} rollouts, about 50 minutes on an idle 2-core machine.",
+        f"{a['lead_in'] + measured} rollouts, about 40 minutes on an idle 2-core machine.",
     )
 
 
