@@ -11,13 +11,16 @@ how many were in their episode or verifying at most.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sandboxes.task import Task
 from service.sample import SampleSpec
+from service.scheduler import Scheduler
+from service.store import Store
 from service.trajectory import Status, empty_trajectory
 
 # (status, reward, policy version) of a sample's run, by its spec.
@@ -128,3 +131,21 @@ async def settle() -> None:
     the test."""
     for _ in range(20):
         await asyncio.sleep(0)
+
+
+@contextlib.asynccontextmanager
+async def running_scheduler(
+    store: Store, runner: Any, tasks: list[Task], **settings: Any
+) -> AsyncIterator[Scheduler]:
+    """The real scheduler over `store`, started, handing `tasks` to `runner` (16 samples may
+    queue, the policy stays at version 0; `settings` are the rest of its arguments), closed
+    when the block ends."""
+    scheduler = Scheduler(
+        store, runner, lambda *a: tasks, max_queued_samples=16, current_version=lambda: 0,
+        **settings,
+    )  # fmt: skip
+    await scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        await scheduler.aclose()

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 from live_service import EXAMPLES
-from scheduler_fakes import StepRunner, key, settle, tid, until
+from scheduler_fakes import StepRunner, key, running_scheduler, settle, tid, until
 
 from sandboxes.tasks import load_tasks
 from service.concurrency import ConcurrencyController, ConcurrencySettings, WindowResult
 from service.metrics import Metrics
 from service.sample import SampleSpec
-from service.scheduler import Scheduler
 from service.store import Store
 from service.trajectory import Status
 from service.wire import AdvantageSpec, RolloutRequest, SamplingSpec, TasksSpec
@@ -523,12 +522,15 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(
     runner = StepRunner(outcome)
     metrics = Metrics()
     control = Scripted(start=2, ceiling=4, levels={2: 3, 4: 4, 6: 2})
-    scheduler = Scheduler(
-        store, runner, lambda *a: TASKS, max_concurrent_samples=4, max_queued_samples=16,
-        current_version=lambda: 0, retry_masked=0, metrics=metrics, concurrency_control=control,
-    )  # fmt: skip
-    await scheduler.start()
-    try:
+    async with running_scheduler(
+        store,
+        runner,
+        TASKS,
+        max_concurrent_samples=4,
+        retry_masked=0,
+        metrics=metrics,
+        concurrency_control=control,
+    ) as scheduler:
         # An idle service already shows its level (the starting one), not 0.
         assert _gauge(metrics, "rollouts_concurrency_level") == 2 == scheduler.concurrency
         assert not control.waiting
@@ -575,8 +577,6 @@ async def test_the_scheduler_holds_samples_in_their_episode_to_the_level(
         assert [m.rsplit(": ", 1)[1] for m in said] == [
             "grow -> level 3", "grow -> level 4", "backoff -> level 2"
         ]  # fmt: skip
-    finally:
-        await scheduler.aclose()
 
 
 def _gauge(metrics: Metrics, name: str) -> float | None:
@@ -646,12 +646,9 @@ async def test_the_scheduler_has_the_controller_forget_samples_that_say_nothing(
     waits for them forever (a window is judged once all of its samples are done)."""
     runner = StepRunner(lambda spec: (Status.policy_error, None, 0))
     control = Recording()
-    scheduler = Scheduler(
-        store, runner, lambda *a: TASKS, max_concurrent_samples=4, max_queued_samples=16,
-        current_version=lambda: 0, retry_masked=0, concurrency_control=control,
-    )  # fmt: skip
-    await scheduler.start()
-    try:
+    async with running_scheduler(
+        store, runner, TASKS, max_concurrent_samples=4, retry_masked=0, concurrency_control=control
+    ) as scheduler:
         rid = await scheduler.submit(_request(3), TASKS)
         await until(lambda: len(runner.started) == 2)
         await scheduler.cancel(rid)  # two in their episode, one waiting for a slot
@@ -663,5 +660,3 @@ async def test_the_scheduler_has_the_controller_forget_samples_that_say_nothing(
         runner.end(*(key(rid, 0, k) for k in range(2)))
         await until(lambda: scheduler.running_samples == 0 and set(failed) <= set(control.forgot))
         assert control.took == cancelled + failed and not control._member
-    finally:
-        await scheduler.aclose()

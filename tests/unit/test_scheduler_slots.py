@@ -3,32 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from live_service import EXAMPLES
-from scheduler_fakes import StepRunner, key, settle, until
+from scheduler_fakes import StepRunner, key, running_scheduler, settle, until
 
 from sandboxes.tasks import load_tasks
-from service.scheduler import Scheduler
 from service.store import Store
 from service.wire import AdvantageSpec, RolloutRequest, TasksSpec
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path)
+    s.open()
+    yield s
+    s.close()
+
+
 def test_the_next_group_generates_while_one_verifies_and_verifying_is_bounded(
-    tmp_path: Path,
+    store: Store,
 ) -> None:
     async def scenario() -> None:
-        store = Store(tmp_path)
-        store.open()
         tasks = load_tasks(EXAMPLES)[:3]
         # Each sample ends its episode at once, then verifies until the test lets it.
         runner = StepRunner(auto=True, hold_verification=True)
-        scheduler = Scheduler(
-            store, runner, lambda *a: tasks, max_concurrent_samples=2, max_queued_samples=16,
-            current_version=lambda: 0,
-        )  # fmt: skip
-        await scheduler.start()
-        try:
+        async with running_scheduler(store, runner, tasks, max_concurrent_samples=2) as scheduler:
             request = RolloutRequest(
                 tasks=TasksSpec(path="x"), n_samples=2, advantage=AdvantageSpec(min_group_size=2)
             )
@@ -49,15 +51,12 @@ def test_the_next_group_generates_while_one_verifies_and_verifying_is_bounded(
             assert runner.most_verifying == 2
             summary = await store.rollout_summary(rid)
             assert (summary.samples_completed, summary.status) == (6, "completed")
-        finally:
-            await scheduler.aclose()
-            store.close()
 
     asyncio.run(scenario())
 
 
 def test_a_rollout_cancelled_before_its_group_task_first_runs_gives_its_slots_back(
-    tmp_path: Path,
+    store: Store,
 ) -> None:
     """The dispatcher takes a group's slots, then creates the task that runs it. A cancel that
     comes before that task's first step must not cancel it there: a task cancelled before it
@@ -65,16 +64,9 @@ def test_a_rollout_cancelled_before_its_group_task_first_runs_gives_its_slots_ba
     service would run with fewer slots, or none)."""
 
     async def scenario() -> None:
-        store = Store(tmp_path)
-        store.open()
         tasks = load_tasks(EXAMPLES)[:1]
         runner = StepRunner()
-        scheduler = Scheduler(
-            store, runner, lambda *a: tasks, max_concurrent_samples=4, max_queued_samples=16,
-            current_version=lambda: 0,
-        )  # fmt: skip
-        await scheduler.start()
-        try:
+        async with running_scheduler(store, runner, tasks, max_concurrent_samples=4) as scheduler:
             request = RolloutRequest(
                 tasks=TasksSpec(path="x"), n_samples=3, advantage=AdvantageSpec(min_group_size=1)
             )
@@ -87,8 +79,5 @@ def test_a_rollout_cancelled_before_its_group_task_first_runs_gives_its_slots_ba
             assert (scheduler._slots.free, scheduler.queued_samples) == (4, 0)
             summary = await store.rollout_summary(rid)
             assert summary.status == "cancelled"
-        finally:
-            await scheduler.aclose()
-            store.close()
 
     asyncio.run(scenario())
