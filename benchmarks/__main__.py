@@ -163,16 +163,10 @@ def _cpu_per_trial(runs: Any) -> dict[str, dict[str, dict[str, Any]]]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for system, by_c in runs.rounds.items():
         for c, rounds in by_c.items():
-            cell: dict[str, Any] = {}
-            for owner in ("engine_s", "containers_s", "harness_s", "total_s"):
-                values = [getattr(r.cpu, owner) / r.trials for r in rounds]
-                cell[owner.removesuffix("_s")] = figure(values).as_dict()
-            # The engine's share by part: dockerd (with the storage driver's mounts) and
-            # containerd (with the shims and runc).
-            for part in rounds[0].cpu.engine_parts:
-                values = [r.cpu.engine_parts[part] / r.trials for r in rounds]
-                cell[f"engine_{part}"] = figure(values).as_dict()
-            out.setdefault(system, {})[str(c)] = cell
+            shares = [(r.cpu.shares(), r.trials) for r in rounds]
+            out.setdefault(system, {})[str(c)] = {
+                k: figure([s[k] / trials for s, trials in shares]).as_dict() for k in shares[0][0]
+            }
     return out
 
 

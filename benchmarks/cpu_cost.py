@@ -71,6 +71,21 @@ class CpuCost:
             return None
         return self.engine_s + self.containers_s + self.harness_s
 
+    def shares(self) -> dict[str, float]:
+        """Seconds by who spent them, named as the results files name them: engine (and each
+        of its parts, `engine_<part>`), containers, harness, total; a share not measured here
+        is left out."""
+        out = {
+            "engine": self.engine_s,
+            "containers": self.containers_s,
+            "harness": self.harness_s,
+            "total": self.total_s,
+        }
+        # The engine's share by part: dockerd (with the storage driver's mounts) and
+        # containerd (with the shims and runc).
+        out.update({f"engine_{k}": v for k, v in (self.engine_parts or {}).items()})
+        return {k: v for k, v in out.items() if v is not None}
+
 
 def _usage_s(group: Path) -> float:
     return int((group / "cpuacct.usage").read_text()) / 1e9

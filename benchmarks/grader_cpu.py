@@ -324,20 +324,12 @@ async def main_async(args: argparse.Namespace) -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
 
 
-WHOLE_PARTS = ("engine_dockerd", "engine_containerd", "containers", "harness", "total")
-
-
 def whole_figures(costs: list[CpuCost]) -> dict[str, float]:
     """Each share's median over the trials, CPU-seconds (the total: the median of the totals)."""
-    columns: dict[str, list[float | None]] = {
-        "engine_dockerd": [(c.engine_parts or {}).get("dockerd") for c in costs],
-        "engine_containerd": [(c.engine_parts or {}).get("containerd") for c in costs],
-        "containers": [c.containers_s for c in costs],
-        "harness": [c.harness_s for c in costs],
-        "total": [c.total_s for c in costs],
-    }
+    shares = [c.shares() for c in costs]
     return {
-        k: round(statistics.median(x for x in v if x is not None), 3) for k, v in columns.items()
+        k: round(statistics.median(s[k] for s in shares if k in s), 3)
+        for k in dict.fromkeys(k for s in shares for k in s)
     }
 
 
@@ -357,9 +349,10 @@ def report(results: dict[str, Any]) -> str:
         whole.append(("cold docker run", results["cold"]["whole_s"]))
     if "lifecycle_s" in results:
         lines.append(f"a bare container lifecycle: {results['lifecycle_s']:.3f} CPU-s")
-    if whole:
-        lines.append("whole trial, CPU-s (medians): " + ", ".join(WHOLE_PARTS))
-        lines += [f"{n:>18}: " + "  ".join(f"{w[k]:.3f}" for k in WHOLE_PARTS) for n, w in whole]
+    lines += [
+        f"whole trial, {n}, CPU-s (medians): " + ", ".join(f"{k} {v:.3f}" for k, v in w.items())
+        for n, w in whole
+    ]
     return "\n".join(lines)
 
 
