@@ -43,7 +43,11 @@ level moves under it by hill climbing on what the service observes of finished s
   within `gain` of where the descent began: as much done with less crowding; it goes back
   when it is behind by more than `gain` and by more than the margin. A probe the evidence has
   not told after `probe_windows` windows goes back. So a probe that costs much is undone
-  after one window, and one that costs little runs until its cost is told from the noise.
+  early, and one that costs little runs until its cost is told from the noise. Early: a
+  probe's window that already shows a loss once a third of it has finished closes then
+  (`_lost`); the samples to finish first are the quick ones, so they flatter the probed level
+  and a loss they show is one (in the admission benchmark, a whole window at one sample at a
+  time, 0.7 of level two's rate, cost its round about 4% of its throughput).
 - A level gone back to holds for `hold_windows` windows before probing up again; each revert
   to the same level in a row doubles that hold, up to `max_hold_windows`, so a long collection
   settled at its best level pays less and less for probing above it.
@@ -52,10 +56,14 @@ level moves under it by hill climbing on what the service observes of finished s
   `backoff`, whatever throughput says: the machine is overloaded.
 - The first time a raise from a level is undone, the level is probed below instead of held:
   a level that did no better than the one above it may itself be past the machine's best (the
-  start level is a guess too). Lower by `grow` (at least one): where it did more than where
-  the descent began, by `gain`, it goes on down; where it did as much, it stays and holds
-  (as good, with less crowding: going lower still cost a whole window at half the rate on a
-  two-core machine).
+  start level is a guess too). The step below (by `grow`, at least one) starts with the
+  revert itself: the level has its windows from before the raise to be judged against, and
+  a window more of it, in a batch loop, took the rest of a batch and the next one's ramp
+  (in the admission benchmark, 25 s at a level 4% worse). Where the level below beats where
+  the descent began on the evidence a raise needs, it goes on down; where it does as much,
+  it stays and holds (as good, with less crowding). Where a descent stopped, a raise undone
+  later does not send it below again: that was judged (each such probe cost the admission
+  benchmark a window at level one).
 - Otherwise the level grows by `grow` (at least one), up to the ceiling.
 - A probe starts only while a window's worth of samples wait for a slot (and enough to fill
   the new slots), when the scheduler says how many wait: at a batch's tail it could not be
@@ -178,7 +186,8 @@ class WindowResult:
     verify_s: float  # median verification
     failures: float  # share of sandbox failures
     saturated: float  # share of the window's time samples waited for a slot
-    decision: str  # short | ramp | warmup | grow | keep | measure | revert | lower | hold | backoff
+    # short | ramp | warmup | grow | keep | measure | revert | revert-lower | lower | hold | backoff
+    decision: str
     next_level: int
 
 
@@ -193,6 +202,9 @@ class ConcurrencyController:
         self._reference = self._here  # what a probe must beat (or keep within gain of)
         self._back = self._here  # where a probe that fails goes back to
         self._look_down = False  # the next probe goes below
+        # Where a descent stopped, having done no better than the level above: a raise from
+        # here that is undone does not send it below again (that was judged).
+        self._stopped: int | None = None
         # Squared deviations of windows' log throughput from their level's mean, and their
         # degrees of freedom: the spread of one window's figure (`_spread`).
         self._deviations = 0.0
@@ -293,7 +305,27 @@ class ConcurrencyController:
         counted = w.started >= self.s.window and w.samples == w.started
         if w is self._filling and (self._full(w, now) or counted):
             self._filling = None  # the next sample to take a slot opens the next window
-        return self._close(w, now) if self._complete(w) else None
+        return self._close(w, now) if self._complete(w) or self._lost(w, now) else None
+
+    def _lost(self, w: _Window, now: float) -> bool:
+        """Whether a probe has lost already on the first samples of its window to finish: the
+        quick ones, so what they say of the probed level flatters it, and a loss they show is a
+        loss. Judged once a third of the window has finished (and only if samples waited for a
+        slot so far, as a window must), with the margin a whole window's verdict has."""
+        if (
+            self._probe is None
+            or w.level != self.level
+            or w.ramp
+            or w.samples < max(2, self.s.window // 3)
+            or self._waited(w.opened_at, now) < self.s.saturated * (now - w.opened_at)
+        ):
+            return False
+        pooled = self._here
+        self._here = _Evidence(pooled.level, list(pooled.windows))
+        self._here.add(w, self.s.pool_windows)
+        lost = self._behind(self._probe) and not self._kept(self._probe)
+        self._here = pooled
+        return lost
 
     def _complete(self, w: _Window) -> bool:
         """No more samples join it, and every one that did has finished."""
@@ -306,6 +338,11 @@ class ConcurrencyController:
         verify = statistics.median(w.verify_s) if w.verify_s else math.inf
         failures = w.failures / w.samples
         saturated = min(1.0, self._waited(w.opened_at, now) / seconds)
+        whole = self._complete(w)  # else a probe's window closed early on a loss (`_lost`)
+        if not whole:
+            self._member = {k: m for k, m in self._member.items() if m is not w}
+            if self._filling is w:
+                self._filling = None
         if w.ramp:
             decision = "ramp"
         elif saturated < self.s.saturated:
@@ -316,7 +353,7 @@ class ConcurrencyController:
             # Samples in their episode now ran partly at the old level: they measure neither.
             self._member.clear()
             self._filling = None
-        if decision not in ("short", "ramp") and start < math.inf:
+        if whole and decision not in ("short", "ramp") and start < math.inf:
             self._best_start[level] = min(self._best_start.get(level, math.inf), start)
             self._best_verify[level] = min(self._best_verify.get(level, math.inf), verify)
         live = [*self._member.values(), *([self._filling] if self._filling else [])]
@@ -342,7 +379,8 @@ class ConcurrencyController:
             return "backoff"
         if warming:
             return "warmup"
-        self._note_spread(w)
+        if self._complete(w):  # a part of a window spreads more than a window does
+            self._note_spread(w)
         self._here.add(w, self.s.pool_windows)
         probe, self._probe = self._probe, None
         if probe is not None:
@@ -356,17 +394,25 @@ class ConcurrencyController:
                 self._set(self._back.level)
                 self._here = self._back
                 self._reverts += 1
-                self._look_down = probe == "raise" and self._reverts == 1
+                self._look_down = (
+                    probe == "raise" and self._reverts == 1 and self.level != self._stopped
+                )
                 doubled = self.s.hold_windows * 2 ** (self._reverts - 1)
                 self._hold = 0 if self._look_down else min(doubled, self.s.max_hold_windows)
+                # The level gone back to has its windows from before the raise: the probe
+                # below needs no more of them, and starts at once where the queue can judge it.
+                if self._look_down and self._can_lower():
+                    self._lower()
+                    return "revert-lower"
                 return "revert"
             self._reverts = 0  # a probe kept: a new level, whose probes start afresh
             if probe == "lower":
-                # More done with fewer samples: the best may lie lower still. As much done:
-                # this level is as good, with less crowding; it holds, as a revert does.
-                self._look_down = self._here.throughput > self._reference.throughput * (
-                    1 + self.s.gain
-                )
+                # More done with fewer samples, on the evidence a raise needs: the best may lie
+                # lower still. As much done: this level is as good, with less crowding; it
+                # holds, as a revert does. (Taken at its face, a gain the noise can show sent
+                # 7 of 16 simulated collections down to one sample at a time: the unit tests.)
+                self._look_down = self._gained()
+                self._stopped = None if self._look_down else self.level
                 self._hold = 0 if self._look_down else self.s.hold_windows
         if self._hold > 0:
             self._hold -= 1
@@ -376,22 +422,16 @@ class ConcurrencyController:
         # level (in the admission benchmark, a raise decided at a tail ran half the next batch
         # at a level 12% worse; in a simulation of it, a probe below ran all of it at half the
         # rate).
-        queued = math.inf if self._queued is None else self._queued
         if self._look_down and level > self.s.floor:
-            if queued < self.s.window:
+            if not self._can_lower():
                 return "keep"  # the probe below waits for a batch that can judge it
-            self._look_down = False
-            if self._reference.level <= level:  # a descent starts here (none is under way)
-                self._reference = self._here
-            self._back = self._here
-            self._move(min(level - 1, math.floor(level / self.s.grow)))
-            self._probe = "lower"
+            self._lower()
             return "lower"
         self._look_down = False
         higher = min(self.s.ceiling, max(level + 1, math.ceil(level * self.s.grow)))
         if (
             level >= self.s.ceiling
-            or queued < max(self.s.window, higher - level)
+            or not self._judgeable(higher)
             or len(self._here.windows) < self.s.settle_windows
         ):
             return "keep"
@@ -400,26 +440,61 @@ class ConcurrencyController:
         self._probe = "raise"
         return "grow"
 
+    def _below(self) -> int:
+        return max(self.s.floor, min(self.level - 1, math.floor(self.level / self.s.grow)))
+
+    def _can_lower(self) -> bool:
+        return self.level > self.s.floor and self._judgeable(self._below())
+
+    def _judgeable(self, level: int) -> bool:
+        """Whether a window's worth of samples wait to judge a probe to `level` (and enough to
+        fill its new slots). Unsaid (None): enough."""
+        return self._queued is None or self._queued >= max(self.s.window, level - self.level)
+
+    def _lower(self) -> None:
+        """The probe below the level (its throughput, `_here`, is where it goes back to)."""
+        self._look_down = False
+        if self._reference.level <= self.level:  # a descent starts here (none is under way)
+            self._reference = self._here
+        self._back = self._here
+        self._move(self._below())
+        self._probe = "lower"
+
     def _verdict(self, probe: str) -> bool | None:
         """Whether the probed level stays, None while its windows so far cannot tell (the
         rules in the module's docstring); a probe not told after `probe_windows` windows goes
         back: a level is kept on evidence."""
+        verdict = True if self._kept(probe) else (False if self._behind(probe) else None)
+        if verdict is None and len(self._here.windows) >= self.s.probe_windows:
+            return False
+        return verdict
+
+    def _against_reference(self) -> tuple[float, float]:
+        """The level's throughput over the reference's, and `confidence` standard errors of
+        that ratio."""
         here, ref = self._here, self._reference
         ratio = here.throughput / max(ref.throughput, 1e-12)
         spread = self._spread()
         margin = self.s.confidence * math.hypot(here.error(spread), ref.error(spread)) * ratio
+        return ratio, margin
+
+    def _kept(self, probe: str) -> bool:
+        """Whether the probed level has done what it must: a raise, `gain` over the reference
+        on the evidence; a step below, as much as it (within `gain`), with less crowding."""
         if probe == "raise":
-            mark = 1 + self.s.gain
-            verdict = (
-                True
-                if ratio > mark and ratio - margin > 1
-                else (False if ratio + margin < mark else None)
-            )
-        else:
-            verdict = True if ratio >= 1 - self.s.gain else (False if ratio + margin < 1 else None)
-        if verdict is None and len(here.windows) >= self.s.probe_windows:
-            return False
-        return verdict
+            return self._gained()
+        return self._against_reference()[0] >= 1 - self.s.gain
+
+    def _behind(self, probe: str) -> bool:
+        """Whether even the margin above the probed level's throughput falls short of what it
+        must do: a raise, `gain` over the reference; a step below, as much as it."""
+        ratio, margin = self._against_reference()
+        return ratio + margin < (1 + self.s.gain if probe == "raise" else 1)
+
+    def _gained(self) -> bool:
+        """Whether the level beats the reference by `gain` and by more than the margin."""
+        ratio, margin = self._against_reference()
+        return ratio > 1 + self.s.gain and ratio - margin > 1
 
     def _note_spread(self, w: _Window) -> None:
         """A window's deviation from the windows before it at its level (Welford's update)."""
