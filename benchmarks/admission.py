@@ -45,6 +45,7 @@ import httpx
 from benchmarks.stats import figure
 from clients.commands.policy_stub import free_port, stand_in_policy, stop_process, wait_healthy
 from sandboxes.calibration import CALIBRATION_FILE
+from sandboxes.docker_adapter import default_adapter
 from sandboxes.images import ensure_base_image
 from service.concurrency import ConcurrencySettings
 
@@ -244,10 +245,23 @@ def run(
     return rounds
 
 
-def summarise(rounds: dict[str, list[Round]], levels: list[int], ceilings: list[int]) -> dict:
+def summarise(
+    rounds: dict[str, list[Round]],
+    levels: list[int],
+    ceilings: list[int],
+    engine_cpus: int | None = None,
+) -> dict:
     per_min = {name: figure([r.per_min for r in rs]) for name, rs in rounds.items()}
     best = max((f"fixed-{c}" for c in levels), key=lambda name: per_min[name].median)
     s = ConcurrencySettings(ceiling=max(ceilings))
+    # Where each service started: its first reading, before any window closed; under the
+    # ceiling, the engine's CPUs where the service learnt them (ConcurrencySettings.starting_at).
+    starts = {
+        c: sorted({r.trace[0][1] for r in rounds[f"adaptive-{c}"] if r.trace}) for c in ceilings
+    }
+    at_cores = engine_cpus is not None and all(
+        started == [min(engine_cpus, c)] for c, started in starts.items()
+    )
     adaptive: dict[str, Any] = {}
     for c in ceilings:
         rs = rounds[f"adaptive-{c}"]
@@ -257,6 +271,7 @@ def summarise(rounds: dict[str, list[Round]], levels: list[int], ceilings: list[
             "settled_level": figure([r.settled for r in rs]).as_dict(1),
             "final_level": [r.trace[-1][1] for r in rs],
             "highest_level": max(level for r in rs for _, level in r.trace),
+            "start": starts[c],
             "traces": [r.trace for r in rs],
         }
     return {
@@ -271,13 +286,15 @@ def summarise(rounds: dict[str, list[Round]], levels: list[int], ceilings: list[
         # The controller's settings the service ran with (its defaults): what a round gives
         # it to work with.
         "controller": {
-            "start": s.start,
+            "start": engine_cpus if at_cores else min(min(v) for v in starts.values()),
+            "starts_at_cores": at_cores,
             "window": s.window,
             "min_window_s": s.min_window_s,
             "saturated": s.saturated,
             "grow": s.grow,
             "gain": s.gain,
             "confidence": s.confidence,
+            "early_confidence": s.early_confidence,
             "pool_windows": s.pool_windows,
             "probe_windows": s.probe_windows,
             "settle_windows": s.settle_windows,
@@ -336,12 +353,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     asyncio.run(ensure_base_image())
+    started["engine_cpus"] = asyncio.run(default_adapter().cpus())
 
     def write(rounds: dict[str, list[Round]]) -> dict[str, Any]:
         done = min(len(rs) for rs in rounds.values())
         summary = {**started, "repeats": done}
         summary.update(
-            summarise({n: rs[:done] for n, rs in rounds.items()}, ns.levels, ns.ceilings)
+            summarise(
+                {n: rs[:done] for n, rs in rounds.items()},
+                ns.levels,
+                ns.ceilings,
+                started["engine_cpus"],
+            )
         )
         summary["load_after"] = round(os.getloadavg()[0], 1)
         ns.out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.doc_text import para
+from service.concurrency import ConcurrencySettings
 
 ADMISSION_RESULTS = Path(__file__).parent / "results" / "admission.json"
 TARGET = 1.0  # issue 37, target 3: adaptive at a high ceiling gives at least the best fixed
@@ -168,6 +169,17 @@ def _round(a: dict[str, Any], trials: int) -> str:
     )
 
 
+def _early(ctl: dict[str, Any]) -> str:
+    """The early verdict's clause, where the run had it."""
+    if "early_confidence" not in ctl:
+        return ""
+    return (
+        "; once a third of a probe's window has finished, a probe that"
+        f" {ctl['early_confidence']:g} standard errors above its figure would still leave"
+        " short goes back then"
+    )
+
+
 def _controller(ctl: dict[str, Any]) -> str:
     if "settle_windows" not in ctl:
         return para(
@@ -176,7 +188,13 @@ def _controller(ctl: dict[str, Any]) -> str:
             "which read a just-raised level as faster than it was); a rerun is due.",
         )
     return para(
-        f"The controller starts at level {ctl['start']}. A window is the next {ctl['window']}",
+        (
+            f"The controller starts at the sandbox machine's cores, {ctl['start']} here (the"
+            f" Docker Engine's CPUs; without them, at {ConcurrencySettings.start})."
+            if ctl.get("starts_at_cores")
+            else f"The controller starts at level {ctl['start']}."
+        ),
+        f"A window is the next {ctl['window']}",
         f"samples to take a slot (over at least {ctl['min_window_s']:g} s), judged once the",
         "last of them has finished, and it counts only if samples waited for a slot for",
         f"{ctl['saturated']:.0%} of it and it is not a batch's first (its ramp: samples that",
@@ -192,8 +210,8 @@ def _controller(ctl: dict[str, Any]) -> str:
         f"least one) stays once it beats the level it came from by {ctl['gain']:.0%} and by",
         f"{ctl['confidence']:g} standard error(s) of the ratio, and goes back once even that",
         f"margin would not make the gain, or after {ctl['probe_windows']} windows that did not",
-        "tell. The first time a raise from a level buys nothing, the next window probes below",
-        f"it (/{ctl['grow']:g}, at least one), kept while throughput stays within",
+        f"tell{_early(ctl)}. The first time a raise from a level buys nothing, the next window",
+        f"probes below it (/{ctl['grow']:g}, at least one), kept while throughput stays within",
         f"{ctl['gain']:.0%} of where the descent began (the start level is a guess, and a",
         "machine's best may be under it), going on down only where it did better. A probe",
         "starts only while a window's worth of samples wait for a slot. A level gone back to",

@@ -91,6 +91,14 @@ class DockerAdapter(ContainerStreams, ImageBuilds):
     async def inspect_container(self, container_id: str) -> dict[str, Any]:
         return await self.call(self.client.api.inspect_container, container_id)
 
+    # ---- the engine -------------------------------------------------------------------------
+
+    async def cpus(self) -> int | None:
+        """The CPUs the engine's machine has (`docker info`), None where it does not say."""
+        info = await self.call(self.client.info)
+        n = info.get("NCPU")
+        return n if isinstance(n, int) and n > 0 else None
+
 
 _default: DockerAdapter | None = None
 _default_pid: int | None = None

@@ -139,7 +139,10 @@ def create_app(
             on_group_ready=lambda: holder["leasing"].notify(),
             concurrency_control=(
                 ConcurrencyController(
-                    ConcurrencySettings(ceiling=config.max_concurrent_samples), time.monotonic()
+                    ConcurrencySettings.starting_at(
+                        components.sandbox_cores, ceiling=config.max_concurrent_samples
+                    ),
+                    time.monotonic(),
                 )
                 if config.adaptive_concurrency
                 else None

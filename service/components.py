@@ -31,6 +31,7 @@ from service.settings import PolicySettings, Settings
 from service.wire import TasksSpec
 
 if TYPE_CHECKING:
+    from sandboxes.docker_adapter import DockerAdapter
     from service.policy.client import PolicyClient
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,10 @@ class Components:
     # The policy servers requests may name, and the sets they named (service/policy/named.py);
     # None: requests may name none.
     named_policies: NamedPolicies | None = None
+    # The cores of the machines the sandboxes run on, as known at start: the Docker Engine's
+    # CPUs, or the Ray cluster's sandbox slots. Where adaptive admission starts
+    # (service/concurrency.py); None: unknown, or not asked (fixed concurrency).
+    sandbox_cores: int | None = None
     _checks_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _checked: tuple[float, dict[str, bool]] | None = field(default=None, repr=False)
 
@@ -266,10 +271,14 @@ async def build_components(
     idle = getattr(getattr(backend, "pool", None), "_idle", None)
     warm = (lambda: sum(len(v) for v in idle.values())) if isinstance(idle, dict) else None
     readiness: dict[str, ReadinessCheck] = {"policy": policy_ready} if p.urls else {}
+    adaptive = settings.service.adaptive_concurrency
+    cores: int | None = None
     if settings.sandboxes.ray_address:
         readiness["sandboxes"] = backend.ready  # some Ray node can take a sandbox
+        cores = (backend.cluster.capacity() or None) if adaptive else None
     else:
         readiness["docker"] = docker_ready
+        cores = await _engine_cpus(adapter) if adaptive else None
     return Components(
         runner=runner,
         load_tasks=settings_task_loader(settings),
@@ -283,7 +292,19 @@ async def build_components(
         policy=policy if p.urls else None,
         calibrator=calibrator,
         named_policies=named,
+        sandbox_cores=cores,
     )
+
+
+async def _engine_cpus(adapter: DockerAdapter) -> int | None:
+    """The Docker Engine's CPUs; None (logged) where it cannot say yet: the service starts
+    without the engine, as /readyz reports."""
+    try:
+        return await asyncio.wait_for(adapter.cpus(), READY_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001 - unknown is an answer
+        log.warning("the Docker Engine did not say its CPUs (%s): adaptive admission starts "
+                    "at its default level", e)  # fmt: skip
+        return None
 
 
 def _follower_client(p: PolicySettings, target: PolicyTarget) -> PolicyClient:

@@ -43,11 +43,11 @@ level moves under it by hill climbing on what the service observes of finished s
   within `gain` of where the descent began: as much done with less crowding; it goes back
   when it is behind by more than `gain` and by more than the margin. A probe the evidence has
   not told after `probe_windows` windows goes back. So a probe that costs much is undone
-  early, and one that costs little runs until its cost is told from the noise. Early: a
-  probe's window that already shows a loss once a third of it has finished closes then
-  (`_lost`); the samples to finish first are the quick ones, so they flatter the probed level
-  and a loss they show is one (in the admission benchmark, a whole window at one sample at a
-  time, 0.7 of level two's rate, cost its round about 4% of its throughput).
+  after one window, and one that costs little runs until its cost is told from the noise.
+  One that costs much beyond doubt is undone sooner: its window is judged once early, when a
+  third of it has finished, and closed then where even `early_confidence` standard errors
+  above its throughput fall short (`_lost`; in the admission benchmark, a whole window at one
+  sample at a time, 0.7 of level two's rate, cost its round about 4% of its throughput).
 - A level gone back to holds for `hold_windows` windows before probing up again; each revert
   to the same level in a row doubles that hold, up to `max_hold_windows`, so a long collection
   settled at its best level pays less and less for probing above it.
@@ -56,19 +56,19 @@ level moves under it by hill climbing on what the service observes of finished s
   `backoff`, whatever throughput says: the machine is overloaded.
 - The first time a raise from a level is undone, the level is probed below instead of held:
   a level that did no better than the one above it may itself be past the machine's best (the
-  start level is a guess too). The step below (by `grow`, at least one) starts with the
-  revert itself: the level has its windows from before the raise to be judged against, and
-  a window more of it, in a batch loop, took the rest of a batch and the next one's ramp
-  (in the admission benchmark, 25 s at a level 4% worse). Where the level below beats where
-  the descent began on the evidence a raise needs, it goes on down; where it does as much,
-  it stays and holds (as good, with less crowding). Where a descent stopped, a raise undone
-  later does not send it below again: that was judged (each such probe cost the admission
-  benchmark a window at level one).
+  start level is a guess too). Lower by `grow` (at least one): where it did more than where
+  the descent began, by `gain`, it goes on down; where it did as much, it stays and holds
+  (as good, with less crowding: going lower still cost a whole window at half the rate on a
+  two-core machine).
 - Otherwise the level grows by `grow` (at least one), up to the ceiling.
 - A probe starts only while a window's worth of samples wait for a slot (and enough to fill
   the new slots), when the scheduler says how many wait: at a batch's tail it could not be
   judged by the batch it is meant for, and the next batch would start at an untested level
   (in the admission benchmark, half its time at a level 12% worse than the one it came from).
+- It starts at the sandbox machines' cores where the service knows them (the Docker Engine's
+  CPUs, or the Ray cluster's sandbox slots: `ConcurrencySettings.starting_at`), else at
+  `start`: where the sandboxes' own work holds throughput back, more samples than cores stop
+  adding to it, and where the policy does, the climb from there is shorter.
 - The first `warmup_windows` windows only measure (a failure share over `max_failures` still
   backs off): the first samples of a fresh service find
   no warm sandbox and all start at once, so their throughput is no baseline (taken as one, it
@@ -92,7 +92,7 @@ HISTORY = 1024  # closed windows the controller keeps for metrics and tests (at 
 @dataclass(frozen=True)
 class ConcurrencySettings:
     ceiling: int
-    start: int = 4
+    start: int = 4  # where the machines' cores are unknown (`starting_at`)
     floor: int = 1
     window: int = 12  # samples per window
     min_window_s: float = 5.0
@@ -105,11 +105,22 @@ class ConcurrencySettings:
     max_hold_windows: int = 16
     warmup_windows: int = 1
     confidence: float = 1.0  # standard errors a probe's verdict must clear
+    early_confidence: float = 3.0  # and its early verdict on a third of a window (`_lost`)
     window_noise: float = 0.05  # the spread of a window's figure assumed before windows show it
     settle_windows: int = 2  # windows at a level before a raise from it
     pool_windows: int = 16  # the windows a level's evidence pools
     probe_windows: int = 4  # the windows a probe may take to tell
     saturated: float = 0.75  # share of a window's time samples must wait for a slot
+
+    @classmethod
+    def starting_at(cls, cores: int | None, *, ceiling: int) -> ConcurrencySettings:
+        """Settings that start at `cores`, the CPUs of the machines the sandboxes run on (None:
+        unknown, `start`). The level climbs from where it starts by `grow` a probe, each
+        judged by windows of `window` samples: where episodes wait on the policy most of their
+        time, a climb from 4 to a hundred takes eight kept raises, minutes each while few
+        samples are in flight; where the sandboxes' own work holds throughput back, more
+        samples than cores share them (in the admission benchmark, on 2 cores, 2 did best)."""
+        return cls(ceiling=ceiling) if cores is None else cls(ceiling=ceiling, start=cores)
 
 
 @dataclass
@@ -159,12 +170,14 @@ class _Evidence:
         """Each window's throughput, as a logarithm."""
         return [math.log(self.level * n / max(s, 1e-12)) for n, s, _ in self.windows]
 
-    def error(self, spread: float) -> float:
+    def error(self, spread: float, window: int) -> float:
         """The throughput's relative standard error: the larger of what the spread of its
         samples' slot times says and what `spread`, the spread of one window's figure about
         its level's, says of the mean of its windows. The windows of a level differ by more
         than their samples do (the machine's load drifts between them: in the admission
-        benchmark, windows of 12 at level 4 read 1.70 to 2.22 samples/s)."""
+        benchmark, windows of 12 at level 4 read 1.70 to 2.22 samples/s). A part of a window
+        (`_lost`) counts as that share of one: a third of its samples spread more than all of
+        them do."""
         n = sum(k for k, _, _ in self.windows)
         if n < 2:
             return math.inf
@@ -173,7 +186,8 @@ class _Evidence:
         mean = total / n
         variance = max(0.0, (squares - n * mean * mean) / (n - 1))
         within = math.sqrt(variance / n) / max(mean, 1e-12)
-        return max(within, spread / math.sqrt(len(self.windows)))
+        windows = sum(min(1.0, k / window) for k, _, _ in self.windows)
+        return max(within, spread / math.sqrt(windows))
 
 
 @dataclass(frozen=True)
@@ -186,8 +200,7 @@ class WindowResult:
     verify_s: float  # median verification
     failures: float  # share of sandbox failures
     saturated: float  # share of the window's time samples waited for a slot
-    # short | ramp | warmup | grow | keep | measure | revert | revert-lower | lower | hold | backoff
-    decision: str
+    decision: str  # short | ramp | warmup | grow | keep | measure | revert | lower | hold | backoff
     next_level: int
 
 
@@ -202,9 +215,6 @@ class ConcurrencyController:
         self._reference = self._here  # what a probe must beat (or keep within gain of)
         self._back = self._here  # where a probe that fails goes back to
         self._look_down = False  # the next probe goes below
-        # Where a descent stopped, having done no better than the level above: a raise from
-        # here that is undone does not send it below again (that was judged).
-        self._stopped: int | None = None
         # Squared deviations of windows' log throughput from their level's mean, and their
         # degrees of freedom: the spread of one window's figure (`_spread`).
         self._deviations = 0.0
@@ -308,22 +318,26 @@ class ConcurrencyController:
         return self._close(w, now) if self._complete(w) or self._lost(w, now) else None
 
     def _lost(self, w: _Window, now: float) -> bool:
-        """Whether a probe has lost already on the first samples of its window to finish: the
-        quick ones, so what they say of the probed level flatters it, and a loss they show is a
-        loss. Judged once a third of the window has finished (and only if samples waited for a
-        slot so far, as a window must), with the margin a whole window's verdict has."""
+        """Whether a probe has lost beyond doubt on the first samples of its window to finish:
+        judged once, when a third of the window has finished (if samples waited for a slot so
+        far, as a window must), by `early_confidence` standard errors, not `confidence`. So
+        few samples' own spread misleads where episode times are heavy-tailed: at one
+        standard error, early verdicts on such a machine (a simulation, exponential episode
+        times) undid probes below that did better, and one look at every finish would give
+        the noise a chance each time."""
         if (
             self._probe is None
             or w.level != self.level
             or w.ramp
-            or w.samples < max(2, self.s.window // 3)
+            or w.samples != max(2, self.s.window // 3)
             or self._waited(w.opened_at, now) < self.s.saturated * (now - w.opened_at)
         ):
             return False
         pooled = self._here
         self._here = _Evidence(pooled.level, list(pooled.windows))
         self._here.add(w, self.s.pool_windows)
-        lost = self._behind(self._probe) and not self._kept(self._probe)
+        probe = self._probe
+        lost = self._behind(probe, self.s.early_confidence) and not self._kept(probe)
         self._here = pooled
         return lost
 
@@ -348,7 +362,7 @@ class ConcurrencyController:
         elif saturated < self.s.saturated:
             decision = "short"
         else:
-            decision = self._decide(w, start, verify, failures)
+            decision = self._decide(w, start, verify, failures, whole)
         if self.level != level:
             # Samples in their episode now ran partly at the old level: they measure neither.
             self._member.clear()
@@ -368,18 +382,21 @@ class ConcurrencyController:
             del self.history[:-HISTORY]
         return result
 
-    def _decide(self, w: _Window, start: float, verify: float, failures: float) -> str:
+    def _decide(self, w: _Window, start: float, verify: float, failures: float, whole: bool) -> str:
+        """`whole`: every sample of `w` finished; else a probe's window that `_lost` closed
+        early, which only goes back (its few samples' failures, latencies and spread are not
+        a window's)."""
         level = w.level
         warming = self._warmup > 0
         self._warmup -= warming
-        if failures > self.s.max_failures or self._cliff(level, start, verify):
+        if whole and (failures > self.s.max_failures or self._cliff(level, start, verify)):
             self._move(math.floor(level * self.s.backoff))
             self._probe = None
             self._hold, self._reverts, self._look_down = self.s.hold_windows, 0, False
             return "backoff"
         if warming:
             return "warmup"
-        if self._complete(w):  # a part of a window spreads more than a window does
+        if whole:
             self._note_spread(w)
         self._here.add(w, self.s.pool_windows)
         probe, self._probe = self._probe, None
@@ -395,24 +412,18 @@ class ConcurrencyController:
                 self._here = self._back
                 self._reverts += 1
                 self._look_down = (
-                    probe == "raise" and self._reverts == 1 and self.level != self._stopped
+                    probe == "raise" and self._reverts == 1 and self.level > self.s.floor
                 )
                 doubled = self.s.hold_windows * 2 ** (self._reverts - 1)
                 self._hold = 0 if self._look_down else min(doubled, self.s.max_hold_windows)
-                # The level gone back to has its windows from before the raise: the probe
-                # below needs no more of them, and starts at once where the queue can judge it.
-                if self._look_down and self._can_lower():
-                    self._lower()
-                    return "revert-lower"
                 return "revert"
             self._reverts = 0  # a probe kept: a new level, whose probes start afresh
             if probe == "lower":
-                # More done with fewer samples, on the evidence a raise needs: the best may lie
-                # lower still. As much done: this level is as good, with less crowding; it
-                # holds, as a revert does. (Taken at its face, a gain the noise can show sent
-                # 7 of 16 simulated collections down to one sample at a time: the unit tests.)
-                self._look_down = self._gained()
-                self._stopped = None if self._look_down else self.level
+                # More done with fewer samples: the best may lie lower still. As much done:
+                # this level is as good, with less crowding; it holds, as a revert does.
+                self._look_down = self._here.throughput > self._reference.throughput * (
+                    1 + self.s.gain
+                )
                 self._hold = 0 if self._look_down else self.s.hold_windows
         if self._hold > 0:
             self._hold -= 1
@@ -422,16 +433,22 @@ class ConcurrencyController:
         # level (in the admission benchmark, a raise decided at a tail ran half the next batch
         # at a level 12% worse; in a simulation of it, a probe below ran all of it at half the
         # rate).
+        queued = math.inf if self._queued is None else self._queued
         if self._look_down and level > self.s.floor:
-            if not self._can_lower():
+            if queued < self.s.window:
                 return "keep"  # the probe below waits for a batch that can judge it
-            self._lower()
+            self._look_down = False
+            if self._reference.level <= level:  # a descent starts here (none is under way)
+                self._reference = self._here
+            self._back = self._here
+            self._move(min(level - 1, math.floor(level / self.s.grow)))
+            self._probe = "lower"
             return "lower"
         self._look_down = False
         higher = min(self.s.ceiling, max(level + 1, math.ceil(level * self.s.grow)))
         if (
             level >= self.s.ceiling
-            or not self._judgeable(higher)
+            or queued < max(self.s.window, higher - level)
             or len(self._here.windows) < self.s.settle_windows
         ):
             return "keep"
@@ -440,61 +457,37 @@ class ConcurrencyController:
         self._probe = "raise"
         return "grow"
 
-    def _below(self) -> int:
-        return max(self.s.floor, min(self.level - 1, math.floor(self.level / self.s.grow)))
-
-    def _can_lower(self) -> bool:
-        return self.level > self.s.floor and self._judgeable(self._below())
-
-    def _judgeable(self, level: int) -> bool:
-        """Whether a window's worth of samples wait to judge a probe to `level` (and enough to
-        fill its new slots). Unsaid (None): enough."""
-        return self._queued is None or self._queued >= max(self.s.window, level - self.level)
-
-    def _lower(self) -> None:
-        """The probe below the level (its throughput, `_here`, is where it goes back to)."""
-        self._look_down = False
-        if self._reference.level <= self.level:  # a descent starts here (none is under way)
-            self._reference = self._here
-        self._back = self._here
-        self._move(self._below())
-        self._probe = "lower"
-
     def _verdict(self, probe: str) -> bool | None:
         """Whether the probed level stays, None while its windows so far cannot tell (the
         rules in the module's docstring); a probe not told after `probe_windows` windows goes
         back: a level is kept on evidence."""
-        verdict = True if self._kept(probe) else (False if self._behind(probe) else None)
+        kept, behind = self._kept(probe), self._behind(probe, self.s.confidence)
+        verdict = True if kept else (False if behind else None)
         if verdict is None and len(self._here.windows) >= self.s.probe_windows:
             return False
         return verdict
 
     def _against_reference(self) -> tuple[float, float]:
-        """The level's throughput over the reference's, and `confidence` standard errors of
-        that ratio."""
+        """The level's throughput over the reference's, and that ratio's standard error."""
         here, ref = self._here, self._reference
         ratio = here.throughput / max(ref.throughput, 1e-12)
         spread = self._spread()
-        margin = self.s.confidence * math.hypot(here.error(spread), ref.error(spread)) * ratio
-        return ratio, margin
+        errors = here.error(spread, self.s.window), ref.error(spread, self.s.window)
+        return ratio, math.hypot(*errors) * ratio
 
     def _kept(self, probe: str) -> bool:
-        """Whether the probed level has done what it must: a raise, `gain` over the reference
-        on the evidence; a step below, as much as it (within `gain`), with less crowding."""
+        """Whether the probed level has done what it must: a raise, beat the reference by
+        `gain` and by `confidence` standard errors; a step below, as much (within `gain`)."""
+        ratio, error = self._against_reference()
         if probe == "raise":
-            return self._gained()
-        return self._against_reference()[0] >= 1 - self.s.gain
+            return ratio > 1 + self.s.gain and ratio - self.s.confidence * error > 1
+        return ratio >= 1 - self.s.gain
 
-    def _behind(self, probe: str) -> bool:
-        """Whether even the margin above the probed level's throughput falls short of what it
-        must do: a raise, `gain` over the reference; a step below, as much as it."""
-        ratio, margin = self._against_reference()
-        return ratio + margin < (1 + self.s.gain if probe == "raise" else 1)
-
-    def _gained(self) -> bool:
-        """Whether the level beats the reference by `gain` and by more than the margin."""
-        ratio, margin = self._against_reference()
-        return ratio > 1 + self.s.gain and ratio - margin > 1
+    def _behind(self, probe: str, confidence: float) -> bool:
+        """Whether even `confidence` standard errors above the probed level's throughput fall
+        short of what it must do: a raise, `gain` over the reference; a step below, as much."""
+        ratio, error = self._against_reference()
+        return ratio + confidence * error < (1 + self.s.gain if probe == "raise" else 1)
 
     def _note_spread(self, w: _Window) -> None:
         """A window's deviation from the windows before it at its level (Welford's update)."""

@@ -352,6 +352,9 @@ def test_admission_quick_run(tmp_path: Path) -> None:
     [trace] = adaptive["traces"]
     assert trace and all(1 <= level <= 4 for _, level in trace)
     assert result["lead_in"] == 1 and trace[0][0] < 0  # read from the lead-in's start
+    # It started at the engine's CPUs, under the ceiling.
+    assert result["engine_cpus"] >= 1 and result["controller"]["starts_at_cores"]
+    assert trace[0][1] == min(4, result["engine_cpus"]) and adaptive["start"] == [trace[0][1]]
     section = "\n\n".join(admission_section(out))
     assert "| adaptive-4 |" in section and "fixed-2 (best fixed)" in section
     assert "unmeasured rollout" in section
