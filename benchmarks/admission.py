@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.stats import figure
+from benchmarks.stats import figure, level_spans
 from clients.commands.policy_stub import free_port, stand_in_policy, stop_process, wait_healthy
 from sandboxes.calibration import CALIBRATION_FILE
 from sandboxes.docker_adapter import default_adapter
@@ -103,11 +103,7 @@ class RoundFailed(RuntimeError):
 def settled_level(trace: list[tuple[float, int]], seconds: float) -> float:
     """The time-weighted median level over [0, seconds] of a step trace (each level holds from
     its reading to the next; readings before 0 are the lead-in's)."""
-    spans: dict[int, float] = {}
-    for (t, level), (t_next, _) in zip(trace, [*trace[1:], (seconds, 0)], strict=True):
-        lo, hi = max(t, 0.0), min(t_next, seconds)
-        if hi > lo:
-            spans[level] = spans.get(level, 0.0) + hi - lo
+    spans = level_spans(trace, seconds)
     if not spans:
         return float(trace[-1][1]) if trace else float("nan")
     total, acc = sum(spans.values()), 0.0

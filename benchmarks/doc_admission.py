@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.doc_text import para
+from benchmarks.stats import level_spans
 from service.concurrency import ConcurrencySettings
 
 ADMISSION_RESULTS = Path(__file__).parent / "results" / "admission.json"
@@ -63,8 +64,28 @@ def _reading(a: dict[str, Any], ceilings: list[str]) -> str:
             " ever longer intervals (each revert to a level in a row doubles the hold before the"
             " next probe), and which a round of two batches measures every time."
         )
+    best_level = int(a["best_fixed"].split("-")[1])
+    ctl = a["controller"]
+    if ctl.get("starts_at_cores") and ctl["start"] == best_level:
+        parts.append(
+            f"Admission started at the best fixed level here (the engine's {ctl['start']}"
+            " CPUs): the ratio measures what its probes from there cost or found, not a search"
+            " from a start elsewhere."
+        )
     best = a["trials_per_min"][a["best_fixed"]]
     spread = (best["max"] - best["min"]) / best["median"]
+    fixed = {int(name.split("-")[1]) for name in a["trials_per_min"] if name.startswith("fixed")}
+    unrun = sorted(
+        {level for c in ceilings for trace in a["adaptive"][c]["traces"] for _, level in trace}
+        - fixed
+    )
+    if any(a["adaptive"][c]["vs_best_fixed"]["median"] > 1 for c in ceilings) and unrun:
+        parts.append(
+            "A ratio above 1 is what admission's own levels (it also ran at"
+            f" {', '.join(map(str, unrun))}, which no fixed round ran) and the spread between"
+            f" rounds (the best fixed level's own differ by {spread:.0%}) gave, not a gain"
+            " over every fixed level."
+        )
     if spread > a["controller"]["gain"]:
         parts.append(
             f"The best fixed level's own rounds differ by {spread:.0%} of their median in this "
@@ -101,26 +122,32 @@ def _levels(a: dict[str, Any], ceilings: list[str]) -> str:
             steps = [f"entered at {entered[0]}"]
             steps += [f"{level} at {t:.0f} s" for t, level in trace if 0 < t < end]
             rounds.append(f"ceiling {c}, repeat {i + 1} ({end:.0f} s): {', '.join(steps)}")
-    best = int(a["best_fixed"].split("-")[1])
-    reached = [
-        t
-        for c in ceilings
-        for trace, r in zip(a["adaptive"][c]["traces"], a["rounds"][f"adaptive-{c}"], strict=True)
-        for t in [next((t for t, level in trace if level == best and t < r["seconds"]), None)]
-        if t is not None
-    ]
-    total = sum(len(a["adaptive"][c]["traces"]) for c in ceilings)
-    when = (
-        f" Admission reached the best fixed level ({best}) in {len(reached)} of the {total}"
-        f" adaptive rounds, {max(min(reached), 0):.0f} to {max(reached):.0f} s into the"
-        " measured stretch; the time before that is the rest of its first exploration (a"
-        " probe above, its revert, the probe below), which a long collection pays once."
-        if reached
-        else ""
-    )
     return para(
         "Levels over the measured stretch, from each adaptive round's trace:",
-        "; ".join(rounds) + "." + when,
+        "; ".join(rounds) + ".",
+        _time_at_levels(a, ceilings),
+    )
+
+
+def _time_at_levels(a: dict[str, Any], ceilings: list[str]) -> str:
+    """The share of the adaptive rounds' measured time at each level, the best fixed first."""
+    best = int(a["best_fixed"].split("-")[1])
+    spans: dict[int, float] = {}
+    for c in ceilings:
+        runs = a["rounds"][f"adaptive-{c}"]
+        for trace, r in zip(a["adaptive"][c]["traces"], runs, strict=True):
+            for level, s in level_spans(trace, r["seconds"]).items():
+                spans[level] = spans.get(level, 0.0) + s
+    total = sum(spans.values())
+    if not total:
+        return ""
+    others = ", ".join(
+        f"{spans[lv] / total:.0%} at {lv}" for lv in sorted(spans) if lv != best and spans[lv]
+    )
+    return (
+        f"Over the adaptive rounds' measured time together, admission ran at the best fixed"
+        f" level ({best}) {spans.get(best, 0.0) / total:.0%} of the time"
+        + (f"; {others}." if others else ".")
     )
 
 
@@ -156,10 +183,10 @@ def _round(a: dict[str, Any], trials: int) -> str:
         f"from its start level (a fixed setting pays no such climb). With {per_batch} windows",
         f"of {ctl['window']} samples a batch, each batch's first a ramp that decides nothing,",
         "the lead-in holds the controller's warm-up, the windows its start level needs before",
-        "a raise, and the start of its first probe; the measured stretch holds the rest of",
-        "that first exploration (the probe's verdict, the probe below after a revert) and what",
-        "follows it, so it still charges admission part of what a long collection pays once",
-        "(each round's levels are listed below the table). Each",
+        "a raise, and the start of its first probe; the measured stretch holds what follows,",
+        "with the rest of that first exploration where it runs on, so it still charges",
+        "admission part of what a long collection pays once (each round's levels are listed",
+        "below the table). Each",
         "batch's drain, the pause before the next submission and the next batch's start are",
         "what a synchronous RL loop shows between batches: windows in which samples waited for",
         f"a slot under {ctl['saturated']:.0%} of the time count for nothing (neither keep nor",

@@ -43,3 +43,15 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = math.ceil(q / 100 * len(ordered))  # 1-based
     return ordered[max(0, min(len(ordered), rank) - 1)]
+
+
+def level_spans(trace: list[tuple[float, int]], seconds: float) -> dict[int, float]:
+    """How long each level held over [0, seconds] of a step trace: (time of a reading, level)
+    pairs, each level holding from its reading to the next (readings before 0 set the level
+    that holds at 0)."""
+    spans: dict[int, float] = {}
+    for (t, level), (t_next, _) in zip(trace, [*trace[1:], (seconds, 0)], strict=True):
+        lo, hi = max(t, 0.0), min(t_next, seconds)
+        if hi > lo:
+            spans[level] = spans.get(level, 0.0) + hi - lo
+    return spans

@@ -390,6 +390,23 @@ def test_the_admission_doc_says_where_each_round_first_probed() -> None:
     assert _first_probes(result([[[-28.0, 4]]]), ["16"]) == []  # held its level throughout
 
 
+def test_the_admission_doc_says_how_long_admission_ran_at_each_level() -> None:
+    """The measured time of the adaptive rounds together, by level, from their traces: a level
+    read before the stretch holds from its start, one read after it counts for nothing."""
+    from benchmarks.doc_admission import _time_at_levels
+
+    traces = [[[-20.0, 2], [10.0, 3], [20.0, 2], [45.0, 5]], [[-5.0, 3], [0.0, 2]]]
+    a = {
+        "best_fixed": "fixed-2",
+        "rounds": {"adaptive-16": [{"seconds": 40.0}, {"seconds": 40.0}]},
+        "adaptive": {"16": {"traces": traces}},
+    }
+    assert _time_at_levels(a, ["16"]) == (
+        "Over the adaptive rounds' measured time together, admission ran at the best fixed"
+        " level (2) 88% of the time; 12% at 3."
+    )
+
+
 @pytest.mark.docker
 def test_grader_cpu_whole_run(tmp_path: Path) -> None:
     """`python -m benchmarks.grader_cpu --whole --plain --marks --trials 1`: one measured trial
