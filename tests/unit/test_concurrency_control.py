@@ -333,11 +333,9 @@ def test_it_finds_a_best_level_below_where_it_starts() -> None:
     assert max(tail) <= 3, tail
 
 
-def test_a_probe_that_has_lost_beyond_doubt_goes_back_before_its_window_is_done() -> None:
-    """A raise to 6 on a machine whose best is 4 (each sample past 4 costs every sample 20%)
-    loses 29%: the first third of its window to finish says so by more than three standard
-    errors, and it goes back without waiting for the rest of the window at the worse level."""
-    m = Machine(cores=4, contention=0.2)
+def raise_probed(m: Machine) -> tuple[ConcurrencyController, int]:
+    """A controller at 4 whose first window raises it to 6 on `m`, driven until the probe's
+    first verdict: it, and how many samples that started at 6 finished by then."""
     s = settings(ceiling=64, start=4, warmup_windows=0, settle_windows=1)
     c = ConcurrencyController(s, now=0.0)
     feed = drive(c, m, 0)
@@ -349,28 +347,25 @@ def test_a_probe_that_has_lost_beyond_doubt_goes_back_before_its_window_is_done(
         feed.fill()
         probed += feed.running[0][0] > before
         feed.finish(m)
+    return c, probed
+
+
+def test_a_probe_that_has_lost_beyond_doubt_goes_back_before_its_window_is_done() -> None:
+    """A raise to 6 on a machine whose best is 4 (each sample past 4 costs every sample 20%)
+    loses 29%: the first third of its window to finish says so by more than three standard
+    errors, and it goes back without waiting for the rest of the window at the worse level."""
+    c, probed = raise_probed(Machine(cores=4, contention=0.2))
     assert (c.history[-1].decision, c.level) == ("revert", 4)
-    assert probed == s.window // 3, probed
+    assert probed == c.s.window // 3, probed
 
 
 def test_a_probe_that_may_have_done_as_well_waits_for_its_whole_window() -> None:
     """A raise on a machine where every level does as well: its first third reads no gain, but
     no loss beyond doubt either, so its window runs to its end (and on until the evidence
     tells), as a probe's window did before early verdicts."""
-    m = Machine(cores=2, contention=0.0)
-    s = settings(ceiling=64, start=4, warmup_windows=0, settle_windows=1)
-    c = ConcurrencyController(s, now=0.0)
-    feed = drive(c, m, 0)
-    drive_until_a_window(c, m, feed)
-    assert (c.history[-1].decision, c.level) == ("grow", 6)
-    before = max(sample for sample, _ in feed.running)
-    probed = 0
-    while len(c.history) == 1:
-        feed.fill()
-        probed += feed.running[0][0] > before
-        feed.finish(m)
+    c, probed = raise_probed(Machine(cores=2, contention=0.0))
     assert c.history[-1].decision in ("measure", "revert"), c.history[-1]
-    assert probed >= s.window, probed
+    assert probed >= c.s.window, probed
 
 
 def test_a_revert_to_the_floor_holds() -> None:
