@@ -272,7 +272,6 @@ async def build_components(
     warm = (lambda: sum(len(v) for v in idle.values())) if isinstance(idle, dict) else None
     readiness: dict[str, ReadinessCheck] = {"policy": policy_ready} if p.urls else {}
     adaptive = settings.service.adaptive_concurrency
-    cores: int | None = None
     if settings.sandboxes.ray_address:
         readiness["sandboxes"] = backend.ready  # some Ray node can take a sandbox
         cores = (backend.cluster.capacity() or None) if adaptive else None
