@@ -26,7 +26,8 @@ def results_sections(r: dict[str, Any]) -> list[str]:
     load = (
         "a quiet machine."
         if quiet
-        else "**not a quiet machine**: other work was running, so the timings below are "
+        else "**not a quiet machine** by the load average at its start (the last minute's "
+        "work, whether it ended before the run or ran beside it), so the timings below may be "
         "pessimistic; the ratios between systems measured side by side are what to read."
     )
     add(para(
