@@ -36,14 +36,19 @@ HEADLINE = (
 )
 
 
-def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _module(name: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m name args` from the repository, its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), *args],
+        [sys.executable, "-m", name, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=timeout,
     )
+
+
+def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _module("benchmarks", "--quick", "--out", str(out), *args, timeout=540)
 
 
 def _check(out: Path, keys: tuple[str, ...]) -> dict:
@@ -334,13 +339,7 @@ def test_admission_quick_run(tmp_path: Path) -> None:
     from benchmarks.doc_admission import admission_section
 
     out = tmp_path / "admission.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.admission", "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _module("benchmarks.admission", "--quick", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["mode"] == "quick" and result["best_fixed"] == "fixed-2"
@@ -416,14 +415,8 @@ def test_grader_cpu_whole_run(tmp_path: Path) -> None:
     from benchmarks.doc_grader import grader_section
 
     out = tmp_path / "grader_cpu.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.grader_cpu", "--whole", "--plain", "--marks"]
-        + ["--trials", "1", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    args = ["--whole", "--plain", "--marks", "--trials", "1", "--out", str(out)]
+    proc = _module("benchmarks.grader_cpu", *args, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     wholes = [result["floor"]["whole_s"], result["cold"]["whole_s"]]

@@ -9,7 +9,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -498,14 +498,6 @@ def test_a_sample_that_says_nothing_of_the_load_is_not_waited_for() -> None:
 
 
 # ---- the scheduler follows the level ------------------------------------------------------------
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path)
-    s.open()
-    yield s
-    s.close()
 
 
 def _request(n: int) -> RolloutRequest:

@@ -11,8 +11,6 @@ episodes end when the test says (no Docker, no policy; real scheduler and SQLite
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,14 +39,6 @@ def _request(n: int, **extra: Any) -> RolloutRequest:
         advantage=AdvantageSpec(estimator="rloo", min_group_size=1),
         **extra,
     )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path)
-    s.open()
-    yield s
-    s.close()
 
 
 def _trajectories(store: Store, rollout_id: str) -> list[Trajectory]:

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from live_service import EXAMPLES
 from scheduler_fakes import StepRunner, key, running_scheduler, settle, until
 
 from sandboxes.tasks import load_tasks
 from service.store import Store
 from service.wire import AdvantageSpec, RolloutRequest, TasksSpec
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path)
-    s.open()
-    yield s
-    s.close()
 
 
 def test_the_next_group_generates_while_one_verifies_and_verifying_is_bounded(
