@@ -76,7 +76,13 @@ class StreamCorrupt(ConnectionError):
 
 
 class ContainerNotRunning(RuntimeError):
-    """The container had stopped (or not started) when a stream to it was opened."""
+    """The container had stopped (or not started) when a stream to it was opened, or stopped
+    before it took all its input (`StdinRefused`)."""
+
+
+class StdinRefused(ContainerNotRunning):
+    """The stream broke while its input was being sent: the process on the other end is gone
+    (an engine still serving the container reads its stdin to the end)."""
 
 
 class _ExecStream:
@@ -186,11 +192,10 @@ class ContainerStreams(EngineCalls):
         started in the container, so this costs the engine far less than an exec (no runc
         process, no exec create/inspect calls). The exit code is left None: the process
         reports its own result on stdout. On timeout the stream is cut; the caller removes
-        the container."""
+        the container. A container that is not running raises ContainerNotRunning."""
 
         def _open() -> _ExecStream:
-            params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            return _ExecStream(self.client.api.attach_socket(container_id, params=params))
+            return _ExecStream(self._attach(container_id))
 
         stream = await self.call(_open)
         return await self._pump(stream, stdin, max_output, collect_stdout, timeout_s)
@@ -198,13 +203,17 @@ class ContainerStreams(EngineCalls):
     def attach_socket(self, container_id: str) -> socket.socket:
         """Blocking (call it on the stream pool): a socket attached to the main process's stdin,
         stdout and stderr (multiplexed), kept open by the caller for many exchanges."""
-        # Attaching to a container that is not running waits for it to start: ask first.
+        raw = self._attach(container_id)
+        return getattr(raw, "_sock", raw)
+
+    def _attach(self, container_id: str) -> Any:
+        # Attaching to a container that is not running waits for it to start (a warm one that
+        # died idle: until the caller's timeout), so ask first (a fraction of a CPU-ms).
         state = self.client.api.inspect_container(container_id).get("State") or {}
         if not state.get("Running"):
             raise ContainerNotRunning(f"container {container_id[:12]} is not running")
         params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-        raw = self.client.api.attach_socket(container_id, params=params)
-        return getattr(raw, "_sock", raw)
+        return self.client.api.attach_socket(container_id, params=params)
 
     async def _pump(
         self,
@@ -220,12 +229,15 @@ class ContainerStreams(EngineCalls):
         out = io.BytesIO() if collect_stdout is not None else None
 
         def _pump() -> None:
-            if callable(stdin):
-                stdin(stream._sock.sendall)  # never whole in memory (a large workspace)
-            elif stdin is not None:
-                stream._sock.sendall(stdin)
-            if stdin is not None:
-                stream._sock.shutdown(socket.SHUT_WR)  # EOF on the process's stdin
+            try:
+                if callable(stdin):
+                    stdin(stream._sock.sendall)  # never whole in memory (a large workspace)
+                elif stdin is not None:
+                    stream._sock.sendall(stdin)
+                if stdin is not None:
+                    stream._sock.shutdown(socket.SHUT_WR)  # EOF on the process's stdin
+            except OSError as e:
+                raise StdinRefused(f"the stream broke while its input was sent: {e}") from e
             for stream_id, payload in stream.frames():
                 if out is not None and stream_id == 1:
                     out.write(payload)

@@ -112,12 +112,13 @@ class ContainerPool:
     def pool_labels(self) -> dict[str, str]:
         return {LABEL_POOL: "true", LABEL_BACKEND: self.backend_id}
 
-    async def acquire(self, args: dict[str, Any]) -> tuple[str, float]:
-        """A started container for `args` (warm if available). Returns (id, seconds taken)."""
+    async def acquire(self, args: dict[str, Any], warm: bool = True) -> tuple[str, float]:
+        """A started container for `args`: a warm one if available and `warm`, else a new one.
+        Returns (id, seconds taken)."""
         if self._closed:
             raise RuntimeError("container pool is closed")
         t0 = time.monotonic()
-        if self.settings.warm_per_key <= 0:
+        if self.settings.warm_per_key <= 0 or not warm:
             cid = await self._create_started(args)
             return cid, time.monotonic() - t0
         key = pool_key(args)

@@ -40,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes.backend import AgentCausedSandboxFault, Verdict, VerifyResult
-from sandboxes.docker_adapter import CappedBuffer, DockerAdapter, OutputTooLarge
+from sandboxes.docker_adapter import (
+    CappedBuffer,
+    ContainerNotRunning,
+    DockerAdapter,
+    OutputTooLarge,
+    StreamResult,
+)
 from sandboxes.pool import ContainerPool
 from sandboxes.reward import NO_VERDICT, UNGUARDED, VERDICT_FORGED, Evidence, Grade, grade
 from sandboxes.task import Task
@@ -69,10 +75,11 @@ TESTED_UIDS = range(1 << 30, (1 << 30) + (1 << 24))
 # PID 1 of the verifier container, `bash -c SCRIPT rollouts-verify LIMIT_S LIMIT_US LAYOUT`
 # (LAYOUT: view, or plain for the calibration fallback). It reads a line "<nonce> <tested user
 # id>" and then the upload on stdin (the service attaches when it takes the container from the
-# warm pool), lays out /app, runs the tests with all their output on stderr, kills every other
-# process, then writes the evidence on stdout, which nothing but this process ever holds: a
-# header line "rollouts-verdict <nonce> <code> <mode of /logs/verifier> <timed out 0|1>", then
-# a tar of /logs/verifier and the guard's report. Being PID 1 it cannot be signalled from
+# warm pool), lays out /app, writes "rollouts-began <nonce>" on stdout just before it starts
+# the tests, runs them with all their output on stderr, kills every other process, then writes
+# the evidence on stdout, which nothing but this process ever holds: a header line
+# "rollouts-verdict <nonce> <code> <mode of /logs/verifier> <timed out 0|1>", then a tar of
+# /logs/verifier and the guard's report. Being PID 1 it cannot be signalled from
 # inside, and when it exits the kernel ends whatever is left. Codes: 90, the fresh container
 # could not even make its folders (the infrastructure); 91, the upload did not fit or unpack,
 # or /app could not be laid out from it, which only the agent's workspace can cause (ours is
@@ -119,6 +126,9 @@ t=${{EPOCHREALTIME/./}}; start=$((10#$t))
 # pytest loads no plugin it finds by its metadata (a place the tested code may write can be on
 # a later session's sys.path) unless the task asks (plugin_autoload); `-p NAME` still loads one.
 [ -e /{AUTOLOAD_FLAG} ] || export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+# Nothing of the agent's has run before this line, so a container that ends without it was
+# ended by something else (the engine, the runtime, a pooled container that died idle).
+echo "rollouts-began $nonce"
 bash -lc 'bash /tests/test.sh' >&2 2>&1 &
 wait $!
 rc=$?
@@ -145,6 +155,7 @@ cd /logs && tar -c --ignore-failed-read rollouts-guard verifier/reward.txt verif
 exit 0
 """
 _HEADER = b"rollouts-verdict "
+_BEGAN = b"rollouts-began "
 
 
 def verifier_container_args(
@@ -323,6 +334,18 @@ class ForgedVerdict(ValueError):
     container wrote into it (graded 0, never masked)."""
 
 
+class EndedBeforeTests(Exception):
+    """The verifier container ended before its script began the tests (it did not say it had);
+    the message says how it ended."""
+
+
+def split_began(raw: bytes, nonce: str) -> tuple[bool, bytes]:
+    """Whether the script's stdout says the tests began (its line, with this verification's
+    nonce, first), and what follows it. Without it, nothing of the agent's ran."""
+    line = _BEGAN + nonce.encode() + b"\n"
+    return (True, raw[len(line) :]) if raw.startswith(line) else (False, raw)
+
+
 def parse_header(raw: bytes, nonce: str) -> tuple[ScriptVerdict | None, bytes]:
     """Split the script's stdout into its header and the evidence tar. Nothing at all (None):
     the script never reached the end, because its container died or the engine failed. Bytes
@@ -408,9 +431,18 @@ async def _run_verifier(
     except AgentCausedSandboxFault as e:
         return VerifyResult(0.0, Verdict.graded, f"[rollouts] graded 0: {e}")
     async with pool.verifying():
-        return await _verify_in_container(
-            adapter, pool, args, task, workspace_tar, durations, t_start, grader, plain
+        attempt = functools.partial(
+            _verify_in_container, adapter, pool, args, task, workspace_tar, durations, t_start
         )
+        try:
+            return await attempt(grader, plain)
+        except EndedBeforeTests as first:
+            # Nothing of the agent's ran in that container (the script had not begun the tests),
+            # so a fresh one is no second roll for its code: only for the engine's fault. A
+            # second end before the tests is judged as any end without a verdict.
+            result = await attempt(grader, plain, first=first)
+            result.output = _append(result.output, f"{first}; graded in a fresh container")
+            return result
 
 
 async def _verify_in_container(
@@ -423,18 +455,25 @@ async def _verify_in_container(
     t_start: float,
     grader: Grader,
     plain: bool,
+    first: EndedBeforeTests | None = None,
 ) -> VerifyResult:
+    """One verifier container's grade. Raises EndedBeforeTests when it ended before the tests
+    began, unless `first` (this is the attempt after such an end: a new container, not a warm
+    one, which may have died idle as the first did)."""
     limit_s = task.config.verifier_timeout_sec
     cid: str | None = None
     try:
         t0 = time.monotonic()
-        cid, _ = await pool.acquire(verifier_container_args(args, limit_s, plain))
+        vargs = verifier_container_args(args, limit_s, plain)
+        cid, _ = await pool.acquire(vargs, warm=first is None)
         durations["acquire_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         nonce = secrets.token_hex(16)
         tested_uid = TESTED_UIDS[secrets.randbelow(len(TESTED_UIDS))]
-        result, cut = await adapter.attach_stream(
+        result, cut = await _attach_verifier(
+            adapter,
             cid,
+            first,
             stdin=functools.partial(
                 _send_upload, f"{nonce} {tested_uid}\n".encode(), task, workspace_tar, grader
             ),
@@ -445,13 +484,16 @@ async def _verify_in_container(
         durations["tests_s"] = time.monotonic() - t0
         output = result.output.text()
         try:
-            header, tar_bytes = parse_header(result.stdout_raw or b"", nonce)
+            began, stdout = split_began(result.stdout_raw or b"", nonce)
+            header, tar_bytes = parse_header(stdout, nonce)
         except ForgedVerdict as e:
             note = f"graded 0: {e}"
             return VerifyResult(
                 0.0, Verdict.graded, _append(output, note), durations, flags=[VERDICT_FORGED]
             )
         if header is None:
+            if not began and first is None:
+                raise EndedBeforeTests(await _how_it_ended(adapter, cid, output))
             if cut:  # the script's own watchdog did not end it: something held it, as before
                 return VerifyResult(0.0, Verdict.tests_timeout, output, durations)
             return await _script_died(adapter, cid, output, durations)
@@ -477,6 +519,8 @@ async def _verify_in_container(
             files={k: _text(v) for k, v in sorted(evidence.files.items())},
             isolation=g.layers,
         )
+    except EndedBeforeTests:
+        raise
     except OutputTooLarge as e:  # the evidence is capped with head -c: only a broken engine
         return VerifyResult(None, Verdict.infrastructure, f"verifier read: {e}", durations)
     except Exception as e:  # engine or container failure: mask, never a fake zero
@@ -531,6 +575,34 @@ async def _script_died(
         why = f"the verifier container ended without a verdict (exit code {state.get('ExitCode')})"
     note = f"graded 0: {why}"
     return VerifyResult(0.0, Verdict.graded, _append(output, note), durations, flags=[NO_VERDICT])
+
+
+async def _attach_verifier(
+    adapter: DockerAdapter, cid: str, first: EndedBeforeTests | None, **kwargs: Any
+) -> tuple[StreamResult, bool]:
+    """The verifier script's stream. A container that is no longer running when it is attached
+    (a warm one that died idle), or whose stream broke while the upload was sent, ended before
+    the tests began: the script begins them only once it has read the whole archive, and the
+    engine reads a live container's input as it comes. After a first such end, it is judged as
+    any end without a verdict (an empty stream)."""
+    try:
+        return await adapter.attach_stream(cid, **kwargs)
+    except ContainerNotRunning:  # StdinRefused too
+        if first is None:
+            raise EndedBeforeTests(await _how_it_ended(adapter, cid, "")) from None
+        return StreamResult(exit_code=None, output=CappedBuffer(VERIFIER_OUTPUT_CAP)), False
+
+
+async def _how_it_ended(adapter: DockerAdapter, cid: str, output: str) -> str:
+    """For the record: a verifier container that ended before the tests began, as the engine
+    tells it (its state and exit code) and with what it wrote."""
+    try:
+        state = (await adapter.inspect_container(cid)).get("State") or {}
+        how = f"state {state.get('Status')}, exit code {state.get('ExitCode')}"
+    except Exception as e:
+        how = f"not inspected: {e}"
+    said = f", output {output.strip()[:200]!r}" if output.strip() else ""
+    return f"the first verifier container ended before the tests began ({how}{said})"
 
 
 def _text(data: bytes) -> str:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import docker
 import pytest
 
+from sandboxes import verifier
 from sandboxes.backend import Verdict
 from sandboxes.docker_backend import BackendSettings, DockerBackend
 from sandboxes.images import BASE_TAG
@@ -512,6 +513,75 @@ async def test_a_verifier_container_ended_from_inside_is_graded_never_masked(
     finally:
         for cid in (exited, running, removed):
             await pool.remove(cid)
+
+
+def _oracle_workspace(task: Task) -> bytes:
+    """The workspace the task's solve.sh makes (its heredoc), without an agent container."""
+    solve = task.solution_files["solve.sh"].decode()
+    body = solve.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0] + "\n"
+    return build_tar({"solution.py": body.encode()})
+
+
+def _verifiers_ending_early(monkeypatch, pool, how_many: int, when: str) -> list[bool]:
+    """Kill each of the first `how_many` verifier containers the pool hands out (exit code 137)
+    before the tests begin: "idle", before it is attached, as a warm container that died idle;
+    "upload", once attached, with the first line sent (and no more: it would be sent to a
+    process that is gone), as one whose runtime failed (gVisor's Sentry). Returns, per
+    container handed out, whether a warm one was asked for."""
+    acquire, send_upload, asked, handed = pool.acquire, verifier._send_upload, [], []
+
+    def kill(cid):
+        pool.adapter.client.api.kill(cid)
+        pool.adapter.client.api.wait(cid)
+
+    async def ending(args, warm=True):
+        cid, took = await acquire(args, warm)
+        asked.append(warm)
+        handed.append(cid)
+        if len(asked) <= how_many and when == "idle":
+            await pool.adapter.call(kill, cid)
+        return cid, took
+
+    def sending(line, task, workspace, grader, send):
+        if len(asked) <= how_many and when == "upload":
+            send(line)
+            kill(handed[-1])  # on the stream's thread, which is where the upload is sent
+        else:
+            send_upload(line, task, workspace, grader, send)
+
+    monkeypatch.setattr(pool, "acquire", ending)
+    monkeypatch.setattr(verifier, "_send_upload", sending)
+    return asked
+
+
+@pytest.mark.parametrize("when", ["idle", "upload"])
+@both_runtimes
+async def test_a_verifier_container_that_ended_before_the_tests_began_is_replaced(
+    pooled_backend, example_task, run_labels, monkeypatch, when
+):
+    """A verifier container that ends before its script says the tests began ran nothing of
+    the agent's (a warm one that died idle, the runtime failing): the correct solution is
+    graded in a new container, not a warm one, and earns its 1; the record says why."""
+    asked = _verifiers_ending_early(monkeypatch, pooled_backend.pool, 1, when)
+    workspace = _oracle_workspace(example_task)
+    result = await pooled_backend.verify(example_task, workspace, run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
+    assert asked == [True, False]
+    assert "ended before the tests began (state exited, exit code 137" in result.output
+
+
+@pytest.mark.parametrize("when", ["idle", "upload"])
+async def test_a_second_verifier_container_that_ends_before_the_tests_is_graded(
+    backend, example_task, run_labels, monkeypatch, when
+):
+    """One new container, not more: a second end before the tests is judged as any end
+    without a verdict (an exited container: 0, flagged), since a workspace that exhausts the
+    container's memory as it is unpacked ends every container it is sent to."""
+    asked = _verifiers_ending_early(monkeypatch, backend.pool, 2, when)
+    result = await backend.verify(example_task, _oracle_workspace(example_task), run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
+    assert len(asked) == 2
+    assert "ended before the tests began" in result.output and "exit code 137" in result.output
 
 
 async def test_a_workspace_near_its_cap_costs_the_verifier_no_copy(

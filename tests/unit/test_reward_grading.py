@@ -131,6 +131,18 @@ def test_suspected_hack_flags():
     assert not grade(_ev(guard=_guard(START, ALL_PASS))).suspected_hack  # unguarded only
 
 
+def test_the_script_says_the_tests_began_with_this_verifications_nonce():
+    from sandboxes.verifier import split_began
+
+    assert split_began(b"rollouts-began abc\nrollouts-verdict abc 0 755 0\n", "abc") == (
+        True,
+        b"rollouts-verdict abc 0 755 0\n",
+    )
+    assert split_began(b"rollouts-began abc\n", "abc") == (True, b"")
+    for other in (b"", b"rollouts-began zzz\n", b"rollouts-verdict abc 91 - 0\n", b"x"):
+        assert split_began(other, "abc") == (False, other)
+
+
 def test_the_verdict_header_needs_this_verifications_nonce():
     from sandboxes.verifier import ForgedVerdict, parse_header
 
