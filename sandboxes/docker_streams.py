@@ -76,13 +76,7 @@ class StreamCorrupt(ConnectionError):
 
 
 class ContainerNotRunning(RuntimeError):
-    """The container had stopped (or not started) when a stream to it was opened, or stopped
-    before it took all its input (`StdinRefused`)."""
-
-
-class StdinRefused(ContainerNotRunning):
-    """The stream broke while its input was being sent: the process on the other end is gone
-    (an engine still serving the container reads its stdin to the end)."""
+    """The container had stopped (or not started) when a stream to it was opened."""
 
 
 class _ExecStream:
@@ -236,8 +230,10 @@ class ContainerStreams(EngineCalls):
                     stream._sock.sendall(stdin)
                 if stdin is not None:
                     stream._sock.shutdown(socket.SHUT_WR)  # EOF on the process's stdin
-            except OSError as e:
-                raise StdinRefused(f"the stream broke while its input was sent: {e}") from e
+            except OSError:
+                # The process stopped taking its input (it ended): what it wrote before is
+                # still to be read, and says how far it got.
+                pass
             for stream_id, payload in stream.frames():
                 if out is not None and stream_id == 1:
                     out.write(payload)

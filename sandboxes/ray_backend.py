@@ -46,6 +46,7 @@ from sandboxes.ray_cluster import (
 )
 from sandboxes.ray_executor import BackendFactory, ExecutorConfig
 from sandboxes.task import Task
+from sandboxes.verifier import longest_verification_s
 from sandboxes.workspace_snapshot import Snapshot, SnapshotError, snapshot_of
 
 # Create failures that belong to the task (its image, its settings), not to the node: they do
@@ -240,7 +241,8 @@ class RayBackend:
         """On the node holding the workspace (a `RemoteWorkspace`), else on a placed node.
         Never raises: a lost node is an `infrastructure` verdict (masked)."""
         margin = self.settings.call_margin_s
-        timeout_s = task.config.verifier_timeout_sec + self.settings.create_timeout_s + margin
+        limit_s = longest_verification_s(task.config.verifier_timeout_sec)
+        timeout_s = limit_s + self.settings.create_timeout_s + margin
         t0 = time.monotonic()
         held = None
         if isinstance(workspace_tar, RemoteWorkspace):

@@ -440,7 +440,9 @@ async def _run_verifier(
             # Nothing of the agent's ran in that container (the script had not begun the tests),
             # so a fresh one is no second roll for its code: only for the engine's fault. A
             # second end before the tests is judged as any end without a verdict.
+            took = time.monotonic() - t_start
             result = await attempt(grader, plain, first=first)
+            result.durations["first_attempt_s"] = took
             result.output = _append(result.output, f"{first}; graded in a fresh container")
             return result
 
@@ -581,16 +583,20 @@ async def _attach_verifier(
     adapter: DockerAdapter, cid: str, first: EndedBeforeTests | None, **kwargs: Any
 ) -> tuple[StreamResult, bool]:
     """The verifier script's stream. A container that is no longer running when it is attached
-    (a warm one that died idle), or whose stream broke while the upload was sent, ended before
-    the tests began: the script begins them only once it has read the whole archive, and the
-    engine reads a live container's input as it comes. After a first such end, it is judged as
-    any end without a verdict (an empty stream)."""
+    (a warm one that died idle) ended before the tests began; so did a second one, new, but
+    nothing was sent to it: the engine's fault, masked."""
     try:
         return await adapter.attach_stream(cid, **kwargs)
-    except ContainerNotRunning:  # StdinRefused too
+    except ContainerNotRunning:
         if first is None:
             raise EndedBeforeTests(await _how_it_ended(adapter, cid, "")) from None
-        return StreamResult(exit_code=None, output=CappedBuffer(VERIFIER_OUTPUT_CAP)), False
+        raise  # nothing was sent to the new one either: the engine's fault, masked
+
+
+def longest_verification_s(limit_s: float) -> float:
+    """The longest the verifier reads a verification's streams (a first container that ends
+    before the tests began, cut at its timeout, then a new one), container creation aside."""
+    return 2 * (limit_s + READ_GRACE_S)
 
 
 async def _how_it_ended(adapter: DockerAdapter, cid: str, output: str) -> str:

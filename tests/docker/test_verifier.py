@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import tarfile
 from dataclasses import replace
@@ -571,17 +572,60 @@ async def test_a_verifier_container_that_ended_before_the_tests_began_is_replace
 
 
 @pytest.mark.parametrize("when", ["idle", "upload"])
-async def test_a_second_verifier_container_that_ends_before_the_tests_is_graded(
+async def test_a_second_verifier_container_that_ends_before_the_tests_is_judged(
     backend, example_task, run_labels, monkeypatch, when
 ):
-    """One new container, not more: a second end before the tests is judged as any end
-    without a verdict (an exited container: 0, flagged), since a workspace that exhausts the
+    """One new container, not more. If it too had ended before it was attached, nothing was
+    sent to either: the engine's fault, masked. If it ended once the upload was on its way, it
+    is judged as any end without a verdict (exited: 0, flagged): a workspace that exhausts the
     container's memory as it is unpacked ends every container it is sent to."""
     asked = _verifiers_ending_early(monkeypatch, backend.pool, 2, when)
     result = await backend.verify(example_task, _oracle_workspace(example_task), run_labels)
-    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
     assert len(asked) == 2
+    if when == "idle":
+        assert (result.verdict, result.reward) == (Verdict.infrastructure, None), result.output
+        assert "is not running" in result.output
+        return
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
     assert "ended before the tests began" in result.output and "exit code 137" in result.output
+
+
+async def test_a_verifier_container_that_ends_once_the_tests_began_is_not_replaced(
+    backend, example_task, run_labels, monkeypatch
+):
+    """Once the script has said the tests began, the agent's code may have run: a container
+    that ends then (killed here while test.sh runs) is graded 0, flagged, in that container
+    alone; a new one would be a second roll."""
+    task = _with_tests(example_task, b"echo > /tmp/tests-running\nexec sleep 1000\n", 120.0)
+    asked = _verifiers_ending_early(monkeypatch, backend.pool, 0, "idle")
+    handed = []
+    acquire = backend.pool.acquire
+
+    async def recording(args, warm=True):
+        cid, took = await acquire(args, warm)
+        handed.append(cid)
+        return cid, took
+
+    monkeypatch.setattr(backend.pool, "acquire", recording)
+    verifying = asyncio.ensure_future(
+        backend.verify(task, _oracle_workspace(example_task), run_labels)
+    )
+    api = backend.adapter.client.api
+
+    def tests_running() -> bool:
+        ex = api.exec_create(handed[0], ["test", "-e", "/tmp/tests-running"])
+        api.exec_start(ex["Id"])
+        return api.exec_inspect(ex["Id"])["ExitCode"] == 0
+
+    # test.sh stays in its sleep until the kill: the state waited for does not pass.
+    while not (handed and await backend.adapter.call(tests_running)):
+        assert not verifying.done(), verifying.result().output
+        await asyncio.sleep(0.1)
+    await backend.adapter.call(api.kill, handed[0])
+    result = await verifying
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
+    assert len(asked) == 1 and len(handed) == 1
+    assert "fresh container" not in result.output and "exit code 137" in result.output
 
 
 async def test_a_workspace_near_its_cap_costs_the_verifier_no_copy(
