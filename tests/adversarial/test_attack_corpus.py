@@ -116,6 +116,7 @@ class Outcome:
     seconds: float
     text: str  # what the agent saw (observations) or the solve script printed
     flags: list[str]
+    verifier_output: str
 
 
 @contextlib.contextmanager
@@ -164,7 +165,8 @@ async def _as_agent(url: str, task: Task, backend: DockerBackend, rollout_id: st
         await policy.aclose()
     (t,) = got
     seen = "\n".join(m.content for m in t.messages if m.role in ("user", "system"))
-    return Outcome(t.reward, t.status.value, time.monotonic() - t0, seen, t.reward_flags)
+    took = time.monotonic() - t0
+    return Outcome(t.reward, t.status.value, took, seen, t.reward_flags, t.verifier_output)
 
 
 async def _as_solve_script(
@@ -178,7 +180,7 @@ async def _as_solve_script(
         labels={"rollouts.rollout_id": rollout_id, "rollouts.task_id": task.id},
     )
     status = status_of(r.verdict).value
-    return Outcome(r.reward, status, time.monotonic() - t0, r.agent_output, r.flags)
+    return Outcome(r.reward, status, time.monotonic() - t0, r.agent_output, r.flags, r.output)
 
 
 # Reachable under gVisor, which cannot seal PID 1's channel (docs/reliability.md): the attack
@@ -192,6 +194,9 @@ def _check(name: str, how: str, o: Outcome, runtime: str) -> None:
     # gets advantage 0, and wrecking the sandbox (kill -9 -1, a full disk) would beat a 0.
     assert not is_masked(o.status), f"{name} via {how}: masked ({o.status}), not graded"
     assert o.reward == 0.0, f"{name} via {how}: reward {o.reward} ({o.status}): a hack worked"
+    # A verifier container is replaced only when it ended before the tests began, where
+    # nothing of the agent's ran: no attack earns its code a second run.
+    assert "graded in a fresh container" not in o.verifier_output, f"{name} via {how}: replaced"
     if name in EXPECTED_FLAGS:
         assert EXPECTED_FLAGS[name] in o.flags, f"{name} via {how}: not flagged ({o.flags})"
     for marker in FORBIDDEN.get(name, ()):
