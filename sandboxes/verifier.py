@@ -126,8 +126,8 @@ t=${{EPOCHREALTIME/./}}; start=$((10#$t))
 # pytest loads no plugin it finds by its metadata (a place the tested code may write can be on
 # a later session's sys.path) unless the task asks (plugin_autoload); `-p NAME` still loads one.
 [ -e /{AUTOLOAD_FLAG} ] || export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-# Nothing of the agent's has run before this line, so a container that ends without it was
-# ended by something else (the engine, the runtime, a pooled container that died idle).
+# Nothing of the agent's has run before this line (its files were only read, as data): a
+# container that ends without it is replaced once (verifier.py, EndedBeforeTests).
 echo "rollouts-began $nonce"
 bash -lc 'bash /tests/test.sh' >&2 2>&1 &
 wait $!
@@ -438,8 +438,8 @@ async def _run_verifier(
             return await attempt(grader, plain)
         except EndedBeforeTests as first:
             # Nothing of the agent's ran in that container (the script had not begun the tests),
-            # so a fresh one is no second roll for its code: only for the engine's fault. A
-            # second end before the tests is judged as any end without a verdict.
+            # so a fresh one is no second roll for its code: only for the engine's fault. How
+            # a second end is judged: _attach_verifier and _script_died.
             took = time.monotonic() - t_start
             result = await attempt(grader, plain, first=first)
             result.durations["first_attempt_s"] = took
