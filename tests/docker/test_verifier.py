@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import docker
 import pytest
@@ -523,13 +523,20 @@ def _oracle_workspace(task: Task) -> bytes:
     return build_tar({"solution.py": body.encode()})
 
 
-def _verifiers_ending_early(monkeypatch, pool, how_many: int, when: str) -> list[bool]:
+@dataclass
+class _Handed:
+    asked: list[bool] = field(default_factory=list)  # per container, whether warm was asked
+    ids: list[str] = field(default_factory=list)
+    first: asyncio.Event = field(default_factory=asyncio.Event)  # one was handed out
+
+
+def _verifiers_ending_early(monkeypatch, pool, how_many: int, when: str) -> _Handed:
     """Kill each of the first `how_many` verifier containers the pool hands out (exit code 137)
     before the tests begin: "idle", before it is attached, as a warm container that died idle;
     "upload", once attached, with the first line sent (and no more: it would be sent to a
-    process that is gone), as one whose runtime failed (gVisor's Sentry). Returns, per
-    container handed out, whether a warm one was asked for."""
-    acquire, send_upload, asked, handed = pool.acquire, verifier._send_upload, [], []
+    process that is gone), as one whose runtime failed (gVisor's Sentry). Returns what was
+    handed out."""
+    acquire, send_upload, handed = pool.acquire, verifier._send_upload, _Handed()
 
     def kill(cid):
         pool.adapter.client.api.kill(cid)
@@ -537,22 +544,23 @@ def _verifiers_ending_early(monkeypatch, pool, how_many: int, when: str) -> list
 
     async def ending(args, warm=True):
         cid, took = await acquire(args, warm)
-        asked.append(warm)
-        handed.append(cid)
-        if len(asked) <= how_many and when == "idle":
+        handed.asked.append(warm)
+        handed.ids.append(cid)
+        if len(handed.asked) <= how_many and when == "idle":
             await pool.adapter.call(kill, cid)
+        handed.first.set()
         return cid, took
 
     def sending(line, task, workspace, grader, send):
-        if len(asked) <= how_many and when == "upload":
+        if len(handed.asked) <= how_many and when == "upload":
             send(line)
-            kill(handed[-1])  # on the stream's thread, which is where the upload is sent
+            kill(handed.ids[-1])  # on the stream's thread, which is where the upload is sent
         else:
             send_upload(line, task, workspace, grader, send)
 
     monkeypatch.setattr(pool, "acquire", ending)
     monkeypatch.setattr(verifier, "_send_upload", sending)
-    return asked
+    return handed
 
 
 @pytest.mark.parametrize("when", ["idle", "upload"])
@@ -563,11 +571,11 @@ async def test_a_verifier_container_that_ended_before_the_tests_began_is_replace
     """A verifier container that ends before its script says the tests began ran nothing of
     the agent's (a warm one that died idle, the runtime failing): the correct solution is
     graded in a new container, not a warm one, and earns its 1; the record says why."""
-    asked = _verifiers_ending_early(monkeypatch, pooled_backend.pool, 1, when)
+    handed = _verifiers_ending_early(monkeypatch, pooled_backend.pool, 1, when)
     workspace = _oracle_workspace(example_task)
     result = await pooled_backend.verify(example_task, workspace, run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
-    assert asked == [True, False]
+    assert handed.asked == [True, False]
     assert "ended before the tests began (state exited, exit code 137" in result.output
 
 
@@ -579,9 +587,9 @@ async def test_a_second_verifier_container_that_ends_before_the_tests_is_judged(
     sent to either: the engine's fault, masked. If it ended once the upload was on its way, it
     is judged as any end without a verdict (exited: 0, flagged): a workspace that exhausts the
     container's memory as it is unpacked ends every container it is sent to."""
-    asked = _verifiers_ending_early(monkeypatch, backend.pool, 2, when)
+    handed = _verifiers_ending_early(monkeypatch, backend.pool, 2, when)
     result = await backend.verify(example_task, _oracle_workspace(example_task), run_labels)
-    assert len(asked) == 2
+    assert len(handed.asked) == 2
     if when == "idle":
         assert (result.verdict, result.reward) == (Verdict.infrastructure, None), result.output
         assert "is not running" in result.output
@@ -596,35 +604,27 @@ async def test_a_verifier_container_that_ends_once_the_tests_began_is_not_replac
     """Once the script has said the tests began, the agent's code may have run: a container
     that ends then (killed here while test.sh runs) is graded 0, flagged, in that container
     alone; a new one would be a second roll."""
-    task = _with_tests(example_task, b"echo > /tmp/tests-running\nexec sleep 1000\n", 120.0)
-    asked = _verifiers_ending_early(monkeypatch, backend.pool, 0, "idle")
-    handed = []
-    acquire = backend.pool.acquire
-
-    async def recording(args, warm=True):
-        cid, took = await acquire(args, warm)
-        handed.append(cid)
-        return cid, took
-
-    monkeypatch.setattr(backend.pool, "acquire", recording)
+    # test.sh and the test meet at a FIFO (whichever comes first makes it): test.sh's write
+    # waits for the test's read, then it sleeps until the kill. No polling, no window.
+    fifo = "mkfifo /tmp/began 2>/dev/null; "
+    test_sh = f"{fifo}echo > /tmp/began\nexec sleep 1000\n".encode()
+    task = _with_tests(example_task, test_sh, 120.0)
+    handed = _verifiers_ending_early(monkeypatch, backend.pool, 0, "idle")
     verifying = asyncio.ensure_future(
         backend.verify(task, _oracle_workspace(example_task), run_labels)
     )
+    await handed.first.wait()
     api = backend.adapter.client.api
 
-    def tests_running() -> bool:
-        ex = api.exec_create(handed[0], ["test", "-e", "/tmp/tests-running"])
-        api.exec_start(ex["Id"])
-        return api.exec_inspect(ex["Id"])["ExitCode"] == 0
+    def tests_began() -> bytes:
+        ex = api.exec_create(handed.ids[0], ["sh", "-c", fifo + "cat /tmp/began"])
+        return api.exec_start(ex["Id"])
 
-    # test.sh stays in its sleep until the kill: the state waited for does not pass.
-    while not (handed and await backend.adapter.call(tests_running)):
-        assert not verifying.done(), verifying.result().output
-        await asyncio.sleep(0.1)
-    await backend.adapter.call(api.kill, handed[0])
+    assert await backend.adapter.call(tests_began) == b"\n", verifying
+    await backend.adapter.call(api.kill, handed.ids[0])
     result = await verifying
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [NO_VERDICT])
-    assert len(asked) == 1 and len(handed) == 1
+    assert handed.asked == [True]
     assert "fresh container" not in result.output and "exit code 137" in result.output
 
 
