@@ -5,7 +5,9 @@ guarantees are tested against each way tests reach the solution:
 - `pymethods`: as pymethods2test writes them: `PYTHONPATH=/app`, pytest from /app, and the
   reward is pytest's exit status alone;
 - `unittest`: the same, with the tests as a `unittest.TestCase`;
-- `plain`: no pytest at all: a script of asserts, whose exit status is the reward.
+- `plain`: no pytest at all: a script of asserts, whose exit status is the reward;
+- `copied`: as `pymethods`, from a copy of /app that test.sh makes (as a suite that builds or
+  installs the project elsewhere first).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import replace
 
 from sandboxes.task import Task
 
-STYLES = ("bundled", "pymethods", "unittest", "plain")
+STYLES = ("bundled", "pymethods", "unittest", "plain", "copied")
 
 _EXIT_STATUS_REWARD = (
     'if [ "$rc" -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; '
@@ -23,6 +25,12 @@ _EXIT_STATUS_REWARD = (
 )
 _PYMETHODS_SH = (
     "#!/bin/bash\nmkdir -p /logs/verifier\nexport PYTHONPATH=/app\ncd /app\n"
+    "python3 -m pytest -q -p no:cacheprovider /tests/test_solution.py\nrc=$?\n"
+    + _EXIT_STATUS_REWARD
+)
+_COPIED_SH = (
+    "#!/bin/bash\nmkdir -p /logs/verifier\nrm -rf /tmp/app-copy\ncp -r /app /tmp/app-copy\n"
+    "export PYTHONPATH=/tmp/app-copy\ncd /tmp/app-copy\n"
     "python3 -m pytest -q -p no:cacheprovider /tests/test_solution.py\nrc=$?\n"
     + _EXIT_STATUS_REWARD
 )
@@ -37,8 +45,9 @@ def styled(task: Task, style: str) -> Task:
     if style == "bundled":
         return task
     tests = task.test_files["test_solution.py"].decode()
-    if style == "pymethods":
-        files = {"test.sh": _PYMETHODS_SH.encode(), "test_solution.py": tests.encode()}
+    if style in ("pymethods", "copied"):
+        test_sh = _PYMETHODS_SH if style == "pymethods" else _COPIED_SH
+        files = {"test.sh": test_sh.encode(), "test_solution.py": tests.encode()}
     elif style == "unittest":
         body = _ASSERT.sub(r"\1    self.assertEqual(\2, \3)", tests)
         body = re.sub(r"^def (test_\w+)\(\):", r"    def \1(self):", body, flags=re.M)

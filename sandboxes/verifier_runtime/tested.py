@@ -19,6 +19,7 @@ Standard library only: this runs under the task image's Python.
 import collections
 import ctypes
 import importlib
+import importlib.machinery
 import importlib.util
 import io
 import json
@@ -425,8 +426,50 @@ def _held(subject, kind):
         return e
 
 
+class _StubsHere:
+    """What a stub of view.py finds here as its runtime: the real module instead of a proxy.
+
+    A stub runs in this process only where the tests' path named a copy of /app (a test.sh
+    that copies /app and runs the tests from there): that folder is not /app, so trusted.py
+    does not map it to the workspace. Loading trusted.py there would start another tested process
+    from this one, which imports the copy again, and so on until the container's process limit;
+    the correct solution would fail. So a stub here makes the workspace's own module of its
+    name, and that module stands in for the stub (the import returns what `sys.modules`
+    holds once the stub ran), as a copy of the agent's module would in plain pytest."""
+
+    def __init__(self, workspace):
+        self.workspace = workspace
+
+    def _spec(self, dotted, as_name):
+        parts = dotted.split(".")
+        found = importlib.machinery.PathFinder.find_spec(
+            parts[-1], [os.path.join(self.workspace, *parts[:-1])]
+        )
+        if found is None or found.origin is None:
+            raise ImportError("the workspace has no module %r" % (dotted,), name=as_name)
+        return importlib.util.spec_from_file_location(
+            as_name, found.origin, submodule_search_locations=found.submodule_search_locations
+        )
+
+    def attach(self, module_globals, dotted):
+        name = module_globals["__name__"]
+        spec = self._spec(dotted, name)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+
+    def run_main(self, dotted):
+        runpy.run_path(self._spec(dotted, "__main__").origin, run_name="__main__")
+
+
 def _apply_setup(setup):
     sys.path[:] = [p for p in setup["path"] if isinstance(p, str)]
+    sys.modules["_rollouts_trusted"] = _StubsHere(setup["workspace"])
     try:
         os.chdir(setup["cwd"])
     except OSError:

@@ -290,6 +290,18 @@ async def test_a_task_conftest_runs_beside_the_guard(backend, example_task, run_
     assert "TASK HOOK RAN" in oracle.output
 
 
+async def test_tests_run_from_a_copy_of_app_grade_the_solution(backend, example_task, run_labels):
+    """test.sh copies /app and runs the tests from the copy, which the tested process's path
+    then names too: the correct solution scores 1 unflagged through the boundary (it scored 0
+    here, each tested process importing a stub and starting the next until the container's
+    process limit), and the empty one 0."""
+    task = task_styles.styled(example_task, "copied")
+    oracle = await run_oracle(task, backend, solve_script=None, labels=run_labels)
+    assert (oracle.verdict, oracle.reward, oracle.flags) == (Verdict.graded, 1.0, []), oracle.output
+    empty = await run_oracle(task, backend, solve_script=b"", labels=run_labels)
+    assert (empty.verdict, empty.reward) == (Verdict.graded, 0.0)
+
+
 async def test_a_long_suite_with_a_large_test_log_is_graded_from_its_evidence(
     backend, example_task, run_labels
 ):

@@ -69,33 +69,47 @@ class Layout:
         subprocess.run([sys.executable, "-I", r / "lib" / "view.py", *argv], check=True)
         return json.loads((r / "view.json").read_text())
 
-    def run(self, *argv: str | Path, timeout: float = 120) -> Run:
+    def run(self, *argv: str | Path, timeout: float = 120, cwd: Path | None = None) -> Run:
         env = {
             "ROLLOUTS_VIEW_MANIFEST": str(self.root / "view.json"),
             "PATH": "/usr/bin:/bin",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # this venv's plugins: seconds per start
         }
-        p = subprocess.run(
+        # Its own session, killed whole at the end: no tested process outlives the run, and a
+        # runtime that started tested processes from tested ones would not leave that chain
+        # running on this machine (no container's process limit ends it here).
+        p = subprocess.Popen(
             [str(a) for a in argv],
-            cwd=self.root / "app",
+            cwd=cwd or self.root / "app",
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
+            start_new_session=True,
         )
+        try:
+            out, err = p.communicate(timeout=timeout)
+        finally:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
         lines = self.report.read_text().splitlines() if self.report.exists() else []
-        return Run(p.returncode, p.stdout + p.stderr, [json.loads(line) for line in lines])
+        return Run(p.returncode, out + err, [json.loads(line) for line in lines])
 
-    def pytest(self, *extra: str) -> Run:
-        """The bundled tasks' way: pytest in an isolated interpreter, /app last on sys.path."""
+    def pytest(self, *extra: str, app: Path | None = None, timeout: float = 120) -> Run:
+        """The bundled tasks' way: pytest in an isolated interpreter, /app (or the folder
+        `app`, run from there) last on sys.path."""
         code = (
-            f"import sys; sys.path.append({str(self.root / 'app')!r}); import pytest; "
+            f"import sys; sys.path.append({str(app or self.root / 'app')!r}); import pytest; "
             "sys.exit(pytest.main(sys.argv[1:]))"
         )
         tests = self.root / "tests"
         return self.run(
-            sys.executable, "-I", "-c", code, "-q", "-p", "no:cacheprovider", *extra, tests
-        )
+            sys.executable, "-I", "-c", code, "-q", "-p", "no:cacheprovider", *extra, tests,
+            cwd=app, timeout=timeout,
+        )  # fmt: skip
 
 
 @pytest.fixture
@@ -148,6 +162,9 @@ def _oracle_run(root: Path, task_dir: Path, style: str) -> Run:
     layout.view()
     if style == "plain":
         return layout.run(sys.executable, root / "tests" / "run_checks.py")
+    if style == "copied":  # its test.sh's copy of /app, the tests run from there
+        shutil.copytree(root / "app", root / "app-copy")
+        return layout.pytest(app=root / "app-copy")
     return layout.pytest()
 
 
@@ -164,6 +181,37 @@ def test_every_oracle_passes_unflagged(tmp_path: Path) -> None:
         if run.rc != 0 or not run.named("isolated") or run.named("value_hack")
     }
     assert failed == {}
+
+
+_COPY_WORKSPACE = {
+    "solution.py": "def fn(x):\n    return x * 2\n",
+    "pkg/__init__.py": "from .mod import g\n",
+    "pkg/mod.py": "def g():\n    return __file__\n",
+}
+_COPY_TEST = """
+import pkg
+import solution
+
+
+def test_the_copy_reaches_the_workspace_modules():
+    assert solution.fn(2) == 4
+    assert pkg.g().endswith("/workspace/pkg/mod.py")
+"""
+
+
+def test_tests_that_import_a_copy_of_app_reach_the_solution(layout: Layout) -> None:
+    """A test.sh that copies /app and runs the tests from the copy: the copy's stubs are not in
+    /app, so the tested process finds them on its path too; there a stub makes the workspace's
+    module (tested.py, _StubsHere), where loading the runtime would start a tested process from
+    the tested process, and so on: one tested process, the workspace's modules."""
+    layout.files("workspace", _COPY_WORKSPACE)
+    layout.files("tests", {"test_copy.py": _COPY_TEST})
+    layout.view()
+    copy = layout.root / "copy"
+    shutil.copytree(layout.root / "app", copy)
+    run = layout.pytest(app=copy, timeout=60)
+    assert run.rc == 0, run.output
+    assert len(run.named("isolated")) == 1, run.events
 
 
 # ---- value hacks ----------------------------------------------------------------------------
