@@ -40,6 +40,7 @@ import atexit
 import collections.abc
 import ctypes
 import enum
+import gc
 import importlib
 import json
 import logging
@@ -1074,14 +1075,7 @@ def attach(module_globals, name):
     of the real one, which the tested process imports now."""
     module = sys.modules.get(module_globals.get("__name__"))
     if module is None or module.__dict__ is not module_globals:
-        module = next(
-            (
-                m
-                for m in list(sys.modules.values())
-                if getattr(m, "__dict__", None) is module_globals
-            ),
-            None,
-        )
+        module = _module_of(module_globals)
     if module is None:
         raise ImportError("load the workspace module %r with import, not by executing it" % name)
     watch_sources()
@@ -1094,6 +1088,21 @@ def attach(module_globals, name):
     # real module exports, then.
     _own(module)["__all__"] = ep.request("exports", remote)
     return module
+
+
+def _module_of(namespace):
+    """The module object whose namespace is `namespace`: in sys.modules under another name, or
+    in none where the tests loaded the stub by its path without registering it
+    (`spec_from_file_location`, `module_from_spec`, `exec_module`: a common way to load a
+    file by path). Then the module made is a proxy of the tested process's module of that name,
+    the one `import` reaches (one module, where plain Python would have made a second copy)."""
+    for m in list(sys.modules.values()):
+        if getattr(m, "__dict__", None) is namespace:
+            return m
+    for m in gc.get_referrers(namespace):
+        if isinstance(m, types.ModuleType) and m.__dict__ is namespace:
+            return m
+    return None
 
 
 def watch_sources():

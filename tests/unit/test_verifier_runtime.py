@@ -214,6 +214,39 @@ def test_tests_that_import_a_copy_of_app_reach_the_solution(layout: Layout) -> N
     assert len(run.named("isolated")) == 1, run.events
 
 
+_BY_PATH_TEST = """
+import importlib.util
+import os
+import sys
+
+
+def _by_path(name):
+    app = next(p for p in sys.path if os.path.exists(os.path.join(p, "solution.py")))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(app, "solution.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # (not in sys.modules: that is the caller's to do)
+    return module
+
+
+def test_loaded_by_path():
+    assert _by_path("loaded").fn(2) == 4
+    assert "loaded" not in sys.modules
+"""
+
+
+def test_tests_that_load_the_solution_by_its_path_reach_it(layout: Layout) -> None:
+    """`spec_from_file_location` + `module_from_spec` + `exec_module` of /app/solution.py,
+    never put in sys.modules (a common way for tests to load a file): the stub finds its module
+    object by its namespace and attaches it (it raised "load the workspace module with import"
+    before: the correct solution failed). Unflagged: running a stub is no read of it."""
+    layout.files("workspace", {"solution.py": _COPY_WORKSPACE["solution.py"]})
+    layout.files("tests", {"test_by_path.py": _BY_PATH_TEST})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    assert run.named("stub_read") == [] and len(run.named("isolated")) == 1, run.events
+
+
 # ---- value hacks ----------------------------------------------------------------------------
 
 _ALWAYS_EQUAL = """
