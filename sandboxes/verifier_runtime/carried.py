@@ -1,8 +1,11 @@
 """What each request of the tests carries besides its arguments (the trusted side): their
-environment, their random state and the processor they wait on.
+environment, command line, working folder, random state and the processor they wait on.
 
-One way only: the tested code sees the tests' environment (less the runner's own variables)
-and random state as they are at each call, and nothing it does changes ours (a random state
+One way only: the tested code sees the tests' environment (less the runner's own variables),
+`sys.argv`, working folder (/app as its workspace; a temporary folder handed over, access.py)
+and random state as they are at each call, so a test that sets `sys.argv` or changes folder
+(`monkeypatch.chdir(tmp_path)`) before it calls a command-line `main()` or a function that
+writes a relative path gets what one process would; and nothing it does changes ours (a random state
 sent back could make the tests draw the same input for ever). The random state is asked for
 ("random") by the tested process when its code first draws after a request of ours: taking it
 costs more than the rest of a request, and few calls draw. The processor: colocate.py.
@@ -38,11 +41,15 @@ class Carried:
     reseeded = False  # the tests called random.seed or random.setstate
     random_drawn = False  # the tested code drew since it last took our state
     cpu_told = -1  # the processor the tested process was last told we run on
+    argv_sent = None  # the command line the tested process has
+    cwd_seen = None  # our working folder when last sent
 
     def carry(self, msg):
-        """Into request `msg`: our environment where it changed, and whether the tested code
-        has our random state already ("rk")."""
+        """Into request `msg`: our environment, command line and working folder where they
+        changed, and whether the tested code has our random state already ("rk")."""
         self._send_environment(msg)
+        self._send_command_line(msg)
+        self._send_working_folder(msg)
         if self.random_drawn:
             # The tested code draws: where it has our state already, it need not ask ("rk");
             # only then, as it would be answered None. (Comparing states costs a little, so
@@ -69,6 +76,27 @@ class Carried:
         if current != self.env_sent:
             self.env_sent = current
             msg["env"] = current
+
+    def _send_command_line(self, msg):
+        argv = sys.argv  # (only a list or tuple of str: nothing here may run a test's code)
+        if type(argv) not in (list, tuple) or not all(type(a) is str for a in argv):
+            return
+        if list(argv) != self.argv_sent:
+            self.argv_sent = list(argv)
+            msg["argv"] = self.argv_sent
+
+    def _send_working_folder(self, msg):
+        try:
+            cwd = os.getcwd()
+        except OSError:  # removed under us: the tested process keeps the last one
+            return
+        if cwd != self.cwd_seen:
+            self.cwd_seen = cwd
+            msg["cwd"] = self.tested_folder(cwd)
+
+    def tested_folder(self, path):
+        """Our folder `path` as the tested process names it, handed over (trusted.py)."""
+        return path
 
     def random_state(self):
         """Our random state for the tested process, or None when it has it already."""

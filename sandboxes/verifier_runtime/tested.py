@@ -187,6 +187,15 @@ class TestedEndpoint(rpc.Endpoint):
         if isinstance(env, dict):
             os.environ.clear()
             os.environ.update({str(k): str(v) for k, v in env.items()})
+        argv = msg.get("argv")
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            sys.argv = argv
+        cwd = msg.get("cwd")
+        if isinstance(cwd, str):
+            try:
+                os.chdir(cwd)
+            except OSError:  # a folder this user may not enter: it stays where it is
+                pass
         if msg.get("rk") != 1:  # (with it: we have their state already; trusted.py)
             self.random_stale = True
         self.quiet.clear()  # the tests may have changed their filters since

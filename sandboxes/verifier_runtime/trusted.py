@@ -452,6 +452,16 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         super().before_answer(reply)
         _grant_handed(self, reply)
 
+    def tested_folder(self, path):
+        """Our working folder for the tested process (carried.py): a temporary folder is
+        handed over as a program's working folder is (access.py)."""
+        path = _tested_path(self.manifest, path)
+        uid = getattr(self, "tested_uid", None)
+        if uid is not None and path not in self.granted:
+            self.granted.add(path)
+            access.grant(path, uid, access.temporary_roots(), self.made_after)
+        return path
+
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))
 
@@ -849,19 +859,21 @@ def _not_dumpable():
         pass
 
 
-def _setup_for_tested(manifest):
+def _tested_path(manifest, path):
+    """Our path `path` as the tested process names it: /app is its workspace there."""
     app, workspace = manifest["app"], manifest["workspace"]
+    path = os.path.abspath(path or os.getcwd())
+    if path == app or path.startswith(app + os.sep):
+        return workspace + path[len(app) :]
+    return path
 
-    def mapped(path):
-        path = os.path.abspath(path or os.getcwd())
-        if path == app or path.startswith(app + os.sep):
-            return workspace + path[len(app) :]
-        return path
 
+def _setup_for_tested(manifest):
+    tests = manifest.get("tests", "/tests")
     return {
-        "path": [mapped(p) for p in sys.path if not p.startswith(manifest.get("tests", "/tests"))],
-        "cwd": mapped(os.getcwd()),
-        "workspace": workspace,
+        "path": [_tested_path(manifest, p) for p in sys.path if not p.startswith(tests)],
+        "cwd": _tested_path(manifest, os.getcwd()),
+        "workspace": manifest["workspace"],
     }
 
 

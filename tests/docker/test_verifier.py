@@ -365,6 +365,12 @@ def convert(source, target):
     return len(list(pathlib.Path(target).parent.iterdir()))
 
 
+def main():
+    # A command line read from sys.argv, relative paths from the working folder.
+    source, target = sys.argv[1:3]
+    return convert(source, target)
+
+
 def daemon(pid_file):
     # Leave a process of its own behind (a program that did would outlive itself).
     import os
@@ -439,6 +445,16 @@ def test_a_program_run_in_tmp_path_writes_an_app_path(tmp_path):
         state = "gone"
     assert state in ("Z", "gone")
     assert convert(tmp_path / "in.txt", tmp_path / "again.txt") == 3
+
+
+def test_a_command_line_main_run_in_tmp_path(tmp_path, monkeypatch):
+    (tmp_path / "in.txt").write_text("pqr")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["convert", "in.txt", "out.txt"])
+    import solution
+
+    assert solution.main() == 2
+    assert (tmp_path / "out.txt").read_text() == "PQR"
 """
 
 
@@ -451,7 +467,8 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     """Oracle shapes that plain pytest passes: a file the test writes in its tmp_path, tmpdir
     or mkdtemp folder read by the solution, which writes its output beside it; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
-    tests' tmp_path). A correct solution scores 1, unflagged."""
+    tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
+    changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""
     tests = {**example_task.test_files, "test_solution.py": _PATHS_TESTS}
     task = task_styles.styled(replace(example_task, test_files=tests), style)
     workspace = build_tar({"solution.py": _PATHS_SOLUTION})

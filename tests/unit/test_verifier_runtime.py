@@ -247,6 +247,52 @@ def test_tests_that_load_the_solution_by_its_path_reach_it(layout: Layout) -> No
     assert run.named("stub_read") == [] and len(run.named("isolated")) == 1, run.events
 
 
+_CARRIED_SOLUTION = """
+import os
+import sys
+
+
+def seen():
+    return sys.argv[1:], os.getcwd()
+
+
+def change():
+    sys.argv = ["mine"]
+    os.chdir("/")
+"""
+_CARRIED_TEST = """
+import os
+import sys
+
+import solution
+
+
+def test_the_tests_command_line_and_folder_are_the_solutions(tmp_path, monkeypatch):
+    workspace = solution.seen()[1]
+    monkeypatch.setattr(sys, "argv", ["prog", "--name", "x"])
+    monkeypatch.chdir(tmp_path)
+    assert solution.seen() == (["--name", "x"], str(tmp_path))
+    solution.change()  # one way: ours stay as they are, and are sent again once changed
+    assert sys.argv == ["prog", "--name", "x"] and os.getcwd() == str(tmp_path)
+    assert solution.seen() == ([], "/")
+    monkeypatch.undo()
+    assert solution.seen() == (sys.argv[1:], workspace)
+"""
+
+
+def test_the_tests_command_line_and_working_folder_reach_the_solution(layout: Layout) -> None:
+    """`sys.argv` and the working folder as the tests have them at each call (carried.py): a
+    command-line `main()` after `monkeypatch.setattr(sys, "argv", ...)`, relative paths after
+    `monkeypatch.chdir(tmp_path)`; /app is the tested process's workspace. Sent when the tests'
+    change; what the tested code changes stays its own and never comes back. (Under another
+    user, the folder is handed over: tests/docker, test_paths_*.)"""
+    layout.files("workspace", {"solution.py": _CARRIED_SOLUTION})
+    layout.files("tests", {"test_carried.py": _CARRIED_TEST})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+
+
 # ---- value hacks ----------------------------------------------------------------------------
 
 _ALWAYS_EQUAL = """
