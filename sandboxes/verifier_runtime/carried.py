@@ -5,8 +5,8 @@ One way only: the tested code sees the tests' environment (less the runner's own
 `sys.argv`, working folder (/app as its workspace; a temporary folder handed over, access.py)
 and random state as they are at each call, so a test that sets `sys.argv` or changes folder
 (`monkeypatch.chdir(tmp_path)`) before it calls a command-line `main()` or a function that
-writes a relative path gets what one process would; and nothing it does changes ours (a random state
-sent back could make the tests draw the same input for ever). The random state is asked for
+writes a relative path gets what one process would; and nothing it does changes ours (a
+random state sent back could make the tests draw the same input for ever). The random state is asked for
 ("random") by the tested process when its code first draws after a request of ours: taking it
 costs more than the rest of a request, and few calls draw. The processor: colocate.py.
 
