@@ -6,9 +6,10 @@ One way only: the tested code sees the tests' environment (less the runner's own
 and random state as they are at each call, so a test that sets `sys.argv` or changes folder
 (`monkeypatch.chdir(tmp_path)`) before it calls a command-line `main()` or a function that
 writes a relative path gets what one process would; and nothing it does changes ours (a
-random state sent back could make the tests draw the same input for ever). The random state is asked for
-("random") by the tested process when its code first draws after a request of ours: taking it
-costs more than the rest of a request, and few calls draw. The processor: colocate.py.
+random state sent back could make the tests draw the same input for ever). The random state
+is asked for ("random") by the tested process when its code first draws after a request of
+ours: taking it costs more than the rest of a request, and few calls draw. The processor:
+colocate.py.
 
 Standard library only, Python >= 3.8.
 """

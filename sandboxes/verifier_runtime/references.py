@@ -117,9 +117,15 @@ class References:
             if named and not self._defined_here(v):
                 return ["g", named[0], named[1], self.export(v), self.class_node(type(v))]
         node = ["o", self.export(v), self.class_node(type(v))]
-        if isinstance(v, _ROUTINE_TYPES) and self.allowed_name("__name__"):
+        if isinstance(v, _ROUTINE_TYPES) and self.tells_routine_names():
             node.append(_routine_names(v))
         return node
+
+    def tells_routine_names(self):
+        """Whether a routine of ours goes with its names and documentation (by value: its
+        `__name__`, `__qualname__`, `__module__`, `__doc__`), so a decorator of the other side
+        that copies them (`functools.wraps`) copies ours."""
+        return self.allowed_name("__name__")
 
     def _defined_here(self, obj):
         module = sys.modules.get(getattr(obj, "__module__", None) or "")

@@ -1284,3 +1284,45 @@ def test_a_container_the_solution_answers_and_keeps_is_one_object_on_both_sides(
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
+
+
+DECORATOR_SOLUTION = """
+import functools
+
+
+def logged(f):
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        return f(*args, **kwargs)
+
+    return wrapper
+"""
+
+DECORATOR_TESTS = """
+import solution
+
+
+def test_a_decorated_function_keeps_its_names():
+    @solution.logged
+    def double(x):
+        '''Twice x.'''
+        return 2 * x
+
+    assert double(4) == 8
+    assert double.__name__ == "double" and double.__doc__ == "Twice x."
+    assert double.__qualname__.endswith("<locals>.double")
+    assert double.__module__ == "test_decorator"
+"""
+
+
+def test_the_solutions_decorator_keeps_the_tests_functions_names(tmp_path: Path) -> None:
+    """A solution's decorator (`functools.wraps`) applied to a function of the tests: the
+    wrapper has that function's `__name__`, `__qualname__`, `__module__` and `__doc__`, as in
+    one process (a tests' routine goes with its names by value: `tells_routine_names`). It had
+    its own (`wrapper`): a decorator task's correct solution failed."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": DECORATOR_SOLUTION})
+    layout.files("tests", {"test_decorator.py": DECORATOR_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
