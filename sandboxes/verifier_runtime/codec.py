@@ -48,8 +48,14 @@ class PeerGone(RuntimeError):
     """The other process ended, or the channel to it broke: every later call fails."""
 
 
+# One encoder and decoder for every frame (json.dumps with any argument builds an encoder per
+# call); the encoder's settings are dumps' defaults but the separators.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_DECODE = json.JSONDecoder().decode
+
+
 def send_frame(sock, msg):
-    data = json.dumps(msg, separators=(",", ":")).encode()
+    data = _ENCODE(msg).encode()
     if len(data) > MAX_FRAME:
         raise ValueError("a message of %d bytes is over the %d byte limit" % (len(data), MAX_FRAME))
     sock.sendall(struct.pack(">I", len(data)) + data)
@@ -60,7 +66,8 @@ def recv_frame(sock):
     if size > MAX_FRAME:
         raise ProtocolError("frame of %d bytes" % size)
     try:
-        msg = json.loads(_read(sock, size))
+        # Our frames are ASCII (ensure_ascii); anything not UTF-8 is a protocol error.
+        msg = _DECODE(_read(sock, size).decode())
     except (ValueError, RecursionError) as e:
         raise ProtocolError("not JSON: %s" % e) from None
     if not isinstance(msg, dict):
