@@ -27,6 +27,10 @@ import json
 import os
 import sys
 
+# Bound once: a test may patch os.getpid (mock.patch, patches.py), and the runtime's own
+# checks of which process it is must not see the patch.
+_getpid = os.getpid
+
 REPORT_DIR = "/logs/rollouts-guard"
 REPORT_PATH = REPORT_DIR + "/report.jsonl"
 TASK_CONFTEST = "/tests/_task_conftest.py"
@@ -78,7 +82,7 @@ class _Guard:
     def __init__(self):
         os.makedirs(REPORT_DIR, exist_ok=True)
         self.fd = os.open(REPORT_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self.pid = os.getpid()
+        self.pid = _getpid()
         self.counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
         self.listed = 0
         self.originals = _watched()
@@ -86,7 +90,7 @@ class _Guard:
         self.write(event="start", python=sys.version)
 
     def write(self, **record):
-        record["pid"] = os.getpid()
+        record["pid"] = _getpid()
         os.write(self.fd, (json.dumps(record) + "\n").encode())
 
     def tampered(self, session):
@@ -165,7 +169,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _guard is None or os.getpid() != _guard.pid:
+    if _guard is None or _getpid() != _guard.pid:
         return
     _guard.write(
         event="finish",

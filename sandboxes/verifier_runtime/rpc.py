@@ -52,6 +52,10 @@ import sys
 import threading
 import weakref
 
+# Bound once: a test may patch os.getpid (mock.patch, patches.py), and the runtime's own
+# checks of which process it is must not see the patch.
+_getpid = os.getpid
+
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 
 
@@ -110,7 +114,7 @@ class Endpoint(
 
     def __init__(self, sock):
         self.sock = sock
-        self.pid = os.getpid()
+        self.pid = _getpid()
         self.lock = threading.RLock()
         self.send_lock = threading.Lock()
         self.exports = {}  # oid -> object
@@ -153,7 +157,7 @@ class Endpoint(
         with self.lock:
             if self.broken is not None:
                 raise PeerGone("the channel to the other process failed: %s" % self.broken)
-            if os.getpid() != self.pid:
+            if _getpid() != self.pid:
                 raise PeerGone("a forked process cannot use its parent's channel")
             q = self.next_q
             self.next_q += 1

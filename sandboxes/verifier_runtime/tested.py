@@ -35,6 +35,7 @@ import types
 import warnings
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_ABSENT = object()  # (patch: an attribute the module did not have)
 WRITABLE = ("/tmp", "/var/tmp", "/root", "/dev")
 
 
@@ -132,6 +133,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.workspace = None
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
         self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
+        self.patched = {}  # (module, attribute) the tests patched -> its own value before
         self.descriptors = None  # what is written to fds 1 and 2 here (_Descriptors)
         self.follower = colocate.Follower()  # sleeps on the tests' processor (colocate.py)
 
@@ -230,6 +232,35 @@ class TestedEndpoint(rpc.Endpoint):
         the thread that owns it)."""
         return self.serving > 0 and threading.get_ident() == self.main_thread
 
+    def patch(self, entry):
+        """[module, name, value]: set the module's attribute as the tests set theirs, keeping
+        its own value; [module, name]: put that value back. A module the tests have and this
+        process has not imported yet is imported (an installed package the solution imports
+        later); one that is the workspace's or the runtime's, or that cannot be, is left."""
+        if not isinstance(entry, list) or len(entry) not in (2, 3):
+            raise rpc.ProtocolError("patch")
+        name, attribute = entry[0], entry[1]
+        if not isinstance(name, str) or not isinstance(attribute, str):
+            raise rpc.ProtocolError("patch")
+        if name.startswith("_rollouts"):
+            return
+        try:
+            module = sys.modules.get(name) or importlib.import_module(name)
+        except Exception:
+            return
+        if type(module) is not types.ModuleType or self.is_own_module(module):
+            return
+        key = (name, attribute)
+        if len(entry) == 3:
+            self.patched.setdefault(key, module.__dict__.get(attribute, _ABSENT))
+            setattr(module, attribute, entry[2])
+            return
+        original = self.patched.pop(key, _ABSENT)
+        if original is not _ABSENT:
+            setattr(module, attribute, original)
+        elif attribute in module.__dict__:
+            delattr(module, attribute)
+
     def dispatch_other(self, op, args):
         if op == "hello":
             if self.workspace is not None:
@@ -241,6 +272,10 @@ class TestedEndpoint(rpc.Endpoint):
             self.landlock = confine(self.workspace)
             self.descriptors = _Descriptors(self)  # (its thread after confine: one thread there)
             return {"landlock": self.landlock, "uid": os.getuid()}
+        if op == "patch":  # the tests' patches of modules both processes have (patches.py)
+            for entry in args[0]:
+                self.patch(entry)
+            return None
         if op == "callattr":  # `obj.name(...)` of the tests in one request (methods.py)
             obj, name, pos, kw = args
             attribute = self.dispatch("getattr", [obj, name])

@@ -71,12 +71,17 @@ def _loader():
 
 import importlib.util  # noqa: E402  (used by _loader at import time of the stubs)
 
+# Bound once: a test may patch os.getpid (mock.patch, patches.py), and the runtime's own
+# checks of which process it is must not see the patch.
+_getpid = os.getpid
+
 _load = _loader().load
 rpc = _load("rpc")
 access = _load("access")
 sources = _load("sources")
 judging = _load("judging")
 carried = _load("carried")
+patches = _load("patches")
 methods = _load("methods")
 records = _load("records")
 
@@ -180,6 +185,57 @@ def _mock_own(obj, name):
     return any(name in vars(k) for k in type(obj).__mro__ if k.__module__ == mock.__name__)
 
 
+def _mock_settable(obj, name, value, delete):
+    """Whether the tested code may set (or delete) attribute `name` of `obj` to `value`, where
+    `obj` is a tests' mock (None: `obj` is no mock). A mock is the tests' record of what was
+    called: an object of the tested code set as its child would answer the tests' own
+    `client.send.assert_called_once_with(...)` (a no-op that passes), and data set over its
+    record (`method_calls`) would be what `==` then checks. So only plain data, under a name
+    that is none of the mock's own (a Mock used as a bag of attributes the solution fills in:
+    `obj.status = "done"`); never a deletion."""
+    mock = sys.modules.get("unittest.mock")
+    if mock is None or not isinstance(obj, mock.NonCallableMock):
+        return None
+    if delete or _mock_own(obj, name) or name in _mock_record_names(mock):
+        return False
+    return _plain_data(value)
+
+
+_MOCK_RECORD = []
+
+
+def _mock_record_names(mock):
+    """The names a fresh mock holds in its own dictionary (its record: `method_calls`, ...)."""
+    if not _MOCK_RECORD:
+        _MOCK_RECORD.append(frozenset(vars(mock.MagicMock())))
+    return _MOCK_RECORD[0]
+
+
+_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _plain_data(value, limit=10000):
+    """Whether `value` is scalars, and lists, tuples, sets, frozensets and dicts of them (of
+    these exact types: no object with methods of its own)."""
+    stack = [value]
+    while stack:
+        limit -= 1
+        if limit < 0:
+            return False
+        v = stack.pop()
+        t = type(v)
+        if t in _PLAIN_SCALARS:
+            continue
+        if t in (list, tuple, set, frozenset):
+            stack.extend(v)
+        elif t is dict:
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        else:
+            return False
+    return True
+
+
 def _module_globals(value):
     """Whether `value` is a module's namespace (a function's or frame's globals)."""
     return type(value) is dict and any(
@@ -267,6 +323,7 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         # (id(module proxy), name) -> (module proxy, name, the tests' latest copy, snapshot)
         self.shared = {}
         self.pushing = False
+        self.patches = patches.Patches()  # the tests' patches of modules, made there too
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -341,7 +398,9 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
             if not self.allowed_name(name):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
-            if not _writable(obj, name, op == "delattr"):
+            delete = op == "delattr"
+            settable = _mock_settable(obj, name, None if delete else args[2], delete)
+            if settable is False or not _writable(obj, name, delete):
                 raise PermissionError(
                     "the tested code may not change %r of %s" % (name, type(obj).__name__)
                 )
@@ -582,6 +641,10 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
             self.twins[real.__dict__["_rollouts_oid"]] = twin
 
     def request(self, op, *args):
+        if op != "patch":
+            changed = self.patches.changes()
+            if changed:  # (before the request: its code may call what the tests patched)
+                super().request("patch", changed)
         if op == "op" and len(args) >= 2 and args[0] in _NUMBER_OPS:
             target = args[1]
             if isinstance(target, rpc.RemoteObject):
@@ -658,7 +721,7 @@ def report(event, **fields):
     path = _manifest_cached().get("report")
     if not path:
         return
-    fields.update(event=event, pid=os.getpid())
+    fields.update(event=event, pid=_getpid())
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -803,7 +866,7 @@ def _end_programs_processes():
     that is not a child of one of the tests' processes (root's, not PID 1). What the program
     started, daemons included, goes (its children are reparented to PID 1 as it ends); the
     tested processes of the tests' imports, and other programs still running, stay."""
-    me, mine = os.getuid(), os.getpid()
+    me, mine = os.getuid(), _getpid()
     for _ in range(100):
         killed = 0
         for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -886,7 +949,7 @@ def _setup_for_tested(manifest):
 def endpoint():
     """The channel to this process's tested process, started on first use."""
     global _endpoint
-    if _endpoint is not None and _endpoint.pid == os.getpid():
+    if _endpoint is not None and _endpoint.pid == _getpid():
         return _endpoint
     manifest = _manifest()
     _not_dumpable()
@@ -906,7 +969,7 @@ def endpoint():
     ep.env_sent = ep_env
     ep.proc = proc
     ep.tested_uid, ep.granted = uid, set()
-    ep.made_after = access.made_after(os.getpid())
+    ep.made_after = access.made_after(_getpid())
     _watch_reseeding(ep)
     if uid is not None:
         atexit.register(_end_tested, ep)

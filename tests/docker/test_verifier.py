@@ -302,6 +302,50 @@ async def test_tests_run_from_a_copy_of_app_grade_the_solution(backend, example_
     assert (empty.verdict, empty.reward) == (Verdict.graded, 0.0)
 
 
+_PATCHED_SOLUTION = b"""
+import sys
+import time
+
+
+def read_config(path):
+    with open(path) as f:
+        return f.read().strip().split(",")
+
+
+def wait_and_read():
+    time.sleep(30)
+    return sys.stdin.read().split()
+"""
+_PATCHED_TESTS = b"""
+import io
+from unittest import mock
+
+import solution
+
+
+def test_patched_in_the_tested_process_too(monkeypatch):
+    with mock.patch("builtins.open", mock.mock_open(read_data="a,b")):
+        assert solution.read_config("/no/such.cfg") == ["a", "b"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("x y"))
+    with mock.patch("time.sleep") as sleep:
+        assert solution.wait_and_read() == ["x", "y"]
+    sleep.assert_called_once_with(30)
+"""
+
+
+async def test_the_tests_patches_reach_the_solution_in_its_container(
+    backend, example_task, run_labels
+):
+    """The tests' `mock.patch` and `monkeypatch.setattr` of builtins and the standard library
+    are made in the tested process (another user, Landlock) too: a correct solution scores 1
+    unflagged (it read the real file, slept and read an empty stdin: 0)."""
+    tests = {**example_task.test_files, "test_solution.py": _PATCHED_TESTS}
+    task = replace(example_task, test_files=tests)
+    workspace = build_tar({"solution.py": _PATCHED_SOLUTION})
+    result = await backend.verify(task, workspace, run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
+
+
 async def test_a_long_suite_with_a_large_test_log_is_graded_from_its_evidence(
     backend, example_task, run_labels
 ):

@@ -485,3 +485,61 @@ def test_other_functions_work_through_the_boundary():
 def test_honest_names_resolve_as_before(layout: Layout) -> None:
     run = _pytest_run(layout, HONEST_NAMES, NAMES_TESTS)
     assert run.rc == 0, run.output
+
+
+# ---- a tests' mock: called, never rewritten ------------------------------------------------
+
+_MOCK_HONEST = """
+def notify(client, text):
+    client.send(text)
+    client.status = "sent"
+"""
+# attack -> (the solution, the one assertion it would pass by rewriting the tests' mock)
+_MOCK_ATTACKS = {
+    "a child that passes the tests' assertion": (
+        """
+class _Quiet:
+    def assert_called_once_with(self, *args, **kwargs):
+        return None
+
+
+def notify(client, text):
+    client.send = _Quiet()
+""",
+        'client.send.assert_called_once_with("hi")',
+    ),
+    "the mock's record rewritten as data": (
+        """
+def notify(client, text):
+    client.method_calls = [("send", (text,), {})]
+""",
+        'assert client.method_calls == [mock.call.send("hi")]',
+    ),
+}
+
+
+def _mock_tests(*assertions: str) -> str:
+    body = "".join(f"    {a}\n" for a in assertions)
+    return (
+        "from unittest import mock\n\nimport solution\n\n\ndef test_it_sends():\n"
+        '    client = mock.Mock()\n    solution.notify(client, "hi")\n' + body
+    )
+
+
+@pytest.mark.parametrize("attack", sorted(_MOCK_ATTACKS))
+def test_the_tested_code_never_rewrites_a_tests_mock(layout: Layout, attack: str) -> None:
+    """A mock the tests hand over (or patch in, patches.py) is their record of what was called:
+    the tested code may call it and set plain data on it under a name of its own, nothing
+    else. An object of its own set as a child answered the tests' `assert_called_once_with`,
+    and data set over its record was what `==` checked: a wrong solution scored 1."""
+    solution, assertion = _MOCK_ATTACKS[attack]
+    run = _pytest_run(layout, solution, _mock_tests(assertion))
+    assert run.rc != 0, run.output
+    assert "may not change" in run.output
+
+
+def test_a_mock_used_rightly_passes(layout: Layout) -> None:
+    tests = _mock_tests(*(a for _s, a in _MOCK_ATTACKS.values()), 'assert client.status == "sent"')
+    run = _pytest_run(layout, _MOCK_HONEST, tests)
+    assert run.rc == 0, run.output
+    assert run.named("value_hack") == []

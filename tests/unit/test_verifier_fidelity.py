@@ -1326,3 +1326,157 @@ def test_the_solutions_decorator_keeps_the_tests_functions_names(tmp_path: Path)
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
+
+
+PATCHED_SOLUTION = """
+import json
+import os
+import sys
+import time
+
+
+def read_config(path):
+    with open(path) as f:
+        return f.read().strip().split(",")
+
+
+def present(path):
+    return os.path.exists(path)
+
+
+def stamp():
+    return time.time()
+
+
+def retry(f, n=3):
+    for _ in range(n):
+        try:
+            return f()
+        except ValueError:
+            time.sleep(10)
+    raise RuntimeError("gave up")
+
+
+def ask():
+    return input("name? ").strip().upper()
+
+
+def words():
+    return sys.stdin.read().split()
+
+
+def parse(text):
+    return json.loads(text)
+
+
+def pid():
+    return os.getpid()
+"""
+
+PATCHED_TESTS = """
+import io
+import os
+import time
+from unittest import mock
+
+import solution
+
+
+def test_mock_open():
+    with mock.patch("builtins.open", mock.mock_open(read_data="a,b\\n")) as opened:
+        assert solution.read_config("cfg.txt") == ["a", "b"]
+    opened.assert_called_once_with("cfg.txt")
+
+
+@mock.patch("os.path.exists", return_value=True)
+def test_a_decorator_patch(exists):
+    assert solution.present("/no/such/file")
+    exists.assert_called_once_with("/no/such/file")
+
+
+def test_and_after_it_the_real_one():
+    assert not solution.present("/no/such/file")
+
+
+def test_a_patch_through_the_solutions_module():
+    attempts = iter([ValueError, ValueError, 7])
+
+    def flaky():
+        v = next(attempts)
+        if v is ValueError:
+            raise v
+        return v
+
+    with mock.patch("solution.time.sleep") as sleep:  # the tests' own time module
+        assert solution.retry(flaky) == 7
+    assert sleep.call_count == 2
+
+
+def test_nested_patches_of_one_name():
+    with mock.patch.object(time, "time", return_value=1.0):
+        with mock.patch("time.time", return_value=2.0):
+            assert solution.stamp() == 2.0
+        assert solution.stamp() == 1.0
+    assert solution.stamp() > 1e9
+
+
+def test_monkeypatch_of_input_and_stdin(monkeypatch):
+    monkeypatch.setattr("builtins.input", lambda prompt: " bob ")
+    assert solution.ask() == "BOB"
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b c"))
+    assert solution.words() == ["a", "b", "c"]
+
+
+def test_a_standard_library_function_patched():
+    with mock.patch("json.loads", return_value={"k": 1}):
+        assert solution.parse("not json") == {"k": 1}
+    assert solution.parse("[1]") == [1]
+
+
+def test_the_runtime_does_not_take_a_patched_getpid_for_its_own():
+    with mock.patch("os.getpid", return_value=42):
+        assert solution.pid() == 42
+    assert solution.pid() != 42
+"""
+
+
+def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) -> None:
+    """`mock.patch` and `monkeypatch.setattr` of the standard library, builtins or an installed
+    package (`builtins.open` with `mock_open`, `os.path.exists`, `time.sleep` through the
+    solution's module, `builtins.input`, `sys.stdin`) are made in the tested process too, before
+    the next call, and undone there when the tests undo theirs (patches.py); the runtime's own
+    `os.getpid` is bound before any patch. Each of these failed: the solution ran the real one."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
+    layout.files("tests", {"test_patched.py": PATCHED_TESTS})
+    layout.view()
+    run = layout.pytest("-p", "no:randomly")
+    assert run.rc == 0, run.output
+    assert "8 passed" in run.output
+
+
+SPIED_TESTS = """
+import os
+from unittest import mock
+
+import solution
+
+
+def test_a_spy_stays_the_tests():
+    with mock.patch("os.path.exists", wraps=os.path.exists) as spy:
+        assert solution.present("/etc") is True  # its own os.path.exists, not the spy
+    assert spy.call_count == 0
+"""
+
+
+def test_a_spy_on_a_real_function_is_never_made_in_the_tested_process(tmp_path: Path) -> None:
+    """A mock that wraps a real function (`wraps=os.path.exists`) is not made in the tested
+    process (patches.py `_spy`): its calls would run the tests' real function, with the tests'
+    rights, on the tested code's arguments (a file of /tests read for it). The solution keeps
+    its own function; the spy records nothing of it (such a test fails: calibration's fallback)."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
+    layout.files("tests", {"test_spied.py": SPIED_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output

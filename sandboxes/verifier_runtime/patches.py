@@ -1,0 +1,124 @@
+"""The tests' patches of modules both processes have, made there too (the trusted side).
+
+A test that patches the standard library, a builtin or an installed package (`mock.patch(
+"builtins.open", mock_open(read_data=...))`, `mock.patch("time.sleep")`, `monkeypatch.setattr(
+"sys.stdin", io.StringIO(...))`, `mock.patch("solution.os.path.exists")`, which resolves to the
+tests' own `os.path`) patches its own process's module; the solution runs in the tested
+process, whose module of that name was untouched, so a correct solution failed there. So the
+two ways tests patch, `unittest.mock`'s patchers and pytest's `monkeypatch.setattr`, note
+each module attribute they set (`install`, once the tests have imported either), and before
+each request the attributes that changed since they were last sent go to the tested process
+first ("patch": [module, name, value]; [module, name] once ours holds its original again,
+where the tested process puts back its own). The value goes as any argument: a mock or a
+tests' function by reference (calling it calls the tests'; a mock's record of what was called
+stays the tests' to read, trusted.py), data by value; never a spy (a mock with `wraps=`: the
+tested code's calls would run our real function with this process's rights).
+
+Only modules: a workspace module's names go to the tested process already (trusted.py's
+`RemoteModule`), and the runtime's own are never patched there. What the tests change by
+other means (`sys.stdout = ...`, `patch.dict`; the environment is carried, carried.py) stays
+theirs.
+
+Standard library only, Python >= 3.8.
+"""
+
+import sys
+import types
+
+_ABSENT = object()  # an attribute the module did not have before the patch
+
+
+class Patches:
+    def __init__(self):
+        self.originals = {}  # (module name, attribute) -> its value before the tests' patch
+        self.sent = {}  # (module name, attribute) -> the value the tested process was given
+        self.hooked = set()  # the patchers hooked ("mock", "monkeypatch")
+
+    def noted(self, target, name, original):
+        """The tests set attribute `name` of `target`, which held `original` before."""
+        if type(target) is not types.ModuleType or not isinstance(name, str):
+            return
+        module = getattr(target, "__name__", None)
+        if not isinstance(module, str) or sys.modules.get(module) is not target:
+            return
+        if module.startswith("_rollouts"):
+            return
+        self.originals.setdefault((module, name), original)
+
+    def changes(self):
+        """[module, name, value] for each patched attribute whose value changed since it was
+        sent, [module, name] for each that holds its original again."""
+        self.install()
+        found = []
+        for key, original in list(self.originals.items()):
+            module = sys.modules.get(key[0])
+            current = _ABSENT if module is None else module.__dict__.get(key[1], _ABSENT)
+            if current is original:
+                del self.originals[key]
+                if self.sent.pop(key, _ABSENT) is not _ABSENT:
+                    found.append([key[0], key[1]])
+            elif current is not _ABSENT and self.sent.get(key, _ABSENT) is not current:
+                if _spy(current):
+                    continue
+                self.sent[key] = current
+                found.append([key[0], key[1], current])
+        return found
+
+    def install(self):
+        """Hook the patchers the tests have imported (a dictionary lookup each when done)."""
+        mock = sys.modules.get("unittest.mock")
+        if mock is not None and "mock" not in self.hooked:
+            self.hooked.add("mock")
+            _hook_mock(mock, self)
+        monkeypatch = sys.modules.get("_pytest.monkeypatch")
+        if monkeypatch is not None and "monkeypatch" not in self.hooked:
+            self.hooked.add("monkeypatch")
+            _hook_monkeypatch(monkeypatch, self)
+
+
+def _spy(value):
+    """Whether `value` is a mock that wraps a real function of ours (`wraps=os.remove`): made
+    there, the tested code's calls would run our function, with this process's rights, on its
+    arguments (reading /tests). A spy stays ours; the tested process keeps its own function."""
+    mock = sys.modules.get("unittest.mock")
+    if mock is None or not isinstance(value, mock.NonCallableMock):
+        return False
+    return value.__dict__.get("_mock_wraps") is not None
+
+
+def _hook_mock(mock, patches):
+    patcher = getattr(mock, "_patch", None)
+    enter = getattr(patcher, "__enter__", None)
+    if enter is None:
+        return
+
+    def __enter__(self):
+        value = enter(self)
+        original = getattr(self, "temp_original", _ABSENT)
+        if original is mock.DEFAULT:  # (`create=True`: the module had no such attribute)
+            original = _ABSENT
+        patches.noted(getattr(self, "target", None), getattr(self, "attribute", None), original)
+        return value
+
+    __enter__.__wrapped__ = enter
+    patcher.__enter__ = __enter__
+
+
+def _hook_monkeypatch(module, patches):
+    cls = getattr(module, "MonkeyPatch", None)
+    setattr_ = getattr(cls, "setattr", None)
+    notset = getattr(module, "notset", _ABSENT)
+    if setattr_ is None:
+        return
+
+    def hooked_setattr(self, *args, **kwargs):
+        value = setattr_(self, *args, **kwargs)
+        done = getattr(self, "_setattr", None)
+        if done:
+            target, name, original = done[-1]
+            patches.noted(target, name, _ABSENT if original is notset else original)
+        return value
+
+    hooked_setattr.__wrapped__ = setattr_
+    hooked_setattr.__name__ = hooked_setattr.__qualname__ = "setattr"
+    cls.setattr = hooked_setattr
