@@ -38,6 +38,9 @@ def _gvisor():
 
 
 _AFFINITY = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
+# Bound once: a test's patch of os (made in the tested process too, patches.py) is not ours.
+_getaffinity = getattr(os, "sched_getaffinity", None)
+_setaffinity = getattr(os, "sched_setaffinity", None)
 try:
     _getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
     if _gvisor() or not _AFFINITY:
@@ -57,10 +60,10 @@ def hold(cpu):
     if cpu < 0:
         return None
     try:
-        allowed = os.sched_getaffinity(0)
+        allowed = _getaffinity(0)
         if len(allowed) < 2 or cpu not in allowed:
             return None
-        os.sched_setaffinity(0, (cpu,))
+        _setaffinity(0, (cpu,))
     except OSError:
         return None
     return allowed
@@ -69,7 +72,7 @@ def hold(cpu):
 def release(allowed):
     if allowed is not None:
         try:
-            os.sched_setaffinity(0, allowed)
+            _setaffinity(0, allowed)
         except OSError:
             pass
 

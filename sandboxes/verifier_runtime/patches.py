@@ -26,6 +26,8 @@ import sys
 import types
 
 _ABSENT = object()  # an attribute the module did not have before the patch
+# What each request carries anyway, whoever set it (carried.py): not a patch of its own.
+_CARRIED = frozenset([("sys", "argv"), ("os", "environ")])
 
 
 class Patches:
@@ -41,7 +43,7 @@ class Patches:
         module = getattr(target, "__name__", None)
         if not isinstance(module, str) or sys.modules.get(module) is not target:
             return
-        if module.startswith("_rollouts"):
+        if module.startswith("_rollouts") or (module, name) in _CARRIED:
             return
         self.originals.setdefault((module, name), original)
 

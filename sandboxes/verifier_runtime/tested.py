@@ -36,6 +36,9 @@ import warnings
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ABSENT = object()  # (patch: an attribute the module did not have)
+# Bound once: what the runtime calls here while it serves must not be a test's patch of it
+# (patches.py makes the tests' patches of os, select, ... here too).
+_read, _chdir, _select = os.read, os.chdir, select.select
 WRITABLE = ("/tmp", "/var/tmp", "/root", "/dev")
 
 
@@ -195,7 +198,7 @@ class TestedEndpoint(rpc.Endpoint):
         cwd = msg.get("cwd")
         if isinstance(cwd, str):
             try:
-                os.chdir(cwd)
+                _chdir(cwd)
             except OSError:  # a folder this user may not enter: it stays where it is
                 pass
         if msg.get("rk") != 1:  # (with it: we have their state already; trusted.py)
@@ -577,7 +580,7 @@ class _Descriptors:
     def _watch(self):
         try:
             while self._pipes:
-                readable = select.select(list(self._pipes), [], [])[0]
+                readable = _select(list(self._pipes), [], [])[0]
                 self.drain(readable)
         except Exception:  # noqa: BLE001 - the channel is gone: nothing more to send
             return
@@ -591,7 +594,7 @@ class _Descriptors:
                 if r not in self._pipes:  # (closed by the other thread since its select)
                     continue
                 try:
-                    data = os.read(r, 1 << 20)
+                    data = _read(r, 1 << 20)
                 except BlockingIOError:
                     continue
                 if not data:  # every writer closed it (the tested code closed fd 1 or 2)

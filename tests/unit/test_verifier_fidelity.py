@@ -1371,6 +1371,10 @@ def parse(text):
 
 def pid():
     return os.getpid()
+
+
+def env():
+    return dict(os.environ)
 """
 
 PATCHED_TESTS = """
@@ -1433,6 +1437,13 @@ def test_a_standard_library_function_patched():
     assert solution.parse("[1]") == [1]
 
 
+def test_a_patched_environment_object(monkeypatch):
+    monkeypatch.setattr(os, "environ", {"ONLY": "1"})  # (carried.py sends what it holds)
+    assert solution.env() == {"ONLY": "1"}
+    monkeypatch.undo()
+    assert solution.env()["PATH"] == os.environ["PATH"]
+
+
 def test_the_runtime_does_not_take_a_patched_getpid_for_its_own():
     with mock.patch("os.getpid", return_value=42):
         assert solution.pid() == 42
@@ -1452,7 +1463,7 @@ def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) 
     layout.view()
     run = layout.pytest("-p", "no:randomly")
     assert run.rc == 0, run.output
-    assert "8 passed" in run.output
+    assert "9 passed" in run.output
 
 
 SPIED_TESTS = """
