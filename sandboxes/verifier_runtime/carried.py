@@ -25,6 +25,8 @@ colocate = _load("colocate")
 # its inputs and expected values.
 _RUNNER_VARIABLES = ("PYTEST_", "_PYTEST")
 _RUNNER_BYTES = tuple(v.encode() for v in _RUNNER_VARIABLES)
+# Bound once: a test's `mock.patch("os.getcwd")` is not asked at each request.
+_getcwd = os.getcwd
 
 
 def tested_environment():
@@ -88,7 +90,7 @@ class Carried:
 
     def _send_working_folder(self, msg):
         try:
-            cwd = os.getcwd()
+            cwd = _getcwd()
         except OSError:  # removed under us: the tested process keeps the last one
             return
         if cwd != self.cwd_seen:

@@ -11,8 +11,10 @@ each request the attributes that changed since they were last sent go to the tes
 first ("patch": [module, name, value]; [module, name] once ours holds its original again,
 where the tested process puts back its own). The value goes as any argument: a mock or a
 tests' function by reference (calling it calls the tests'; a mock's record of what was called
-stays the tests' to read, trusted.py), data by value; never a spy (a mock with `wraps=`: the
-tested code's calls would run our real function with this process's rights).
+stays the tests' to read, trusted.py), data by value; never a real function of the interpreter
+(`_replayable`: a spy, `wraps=os.remove` or `side_effect=open`, would run it here, with this
+process's rights, on the tested code's arguments), and only for the interpreter's own modules
+(`_interpreters_own`: a helper module of the tests is not the tested process's to have).
 
 Only modules: a workspace module's names go to the tested process already (trusted.py's
 `RemoteModule`), and the runtime's own are never patched there. What the tests change by
@@ -22,6 +24,8 @@ theirs.
 Standard library only, Python >= 3.8.
 """
 
+import functools
+import os
 import sys
 import types
 
@@ -45,6 +49,8 @@ class Patches:
             return
         if module.startswith("_rollouts") or (module, name) in _CARRIED:
             return
+        if not _interpreters_own(target):  # (a tests' helper module: the tested process has
+            return  # none of that name, unless its code made one to catch what comes)
         self.originals.setdefault((module, name), original)
 
     def changes(self):
@@ -59,11 +65,17 @@ class Patches:
                 del self.originals[key]
                 if self.sent.pop(key, _ABSENT) is not _ABSENT:
                     found.append([key[0], key[1]])
-            elif current is not _ABSENT and self.sent.get(key, _ABSENT) is not current:
-                if _spy(current):
-                    continue
-                self.sent[key] = current
-                found.append([key[0], key[1], current])
+            elif current is not _ABSENT:
+                # Checked at each request: a mock the tests configure after they patched it
+                # (`m.side_effect = open`) is taken back there once it is no longer replayable.
+                given = self.sent.get(key, _ABSENT) is current
+                if not _replayable(current):
+                    if given:
+                        del self.sent[key]
+                        found.append([key[0], key[1]])
+                elif not given:
+                    self.sent[key] = current
+                    found.append([key[0], key[1], current])
         return found
 
     def install(self):
@@ -78,14 +90,70 @@ class Patches:
             _hook_monkeypatch(monkeypatch, self)
 
 
-def _spy(value):
-    """Whether `value` is a mock that wraps a real function of ours (`wraps=os.remove`): made
-    there, the tested code's calls would run our function, with this process's rights, on its
-    arguments (reading /tests). A spy stays ours; the tested process keeps its own function."""
+_PREFIXES = tuple(
+    sorted({os.path.abspath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                  sys.base_exec_prefix)})
+)  # fmt: skip
+
+
+def _interpreters_own(module):
+    """Whether `module` is the interpreter's: built in, or a file under its prefixes (the
+    standard library and installed packages), never the tests' own."""
+    path = getattr(module, "__file__", None)
+    return path is None or os.path.abspath(path).startswith(_PREFIXES)
+
+
+def _replayable(value, limit=200):
+    """Whether the tested process may be given `value` in place of its own: data, or an object
+    of the tests whose calls run only the tests' own code or a mock's. Never a real routine or
+    class of the interpreter's (`open`, `os.remove`, `subprocess.run`, `subprocess.Popen`), as
+    the value itself, as the `wraps=` or `side_effect` of a mock, or of any mock it holds (its
+    children, what it returns): the tested code's calls would run it in this process, with its
+    rights, on its arguments (a spy `side_effect=open` read /tests for it)."""
     mock = sys.modules.get("unittest.mock")
-    if mock is None or not isinstance(value, mock.NonCallableMock):
-        return False
-    return value.__dict__.get("_mock_wraps") is not None
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        limit -= 1
+        if limit < 0:
+            return False
+        if mock is not None and isinstance(v, types.FunctionType):
+            inner = v.__dict__.get("mock")  # `autospec=True`: a function in front of a mock
+            if isinstance(inner, mock.NonCallableMock):
+                stack.append(inner)
+                continue
+        if mock is not None and isinstance(v, mock.NonCallableMock):
+            own = v.__dict__
+            if own.get("_mock_wraps") is not None:
+                return False
+            stack.append(own.get("_mock_side_effect"))  # (an iterator of values: data)
+            stack.extend(own.get("_mock_children", {}).values())
+            stack.append(own.get("_mock_return_value"))
+            continue
+        if _interpreters_callable(v):
+            return False
+    return True
+
+
+def _interpreters_callable(v):
+    """A routine or class of the interpreter's own (a mock's helpers and exceptions aside)."""
+    while isinstance(v, functools.partial):
+        v = v.func
+    if isinstance(v, types.MethodType):
+        v = v.__func__
+    if isinstance(v, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        owner = getattr(v, "__self__", None)  # a method of an object is that object's
+        return owner is None or isinstance(owner, types.ModuleType)
+    if isinstance(v, type):
+        return not issubclass(v, BaseException) and _interpreters_own(sys.modules.get(v.__module__))
+    if isinstance(v, types.FunctionType):
+        if v.__module__ == "unittest.mock":
+            return False
+        return os.path.abspath(v.__code__.co_filename).startswith(_PREFIXES)
+    return False
 
 
 def _hook_mock(mock, patches):

@@ -71,9 +71,9 @@ def _loader():
 
 import importlib.util  # noqa: E402  (used by _loader at import time of the stubs)
 
-# Bound once: a test may patch os.getpid (mock.patch, patches.py), and the runtime's own
-# checks of which process it is must not see the patch.
-_getpid = os.getpid
+# Bound once: a test may patch os (mock.patch, patches.py), and the runtime's own checks of
+# which process it is and where it runs must not see the patch.
+_getpid, _getcwd = os.getpid, os.getcwd
 
 _load = _loader().load
 rpc = _load("rpc")
@@ -177,12 +177,24 @@ def _mock_own(obj, name):
     its calls and what resets, configures or checks it (`reset_mock()` would erase the calls
     the tests then assert on). The tested code calls a mock's stood-for methods, nothing else."""
     mock = sys.modules.get("unittest.mock")
-    if mock is None or not isinstance(obj, mock.NonCallableMock):
+    if mock is None:
+        return False
+    if _autospec_function(obj, mock):
+        return True  # a function stands for nothing with attributes: all it has is the mock's
+    if not isinstance(obj, mock.NonCallableMock):
         return False
     spec = obj.__dict__.get("_spec_class")
     if spec is not None and hasattr(spec, name):
         return False  # the stood-for class has it: its own method of that name
     return any(name in vars(k) for k in type(obj).__mro__ if k.__module__ == mock.__name__)
+
+
+def _autospec_function(obj, mock):
+    """Whether `obj` is the function `mock.patch(..., autospec=True)` puts in place of one: a
+    real function whose attributes (`reset_mock`, `call_args_list`, `mock`) are its mock's."""
+    return isinstance(obj, types.FunctionType) and isinstance(
+        getattr(obj, "__dict__", {}).get("mock"), mock.NonCallableMock
+    )
 
 
 def _mock_settable(obj, name, value, delete):
@@ -194,7 +206,11 @@ def _mock_settable(obj, name, value, delete):
     that is none of the mock's own (a Mock used as a bag of attributes the solution fills in:
     `obj.status = "done"`); never a deletion."""
     mock = sys.modules.get("unittest.mock")
-    if mock is None or not isinstance(obj, mock.NonCallableMock):
+    if mock is None:
+        return None
+    if _autospec_function(obj, mock):
+        return False
+    if not isinstance(obj, mock.NonCallableMock):
         return None
     if delete or _mock_own(obj, name) or name in _mock_record_names(mock):
         return False
@@ -522,7 +538,7 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         handed over as a program's working folder is (access.py)."""
         path = _tested_path(self.manifest, path)
         uid = getattr(self, "tested_uid", None)
-        if uid is not None and path not in self.granted:
+        if uid is not None and path not in self.granted and not _holds_loaded_code(path):
             self.granted.add(path)
             access.grant(path, uid, access.temporary_roots(), self.made_after)
         return path
@@ -928,10 +944,22 @@ def _not_dumpable():
         pass
 
 
+def _holds_loaded_code(folder):
+    """Whether a module this process loaded lies in `folder` or below: a test module or
+    conftest run from a copy of the tests under /tmp, whose folder is no working folder to
+    hand over (its ctime may be newer than this process: pytest wrote its bytecode there)."""
+    root = os.path.join(os.path.abspath(folder), "")
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and os.path.abspath(path).startswith(root):
+            return True
+    return False
+
+
 def _tested_path(manifest, path):
     """Our path `path` as the tested process names it: /app is its workspace there."""
     app, workspace = manifest["app"], manifest["workspace"]
-    path = os.path.abspath(path or os.getcwd())
+    path = os.path.abspath(path or _getcwd())
     if path == app or path.startswith(app + os.sep):
         return workspace + path[len(app) :]
     return path
@@ -941,7 +969,7 @@ def _setup_for_tested(manifest):
     tests = manifest.get("tests", "/tests")
     return {
         "path": [_tested_path(manifest, p) for p in sys.path if not p.startswith(tests)],
-        "cwd": _tested_path(manifest, os.getcwd()),
+        "cwd": _tested_path(manifest, _getcwd()),
         "workspace": manifest["workspace"],
     }
 
@@ -1276,7 +1304,7 @@ def run_main(name):
     view.sync(app, workspace, file_mode=0o666, dir_mode=0o777)
     if os.getuid() == 0:
         roots = access.temporary_roots()
-        cwd = os.getcwd()
+        cwd = _getcwd()
         since = access.made_after(_tests_process())
         for path in [cwd] + access.argument_paths(args, cwd, roots):
             access.grant(path, TESTED_UID, roots, since)

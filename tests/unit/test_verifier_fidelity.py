@@ -1375,6 +1375,10 @@ def pid():
 
 def env():
     return dict(os.environ)
+
+
+def prompt():
+    return os.path.basename(os.getcwd()) + "$ "
 """
 
 PATCHED_TESTS = """
@@ -1444,6 +1448,12 @@ def test_a_patched_environment_object(monkeypatch):
     assert solution.env()["PATH"] == os.environ["PATH"]
 
 
+def test_the_runtime_does_not_ask_a_patched_getcwd():
+    with mock.patch("os.getcwd", return_value="/home/alice/project") as getcwd:
+        assert solution.prompt() == "project$ "
+    getcwd.assert_called_once()
+
+
 def test_the_runtime_does_not_take_a_patched_getpid_for_its_own():
     with mock.patch("os.getpid", return_value=42):
         assert solution.pid() == 42
@@ -1463,7 +1473,7 @@ def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) 
     layout.view()
     run = layout.pytest("-p", "no:randomly")
     assert run.rc == 0, run.output
-    assert "9 passed" in run.output
+    assert "10 passed" in run.output
 
 
 SPIED_TESTS = """
@@ -1482,9 +1492,9 @@ def test_a_spy_stays_the_tests():
 
 def test_a_spy_on_a_real_function_is_never_made_in_the_tested_process(tmp_path: Path) -> None:
     """A mock that wraps a real function (`wraps=os.path.exists`) is not made in the tested
-    process (patches.py `_spy`): its calls would run the tests' real function, with the tests'
-    rights, on the tested code's arguments (a file of /tests read for it). The solution keeps
-    its own function; the spy records nothing of it (such a test fails: calibration's fallback)."""
+    process (patches.py `_replayable`): its calls would run the tests' real function, with the
+    tests' rights, on the tested code's arguments (a file of /tests read for it). The solution
+    keeps its own function; the spy records nothing of it (such a test fails: the fallback)."""
     layout = Layout(tmp_path / "verifier")
     layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
     layout.files("tests", {"test_spied.py": SPIED_TESTS})

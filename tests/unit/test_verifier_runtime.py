@@ -293,6 +293,17 @@ def test_the_tests_command_line_and_working_folder_reach_the_solution(layout: La
     assert run.rc == 0, run.output
 
 
+def test_a_folder_the_tests_loaded_code_from_is_never_handed_over(tmp_path: Path) -> None:
+    """The tests' working folder goes to the tested user (trusted.py `tested_folder`) unless a
+    module of the tests' process lies there: tests copied under /tmp and run from there (their
+    bytecode written after the tests' process started, so the folder looks new) stay closed."""
+    from sandboxes.verifier_runtime import trusted
+
+    assert trusted._holds_loaded_code(os.path.dirname(pytest.__file__))
+    assert trusted._holds_loaded_code(os.path.dirname(os.path.dirname(__file__)))
+    assert not trusted._holds_loaded_code(str(tmp_path))
+
+
 # ---- value hacks ----------------------------------------------------------------------------
 
 _ALWAYS_EQUAL = """
