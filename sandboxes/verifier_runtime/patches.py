@@ -25,6 +25,7 @@ Standard library only, Python >= 3.8.
 """
 
 import functools
+import io
 import os
 import sys
 import types
@@ -103,13 +104,22 @@ def _interpreters_own(module):
     return path is None or os.path.abspath(path).startswith(_PREFIXES)
 
 
-def _replayable(value, limit=200):
-    """Whether the tested process may be given `value` in place of its own: data, or an object
-    of the tests whose calls run only the tests' own code or a mock's. Never a real routine or
-    class of the interpreter's (`open`, `os.remove`, `subprocess.run`, `subprocess.Popen`), as
-    the value itself, as the `wraps=` or `side_effect` of a mock, or of any mock it holds (its
-    children, what it returns): the tested code's calls would run it in this process, with its
-    rights, on its arguments (a spy `side_effect=open` read /tests for it)."""
+def _held(v, mock):
+    """What mock `v` runs or gives when called or read: its `wraps`, side effect and return
+    value (its own, and those of the function `autospec=True` put in front of it, which holds
+    them), and its children."""
+    own = v.__dict__
+    found = [own.get("_mock_wraps"), own.get("_mock_side_effect"), own.get("_mock_return_value")]
+    delegate = own.get("_mock_delegate")
+    if delegate is not None:
+        found += [getattr(delegate, "side_effect", None), getattr(delegate, "return_value", None)]
+    found.extend(own.get("_mock_children", {}).values())
+    return found
+
+
+def _walk(value, visit, limit=1000):
+    """`visit` each object reachable from `value` through mocks (`_held`) and containers;
+    False as soon as one visit says so (or past `limit` objects)."""
     mock = sys.modules.get("unittest.mock")
     stack, seen = [value], set()
     while stack:
@@ -126,16 +136,53 @@ def _replayable(value, limit=200):
                 stack.append(inner)
                 continue
         if mock is not None and isinstance(v, mock.NonCallableMock):
-            own = v.__dict__
-            if own.get("_mock_wraps") is not None:
-                return False
-            stack.append(own.get("_mock_side_effect"))  # (an iterator of values: data)
-            stack.extend(own.get("_mock_children", {}).values())
-            stack.append(own.get("_mock_return_value"))
+            if v.__dict__.get("_mock_wraps") is not None:
+                return False  # a spy: calls run what it wraps
+            stack.extend(_held(v, mock))
             continue
-        if _interpreters_callable(v):
+        if type(v) in (list, tuple, set, frozenset):
+            stack.extend(v)
+            continue
+        if type(v) is dict:
+            stack.extend(v.values())
+            continue
+        if not visit(v):
             return False
     return True
+
+
+def calls_only_the_tests(value):
+    """Whether calling `value` (a mock of the tests, the function autospec puts in front of
+    one), or what it holds, runs no real routine or class of the interpreter: checked at each
+    call of the tested code (trusted.py), since a mock it kept may be made a spy later
+    (`m.side_effect = subprocess.run`)."""
+    return _walk(value, lambda v: not _interpreters_callable(v))
+
+
+def _replayable(value):
+    """Whether the tested process may be given `value` in place of its own module attribute:
+    data, exceptions, an `io.StringIO`/`BytesIO`, or mocks whose behaviours are those (and a
+    mock's own helpers: `mock_open`'s). No function or object with methods of the tests': their
+    code may call the real one (a fake `open` that falls back on the real `open` would read
+    /tests for the tested code), and no real routine of the interpreter's (a spy)."""
+    return _walk(value, _inert)
+
+
+def _inert(v):
+    if v is None or type(v) in (bool, int, float, complex, str, bytes, io.StringIO, io.BytesIO):
+        return True
+    if isinstance(v, BaseException) or (isinstance(v, type) and issubclass(v, BaseException)):
+        return True
+    mock = sys.modules.get("unittest.mock")
+    if mock is not None and (
+        isinstance(v, types.FunctionType)
+        and v.__module__ == "unittest.mock"
+        or type(v).__module__ == "unittest.mock"  # its sentinels (DEFAULT), `_MockIter`
+    ):
+        return True
+    if isinstance(v, types.GeneratorType):  # `mock_open`'s readline: a mock's own generator
+        return v.gi_code.co_filename == getattr(mock, "__file__", None)
+    return type(v).__name__ in ("list_iterator", "tuple_iterator")  # a side effect's values
 
 
 def _interpreters_callable(v):

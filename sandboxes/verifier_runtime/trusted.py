@@ -358,6 +358,15 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         oid = self.export_ids.get(id(obj))
         if oid is None or oid not in self.values or self.exports.get(oid) is not obj:
             raise PermissionError("the tests did not hand this object to the tested code")
+        mock = sys.modules.get("unittest.mock")
+        if (
+            mock is not None
+            and (isinstance(obj, mock.NonCallableMock) or _autospec_function(obj, mock))
+            and not patches.calls_only_the_tests(obj)
+        ):  # (checked at each use: the tests may make a mock the tested code kept a spy later)
+            raise PermissionError(
+                "this mock would run a real function of the tests' process for the tested code"
+            )
 
     def shares_by_reference(self, op):
         # A probe's operands are copies: the tested side must not tell the tests' expected

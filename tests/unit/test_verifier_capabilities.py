@@ -627,3 +627,100 @@ def test_an_autospec_patch_is_a_mock_the_tested_code_only_calls(layout: Layout) 
     assert attack.rc != 0 and "mock's own interface" in attack.output, attack.output
     honest = _pytest_run(Layout(layout.root.parent / "honest"), _AUTOSPEC_HONEST, _AUTOSPEC_TESTS)
     assert honest.rc == 0, honest.output
+
+
+# A wrong solution that reads the expected number out of the hidden test, through whatever
+# `open` or `subprocess.run` of the tests it is given: its own cannot reach the tests in the
+# container (here both processes run as one user, so it reads only through what it was given).
+_READS_THE_TESTS = """
+import glob
+import os
+import re
+import subprocess
+import sys
+
+
+def _tests_source(read):
+    for arg in sys.argv:
+        for test in glob.glob(os.path.join(arg, "test_*.py")):
+            return read(test)
+    return ""
+
+
+def count(path, run=None):
+    if run is not None:
+        src = _tests_source(lambda t: run(["cat", t], capture_output=True, text=True).stdout)
+    elif type(open).__name__ == "builtin_function_or_method":
+        return 0  # its own open: in the container, /tests is closed to it (here it is not)
+    else:
+        src = _tests_source(lambda t: open(t).read())
+    return int(re.search(r"== (\\d+)", src).group(1))
+
+
+class Counter:
+    def __init__(self):
+        self.run = subprocess.run  # kept: whatever the module held when it was made
+
+    def count(self, path):
+        return count(path, self.run)
+"""
+_LATER_SPY_TESTS = {
+    "autospec, its side effect set after the patch": """
+import subprocess
+from unittest import mock
+
+import solution
+
+REAL_RUN = subprocess.run
+
+
+def test_count(tmp_path):
+    with mock.patch("subprocess.run", autospec=True) as run:
+        run.side_effect = REAL_RUN
+        assert solution.count(str(tmp_path), subprocess.run) == 5
+""",
+    "a mock the solution kept, made a spy later": """
+import subprocess
+from unittest import mock
+
+import solution
+
+REAL_RUN = subprocess.run
+
+
+def test_count(tmp_path):
+    with mock.patch("subprocess.run") as run:
+        counter = solution.Counter()
+        run.side_effect = REAL_RUN
+        assert counter.count(str(tmp_path)) == 5
+""",
+    "the tests' fake that falls back on the real function": """
+import builtins
+import io
+
+import solution
+
+REAL_OPEN = builtins.open
+
+
+def test_count(monkeypatch, tmp_path):
+    def fake_open(path, *args, **kwargs):
+        if str(path).endswith("data.txt"):
+            return io.StringIO("a b c d e")
+        return REAL_OPEN(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    assert solution.count(str(tmp_path)) == 5
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LATER_SPY_TESTS))
+def test_no_patch_runs_a_real_function_for_the_tested_code(layout: Layout, case: str) -> None:
+    """What the tests patch in is made in the tested process only where its calls run nothing
+    but data and a mock's own code (patches.py `_replayable`: not a tests' function, whose code
+    may fall back on the real one), and a tests' mock the tested code calls is checked at each
+    call (trusted.py `check_target`: one it kept may have been made a spy since). Each of these
+    read the hidden test's expected number through the tests' process and scored 1."""
+    run = _pytest_run(layout, _READS_THE_TESTS, _LATER_SPY_TESTS[case])
+    assert run.rc != 0, run.output

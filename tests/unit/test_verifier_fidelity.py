@@ -1428,9 +1428,9 @@ def test_nested_patches_of_one_name():
     assert solution.stamp() > 1e9
 
 
-def test_monkeypatch_of_input_and_stdin(monkeypatch):
-    monkeypatch.setattr("builtins.input", lambda prompt: " bob ")
-    assert solution.ask() == "BOB"
+def test_input_and_stdin(monkeypatch):
+    with mock.patch("builtins.input", return_value=" bob "):
+        assert solution.ask() == "BOB"
     monkeypatch.setattr("sys.stdin", io.StringIO("a b c"))
     assert solution.words() == ["a", "b", "c"]
 
