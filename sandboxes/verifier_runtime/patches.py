@@ -25,6 +25,7 @@ Standard library only, Python >= 3.8.
 """
 
 import functools
+import importlib.util
 import io
 import os
 import sys
@@ -40,6 +41,9 @@ class Patches:
         self.originals = {}  # (module name, attribute) -> its value before the tests' patch
         self.sent = {}  # (module name, attribute) -> the value the tested process was given
         self.hooked = set()  # the patchers hooked ("mock", "monkeypatch")
+        self.install()
+        if "mock" not in self.hooked:  # (a test module may import it after the solution, and
+            sys.meta_path.insert(0, _OnImport(self))  # patch before its next call of it)
 
     def noted(self, target, name, original):
         """The tests set attribute `name` of `target`, which held `original` before."""
@@ -105,26 +109,48 @@ def _interpreters_own(module):
 
 
 def _held(v, mock):
-    """What mock `v` runs or gives when called or read: its `wraps`, side effect and return
-    value (its own, and those of the function `autospec=True` put in front of it, which holds
-    them), and its children."""
-    own = v.__dict__
-    found = [own.get("_mock_wraps"), own.get("_mock_side_effect"), own.get("_mock_return_value")]
-    delegate = own.get("_mock_delegate")
+    """What mock `v` holds that its calls may run or give: everything in its own dictionary
+    but its record (`wraps`, side effect, return value, children, attributes the tests set on
+    it: `m.reader = ...`), what the function `autospec=True` put in front of it holds, and the
+    magic methods set on its own class (`m.__enter__ = ...`)."""
+    record = _mock_record(mock)
+    found = [x for k, x in v.__dict__.items() if k not in record]
+    found.extend(v.__dict__.get("_mock_children", {}).values())
+    delegate = v.__dict__.get("_mock_delegate")
     if delegate is not None:
-        found += [getattr(delegate, "side_effect", None), getattr(delegate, "return_value", None)]
-    found.extend(own.get("_mock_children", {}).values())
+        found.extend(x for k, x in vars(delegate).items() if k in ("side_effect", "return_value"))
+    found.extend(
+        x for k, x in vars(type(v)).items() if k.startswith("__") and not isinstance(x, str)
+    )
     return found
 
 
+_RECORD = []
+
+
+def _mock_record(mock):
+    """The names a fresh mock holds in its own dictionary that are its record and settings,
+    not what it runs or gives (those: `_BEHAVIOURS`)."""
+    if not _RECORD:
+        _RECORD.append(frozenset(vars(mock.MagicMock())) - _BEHAVIOURS)
+    return _RECORD[0]
+
+
+_BEHAVIOURS = frozenset(
+    ("_mock_wraps", "_mock_side_effect", "_mock_return_value", "_mock_children", "_mock_delegate")
+)
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
 def _walk(value, visit, limit=1000):
-    """`visit` each object reachable from `value` through mocks (`_held`) and containers;
-    False as soon as one visit says so (or past `limit` objects)."""
+    """`visit` each object reachable from `value` through mocks (`_held`), containers and the
+    values left in a side effect's iterator; False as soon as one visit says so (or past
+    `limit` objects that are not scalars)."""
     mock = sys.modules.get("unittest.mock")
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
-        if id(v) in seen:
+        if type(v) in _SCALARS or id(v) in seen:
             continue
         seen.add(id(v))
         limit -= 1
@@ -145,6 +171,9 @@ def _walk(value, visit, limit=1000):
             continue
         if type(v) is dict:
             stack.extend(v.values())
+            continue
+        if type(v).__name__ in ("list_iterator", "tuple_iterator"):  # a side effect's values
+            stack.append(v.__reduce__()[1][0])
             continue
         if not visit(v):
             return False
@@ -169,26 +198,46 @@ def _replayable(value):
 
 
 def _inert(v):
-    if v is None or type(v) in (bool, int, float, complex, str, bytes, io.StringIO, io.BytesIO):
-        return True
+    if type(v) in (io.StringIO, io.BytesIO) or type(v) in _value_types():
+        return True  # (the codec sends those by value: the tested process gets its own)
     if isinstance(v, BaseException) or (isinstance(v, type) and issubclass(v, BaseException)):
         return True
     mock = sys.modules.get("unittest.mock")
-    if mock is not None and (
-        isinstance(v, types.FunctionType)
-        and v.__module__ == "unittest.mock"
-        or type(v).__module__ == "unittest.mock"  # its sentinels (DEFAULT), `_MockIter`
-    ):
-        return True
+    if mock is None:
+        return False
+    if isinstance(v, types.FunctionType) and v.__module__ == "unittest.mock":
+        return True  # a mock's own helpers (`mock_open`'s read)
     if isinstance(v, types.GeneratorType):  # `mock_open`'s readline: a mock's own generator
         return v.gi_code.co_filename == getattr(mock, "__file__", None)
-    return type(v).__name__ in ("list_iterator", "tuple_iterator")  # a side effect's values
+    return type(v).__module__ == "unittest.mock" and not callable(v)  # DEFAULT, `call(...)`
+
+
+@functools.lru_cache(maxsize=None)
+def _value_types():
+    """Types whose objects travel by value (codec.py, records.py: dates, numbers, paths), and
+    `CompletedProcess`, whose one method raises (imported on first use: only a test that
+    patches pays for them)."""
+    import datetime
+    import decimal
+    import fractions
+    import pathlib
+    import subprocess
+    import uuid
+
+    return frozenset(
+        [datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone,
+         decimal.Decimal, fractions.Fraction, uuid.UUID, pathlib.PosixPath, pathlib.PurePosixPath,
+         subprocess.CompletedProcess]
+    )  # fmt: skip
 
 
 def _interpreters_callable(v):
-    """A routine or class of the interpreter's own (a mock's helpers and exceptions aside)."""
+    """A routine or class of the interpreter's own (a mock's helpers, exceptions and the pure
+    builtins aside: `Mock(side_effect=len)`)."""
     while isinstance(v, functools.partial):
         v = v.func
+    if _pure(v):
+        return False
     if isinstance(v, types.MethodType):
         v = v.__func__
     if isinstance(v, (types.BuiltinFunctionType, types.BuiltinMethodType)):
@@ -201,6 +250,46 @@ def _interpreters_callable(v):
             return False
         return os.path.abspath(v.__code__.co_filename).startswith(_PREFIXES)
     return False
+
+
+_PURE_NAMES = (
+    "abs all any ascii bin bool bytes callable chr complex divmod enumerate filter float "
+    "format frozenset hash hex int isinstance issubclass iter len list map max min next oct "
+    "ord pow range repr reversed round set slice sorted str sum tuple zip"
+).split()
+
+
+def _pure(v):
+    """A builtin that reads only its arguments (no file, import, code or attribute by name)."""
+    import builtins
+
+    return any(getattr(builtins, name) is v for name in _PURE_NAMES)
+
+
+class _OnImport:
+    """A finder that finds nothing itself: when `unittest.mock` is imported, it has the
+    module's loader hook the patchers as soon as the module is made, then leaves."""
+
+    def __init__(self, patches):
+        self.patches = patches
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "unittest.mock":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        made = getattr(loader, "exec_module", None)
+        if made is None:
+            return spec
+
+        def exec_module(module):
+            made(module)
+            self.patches.install()
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def _hook_mock(mock, patches):

@@ -638,6 +638,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 
 def _tests_source(read):
@@ -647,14 +648,24 @@ def _tests_source(read):
     return ""
 
 
-def count(path, run=None):
+def count(path, run=None, opener=None):
     if run is not None:
         src = _tests_source(lambda t: run(["cat", t], capture_output=True, text=True).stdout)
+    elif opener is not None:
+        src = _tests_source(lambda t: opener(t).read())
     elif type(open).__name__ == "builtin_function_or_method":
         return 0  # its own open: in the container, /tests is closed to it (here it is not)
     else:
         src = _tests_source(lambda t: open(t).read())
     return int(re.search(r"== (\\d+)", src).group(1))
+
+
+def count_through_a_mock(path):
+    return count(path, None, time.sleep.reader)
+
+
+def count_through_a_fake_file(path):
+    return count(path, None, open("data.txt").reopen)
 
 
 class Counter:
@@ -713,6 +724,44 @@ def test_count(monkeypatch, tmp_path):
     assert solution.count(str(tmp_path)) == 5
 """,
 }
+
+
+_LATER_SPY_TESTS["a tests' function set on a patched mock"] = """
+import builtins
+import time
+from unittest import mock
+
+import solution
+
+REAL_OPEN = builtins.open
+
+
+def test_count(tmp_path):
+    with mock.patch("time.sleep") as sleep:
+        sleep.reader = lambda path: REAL_OPEN(path)
+        assert solution.count_through_a_mock(str(tmp_path)) == 5
+"""
+_LATER_SPY_TESTS["the tests' objects a side effect gives, one by one"] = """
+import builtins
+from unittest import mock
+
+import solution
+
+REAL_OPEN = builtins.open
+
+
+class FakeFile:
+    def read(self):
+        return "a b c d e"
+
+    def reopen(self, path):
+        return REAL_OPEN(path)
+
+
+def test_count(tmp_path):
+    with mock.patch("builtins.open", side_effect=[FakeFile()]):
+        assert solution.count_through_a_fake_file(str(tmp_path)) == 5
+"""
 
 
 @pytest.mark.parametrize("case", sorted(_LATER_SPY_TESTS))

@@ -1331,6 +1331,7 @@ def test_the_solutions_decorator_keeps_the_tests_functions_names(tmp_path: Path)
 PATCHED_SOLUTION = """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -1379,11 +1380,20 @@ def env():
 
 def prompt():
     return os.path.basename(os.getcwd()) + "$ "
+
+
+def status():
+    return subprocess.run(["git", "status"], capture_output=True, text=True).stdout
+
+
+def call_with(f, x):
+    return f(x)
 """
 
 PATCHED_TESTS = """
 import io
 import os
+import subprocess
 import time
 from unittest import mock
 
@@ -1448,6 +1458,16 @@ def test_a_patched_environment_object(monkeypatch):
     assert solution.env()["PATH"] == os.environ["PATH"]
 
 
+def test_a_completed_process_as_a_return_value():
+    done = subprocess.CompletedProcess(["git"], 0, stdout="clean")
+    with mock.patch("subprocess.run", return_value=done):
+        assert solution.status() == "clean"
+
+
+def test_a_pure_builtin_as_a_side_effect():
+    assert solution.call_with(mock.Mock(side_effect=len), "abc") == 3
+
+
 def test_the_runtime_does_not_ask_a_patched_getcwd():
     with mock.patch("os.getcwd", return_value="/home/alice/project") as getcwd:
         assert solution.prompt() == "project$ "
@@ -1473,7 +1493,7 @@ def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) 
     layout.view()
     run = layout.pytest("-p", "no:randomly")
     assert run.rc == 0, run.output
-    assert "10 passed" in run.output
+    assert "12 passed" in run.output
 
 
 SPIED_TESTS = """
@@ -1488,6 +1508,29 @@ def test_a_spy_stays_the_tests():
         assert solution.present("/etc") is True  # its own os.path.exists, not the spy
     assert spy.call_count == 0
 """
+
+
+LATE_MOCK_TESTS = """
+import solution
+from unittest.mock import patch
+
+
+@patch("time.time", return_value=7.0)
+def test_first(stamp):
+    assert solution.stamp() == 7.0
+"""
+
+
+def test_a_patch_of_a_mock_imported_after_the_solution_is_made_there(tmp_path: Path) -> None:
+    """A test module that imports the solution before `unittest.mock`, and patches before its
+    next call: the patchers are hooked as `unittest.mock` is made (patches.py `_OnImport`),
+    not at the next request, which came after the patch."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
+    layout.files("tests", {"test_late_mock.py": LATE_MOCK_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
 
 
 def test_a_spy_on_a_real_function_is_never_made_in_the_tested_process(tmp_path: Path) -> None:
