@@ -13,6 +13,16 @@ import pytest
 
 from tests.unit.test_verifier_runtime import RUNTIME, Layout, Run
 
+
+def _graded(tmp_path: Path, solution: str, name: str, tests: str) -> Run:
+    """pytest on test file `name` through the runtime, the workspace's solution.py `solution`."""
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": solution})
+    layout.files("tests", {name: tests})
+    layout.view()
+    return layout.pytest()
+
+
 SOLUTION = '''
 import argparse
 import collections
@@ -1180,11 +1190,7 @@ def test_writes_to_descriptors_reach_the_tests_descriptors(tmp_path: Path) -> No
     """What the solution's programs (or `os.write`) write to fds 1 and 2 reaches the tests'
     fds 1 and 2 before the call returns, after what it printed before: `capfd` sees it, as in
     one process, and `capsys`, which sees only Python's streams, does not."""
-    layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": DESCRIPTOR_SOLUTION})
-    layout.files("tests", {"test_output.py": DESCRIPTOR_TESTS})
-    layout.view()
-    run = layout.pytest()
+    run = _graded(tmp_path, DESCRIPTOR_SOLUTION, "test_output.py", DESCRIPTOR_TESTS)
     assert run.rc == 0, run.output
 
 
@@ -1278,11 +1284,7 @@ def test_a_container_the_solution_answers_and_keeps_is_one_object_on_both_sides(
     (a registry, a config, an object's own list, a cache) is shared (shares.py
     `kept_answer`): the same object each time, and either side's changes reach the other, as
     in one process; a fresh answer is a fresh copy."""
-    layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": KEPT_SOLUTION})
-    layout.files("tests", {"test_kept.py": KEPT_TESTS})
-    layout.view()
-    run = layout.pytest()
+    run = _graded(tmp_path, KEPT_SOLUTION, "test_kept.py", KEPT_TESTS)
     assert run.rc == 0, run.output
 
 
@@ -1320,11 +1322,7 @@ def test_the_solutions_decorator_keeps_the_tests_functions_names(tmp_path: Path)
     wrapper has that function's `__name__`, `__qualname__`, `__module__` and `__doc__`, as in
     one process (a tests' routine goes with its names by value: `tells_routine_names`). It had
     its own (`wrapper`): a decorator task's correct solution failed."""
-    layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": DECORATOR_SOLUTION})
-    layout.files("tests", {"test_decorator.py": DECORATOR_TESTS})
-    layout.view()
-    run = layout.pytest()
+    run = _graded(tmp_path, DECORATOR_SOLUTION, "test_decorator.py", DECORATOR_TESTS)
     assert run.rc == 0, run.output
 
 
@@ -1487,11 +1485,7 @@ def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) 
     solution's module, `builtins.input`, `sys.stdin`) are made in the tested process too, before
     the next call, and undone there when the tests undo theirs (patches.py); the runtime's own
     `os.getpid` is bound before any patch. Each of these failed: the solution ran the real one."""
-    layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
-    layout.files("tests", {"test_patched.py": PATCHED_TESTS})
-    layout.view()
-    run = layout.pytest("-p", "no:randomly")
+    run = _graded(tmp_path, PATCHED_SOLUTION, "test_patched.py", PATCHED_TESTS)
     assert run.rc == 0, run.output
     assert "12 passed" in run.output
 
@@ -1525,11 +1519,7 @@ def test_a_patch_of_a_mock_imported_after_the_solution_is_made_there(tmp_path: P
     """A test module that imports the solution before `unittest.mock`, and patches before its
     next call: the patchers are hooked as `unittest.mock` is made (patches.py `_OnImport`),
     not at the next request, which came after the patch."""
-    layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
-    layout.files("tests", {"test_late_mock.py": LATE_MOCK_TESTS})
-    layout.view()
-    run = layout.pytest()
+    run = _graded(tmp_path, PATCHED_SOLUTION, "test_late_mock.py", LATE_MOCK_TESTS)
     assert run.rc == 0, run.output
 
 
@@ -1538,9 +1528,5 @@ def test_a_spy_on_a_real_function_is_never_made_in_the_tested_process(tmp_path: 
     process (patches.py `_replayable`): its calls would run the tests' real function, with the
     tests' rights, on the tested code's arguments (a file of /tests read for it). The solution
     keeps its own function; the spy records nothing of it (such a test fails: the fallback)."""
-    layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": PATCHED_SOLUTION})
-    layout.files("tests", {"test_spied.py": SPIED_TESTS})
-    layout.view()
-    run = layout.pytest()
+    run = _graded(tmp_path, PATCHED_SOLUTION, "test_spied.py", SPIED_TESTS)
     assert run.rc == 0, run.output
