@@ -6,20 +6,24 @@ A test that patches the standard library, a builtin or an installed package (`mo
 tests' own `os.path`) patches its own process's module; the solution runs in the tested
 process, whose module of that name was untouched, so a correct solution failed there. So the
 two ways tests patch, `unittest.mock`'s patchers and pytest's `monkeypatch.setattr`, note
-each module attribute they set (`install`, once the tests have imported either), and before
-each request the attributes that changed since they were last sent go to the tested process
-first ("patch": [module, name, value]; [module, name] once ours holds its original again,
-where the tested process puts back its own). The value goes as any argument: a mock or a
-tests' function by reference (calling it calls the tests'; a mock's record of what was called
-stays the tests' to read, trusted.py), data by value; never a real function of the interpreter
-(`_replayable`: a spy, `wraps=os.remove` or `side_effect=open`, would run it here, with this
-process's rights, on the tested code's arguments), and only for the interpreter's own modules
+each module attribute they set (hooked when the tests import `unittest.mock`, `_OnImport`),
+and before each request the attributes that changed since they were last sent go to the
+tested process first ("patch": [module, name, value]; [module, name] once ours holds its
+original again, or its value may no longer go, where the tested process puts back its own).
+
+What goes is what runs nothing but data and a mock's own code (`_replayable`): data, values
+the codec sends by value, a StringIO, the pure builtins, and mocks (by reference: a mock's
+record of what was called stays the tests' to read, trusted.py) holding only those. Never a
+tests' function or object with methods, whose code may fall back on a real function, nor a
+spy (`wraps=os.remove`, `side_effect=open`): the tested code's calls would run it here, with
+this process's rights, on its arguments. And only for the interpreter's own modules
 (`_interpreters_own`: a helper module of the tests is not the tested process's to have).
+A tests' mock the tested code calls is checked again at each call (`calls_only_the_tests`).
 
 Only modules: a workspace module's names go to the tested process already (trusted.py's
 `RemoteModule`), and the runtime's own are never patched there. What the tests change by
-other means (`sys.stdout = ...`, `patch.dict`; the environment is carried, carried.py) stays
-theirs.
+other means (`sys.stdout = ...`, `patch.dict`; the environment and `sys.argv` are carried,
+carried.py) stays theirs.
 
 Standard library only, Python >= 3.8.
 """

@@ -189,6 +189,16 @@ def _mock_own(obj, name):
     return any(name in vars(k) for k in type(obj).__mro__ if k.__module__ == mock.__name__)
 
 
+def _a_spy(obj):
+    """Whether `obj` is a tests' mock whose calls could run a real routine of this process."""
+    mock = sys.modules.get("unittest.mock")
+    return (
+        mock is not None
+        and (isinstance(obj, mock.NonCallableMock) or _autospec_function(obj, mock))
+        and not patches.calls_only_the_tests(obj)
+    )
+
+
 def _autospec_function(obj, mock):
     """Whether `obj` is the function `mock.patch(..., autospec=True)` puts in place of one: a
     real function whose attributes (`reset_mock`, `call_args_list`, `mock`) are its mock's."""
@@ -358,15 +368,8 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         oid = self.export_ids.get(id(obj))
         if oid is None or oid not in self.values or self.exports.get(oid) is not obj:
             raise PermissionError("the tests did not hand this object to the tested code")
-        mock = sys.modules.get("unittest.mock")
-        if (
-            mock is not None
-            and (isinstance(obj, mock.NonCallableMock) or _autospec_function(obj, mock))
-            and not patches.calls_only_the_tests(obj)
-        ):  # (checked at each use: the tests may make a mock the tested code kept a spy later)
-            raise PermissionError(
-                "this mock would run a real function of the tests' process for the tested code"
-            )
+        if _a_spy(obj):  # (at each use: the tests may make a mock the tested code kept a spy)
+            raise PermissionError("this mock would run a real function of the tests' process")
 
     def shares_by_reference(self, op):
         # A probe's operands are copies: the tested side must not tell the tests' expected
@@ -396,10 +399,7 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         return isinstance(name, str) and not name.startswith("_")
 
     def tells_routine_names(self):
-        # Strings, not a path to anything: a solution's decorator applied to a tests'
-        # function (`functools.wraps`) gives the wrapper that function's names and doc, as
-        # one process would (the tests check `decorated.__name__`).
-        return True
+        return True  # (strings: `functools.wraps` in the solution copies a tests' function's)
 
     def dispatch(self, op, args):
         if op == "getattr":
