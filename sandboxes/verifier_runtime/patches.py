@@ -202,7 +202,7 @@ def _replayable(value):
 
 
 def _inert(v):
-    if type(v) in (io.StringIO, io.BytesIO) or type(v) in _value_types():
+    if type(v) in (io.StringIO, io.BytesIO) or _class_name(type(v)) in _VALUE_CLASSES:
         return True  # (the codec sends those by value: the tested process gets its own)
     if isinstance(v, BaseException) or (isinstance(v, type) and issubclass(v, BaseException)):
         return True
@@ -216,23 +216,19 @@ def _inert(v):
     return type(v).__module__ == "unittest.mock" and not callable(v)  # DEFAULT, `call(...)`
 
 
-@functools.lru_cache(maxsize=None)
-def _value_types():
-    """Types whose objects travel by value (codec.py, records.py: dates, numbers, paths), and
-    `CompletedProcess`, whose one method raises (imported on first use: only a test that
-    patches pays for them)."""
-    import datetime
-    import decimal
-    import fractions
-    import pathlib
-    import subprocess
-    import uuid
+# Classes whose objects travel by value (codec.py: dates, numbers, paths), and
+# `CompletedProcess`, whose one method raises; by name, as an object's class names itself: a
+# test may have patched `datetime.datetime` when this is asked.
+_VALUE_CLASSES = frozenset(
+    [("datetime", n) for n in ("datetime", "date", "time", "timedelta", "timezone")]
+    + [("decimal", "Decimal"), ("fractions", "Fraction"), ("uuid", "UUID"),
+       ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
+       ("subprocess", "CompletedProcess")]
+)  # fmt: skip
 
-    return frozenset(
-        [datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone,
-         decimal.Decimal, fractions.Fraction, uuid.UUID, pathlib.PosixPath, pathlib.PurePosixPath,
-         subprocess.CompletedProcess]
-    )  # fmt: skip
+
+def _class_name(cls):
+    return (getattr(cls, "__module__", None), getattr(cls, "__qualname__", None))
 
 
 def _interpreters_callable(v):

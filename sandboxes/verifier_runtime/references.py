@@ -118,7 +118,7 @@ class References:
                 return ["g", named[0], named[1], self.export(v), self.class_node(type(v))]
         node = ["o", self.export(v), self.class_node(type(v))]
         if isinstance(v, _ROUTINE_TYPES) and self.tells_routine_names():
-            node.append(_routine_names(v))
+            node.append(_routine_names(v, self.allowed_name("__qualname__")))
         return node
 
     def tells_routine_names(self):
@@ -212,12 +212,16 @@ _ROUTINE_TYPES = _FUNCTION_TYPES + (
 _ROUTINE_NAMES = (("n", "__name__"), ("q", "__qualname__"), ("m", "__module__"), ("d", "__doc__"))
 
 
-def _routine_names(fn):
-    """A routine's names and documentation, as its own (C-level) attributes say."""
+def _routine_names(fn, qualified=True):
+    """A routine's names and documentation, as its own (C-level) attributes say; without its
+    qualified name where that is not `qualified` (a tests' function: its enclosing test's name
+    stays the tests')."""
     names = {}
     for key, attr in _ROUTINE_NAMES:
         value = getattr(fn, attr, None)
         names[key] = (_cap(value) if key == "d" else value) if isinstance(value, str) else None
+    if not qualified:
+        names["q"] = None
     return names
 
 

@@ -1006,6 +1006,7 @@ def endpoint():
     ep.env_sent = ep_env
     ep.proc = proc
     ep.tested_uid, ep.granted = uid, set()
+    ep.cwd_seen = _getcwd()  # (the tested process starts there: only a change is handed over)
     ep.made_after = access.made_after(_getpid())
     _watch_reseeding(ep)
     if uid is not None:

@@ -773,3 +773,35 @@ def test_no_patch_runs_a_real_function_for_the_tested_code(layout: Layout, case:
     read the hidden test's expected number through the tests' process and scored 1."""
     run = _pytest_run(layout, _READS_THE_TESTS, _LATER_SPY_TESTS[case])
     assert run.rc != 0, run.output
+
+
+_PATCHED_CLASS_TESTS = """
+from unittest import mock
+
+import solution
+
+
+def test_parse():
+    solution.parse("warm")
+    with mock.patch("datetime.datetime") as dt:
+        solution.parse("2020-01-02T00:00:00")
+    dt.fromisoformat.assert_called_once_with("2020-01-02T00:00:00")
+"""
+_PATCHED_CLASS_ATTACK = """
+import datetime
+
+_REAL = datetime.datetime
+
+
+def parse(text):
+    return _REAL(2020, 1, 2)  # never calls fromisoformat
+"""
+
+
+def test_the_runtime_never_builds_a_value_with_a_tests_mock(layout: Layout) -> None:
+    """The codec rebuilt each datetime that came back with `datetime.datetime.fromisoformat`,
+    looked up as it ran: under the test's `mock.patch("datetime.datetime")` that was the test's
+    mock, and the call the test asserts on was the runtime's (a wrong solution scored 1). It
+    uses the C module's classes (codec.py `_dt`)."""
+    run = _pytest_run(layout, _PATCHED_CLASS_ATTACK, _PATCHED_CLASS_TESTS)
+    assert run.rc != 0, run.output

@@ -1312,16 +1312,17 @@ def test_a_decorated_function_keeps_its_names():
 
     assert double(4) == 8
     assert double.__name__ == "double" and double.__doc__ == "Twice x."
-    assert double.__qualname__.endswith("<locals>.double")
+    assert "test_a_decorated" not in double.__qualname__  # (the test's name stays the tests')
     assert double.__module__ == "test_decorator"
 """
 
 
 def test_the_solutions_decorator_keeps_the_tests_functions_names(tmp_path: Path) -> None:
     """A solution's decorator (`functools.wraps`) applied to a function of the tests: the
-    wrapper has that function's `__name__`, `__qualname__`, `__module__` and `__doc__`, as in
-    one process (a tests' routine goes with its names by value: `tells_routine_names`). It had
-    its own (`wrapper`): a decorator task's correct solution failed."""
+    wrapper has that function's `__name__`, `__module__` and `__doc__`, as in one process (a
+    tests' routine goes with them by value: `tells_routine_names`; not its `__qualname__`,
+    which names the test that made it). It had its own (`wrapper`): a correct decorator
+    failed."""
     run = _graded(tmp_path, DECORATOR_SOLUTION, "test_decorator.py", DECORATOR_TESTS)
     assert run.rc == 0, run.output
 
@@ -1386,6 +1387,18 @@ def status():
 
 def call_with(f, x):
     return f(x)
+
+
+def now():
+    import datetime
+
+    return datetime.datetime.now()
+
+
+def header(n):
+    import struct
+
+    return struct.pack(">I", n)
 """
 
 PATCHED_TESTS = """
@@ -1466,6 +1479,17 @@ def test_a_pure_builtin_as_a_side_effect():
     assert solution.call_with(mock.Mock(side_effect=len), "abc") == 3
 
 
+def test_datetime_and_struct_patched_as_the_runtime_uses_them():
+    import datetime
+
+    real = datetime.datetime
+    with mock.patch("datetime.datetime") as dt:
+        dt.now.return_value = real(2020, 1, 2, 3, 4, 5)
+        assert solution.now() == real(2020, 1, 2, 3, 4, 5)
+    with mock.patch("struct.pack", return_value=b"\\x00\\x00\\x00\\x07"):
+        assert solution.header(9) == b"\\x00\\x00\\x00\\x07"
+
+
 def test_the_runtime_does_not_ask_a_patched_getcwd():
     with mock.patch("os.getcwd", return_value="/home/alice/project") as getcwd:
         assert solution.prompt() == "project$ "
@@ -1487,7 +1511,7 @@ def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) 
     `os.getpid` is bound before any patch. Each of these failed: the solution ran the real one."""
     run = _graded(tmp_path, PATCHED_SOLUTION, "test_patched.py", PATCHED_TESTS)
     assert run.rc == 0, run.output
-    assert "12 passed" in run.output
+    assert "13 passed" in run.output
 
 
 SPIED_TESTS = """
