@@ -118,8 +118,7 @@ def _held(v, mock):
     it: `m.reader = ...`), what the function `autospec=True` put in front of it holds, and the
     magic methods set on its own class (`m.__enter__ = ...`)."""
     record = _mock_record(mock)
-    found = [x for k, x in v.__dict__.items() if k not in record]
-    found.extend(v.__dict__.get("_mock_children", {}).values())
+    found = [x for k, x in v.__dict__.items() if k not in record]  # (children: a dict, walked)
     delegate = v.__dict__.get("_mock_delegate")
     if delegate is not None:
         found.extend(x for k, x in vars(delegate).items() if k in ("side_effect", "return_value"))
