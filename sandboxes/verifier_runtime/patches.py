@@ -77,12 +77,14 @@ class Patches:
             elif current is not _ABSENT:
                 # Checked at each request: a mock the tests configure after they patched it
                 # (`m.side_effect = open`) is taken back there once it is no longer replayable.
-                given = self.sent.get(key, _ABSENT) is current
+                # So is one the tests' runner set over a patched name since (pytest's capture
+                # of `sys.stdout` in the next test): the tested process gets its own back.
+                previous = self.sent.get(key, _ABSENT)
                 if not _replayable(current):
-                    if given:
+                    if previous is not _ABSENT:
                         del self.sent[key]
                         found.append([key[0], key[1]])
-                elif not given:
+                elif previous is not current:
                     self.sent[key] = current
                     found.append([key[0], key[1], current])
         return found
@@ -113,19 +115,22 @@ def _interpreters_own(module):
 
 
 def _held(v, mock):
-    """What mock `v` holds that its calls may run or give: everything in its own dictionary
-    but its record (`wraps`, side effect, return value, children, attributes the tests set on
-    it: `m.reader = ...`), what the function `autospec=True` put in front of it holds, and the
-    magic methods set on its own class (`m.__enter__ = ...`)."""
+    """What mock `v` holds, as (what its use calls here, what it gives): it calls its side
+    effect (its own, or that of the function `autospec=True` put in front of it, which holds
+    it) and the magic methods set on its own class (`m.__enter__ = ...`); it gives the rest
+    of its own dictionary but its record (return value, children, attributes the tests set on
+    it: `m.reader = ...`). What it gives travels as any answer: a routine of the interpreter by
+    its name (the tested process's own), a tests' one by reference."""
     record = _mock_record(mock)
-    found = [x for k, x in v.__dict__.items() if k not in record]  # (children: a dict, walked)
-    delegate = v.__dict__.get("_mock_delegate")
+    own = v.__dict__
+    called = [own.get("_mock_side_effect")]
+    given = [x for k, x in own.items() if k not in record and k != "_mock_side_effect"]
+    delegate = own.get("_mock_delegate")
     if delegate is not None:
-        found.extend(x for k, x in vars(delegate).items() if k in ("side_effect", "return_value"))
-    found.extend(
-        x for k, x in vars(type(v)).items() if k.startswith("__") and not isinstance(x, str)
-    )
-    return found
+        called.append(getattr(delegate, "side_effect", None))
+        given.append(getattr(delegate, "return_value", None))
+    called.extend(x for k, x in vars(type(v)).items() if k.startswith("__") and callable(x))
+    return called, given
 
 
 _RECORD = []
@@ -146,39 +151,42 @@ _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
 def _walk(value, visit, limit=1000):
-    """`visit` each object reachable from `value` through mocks (`_held`), containers and the
-    values left in a side effect's iterator; False as soon as one visit says so (or past
-    `limit` objects that are not scalars)."""
+    """`visit(object, called)` each object reachable from `value` through mocks (`_held`:
+    `called` for what a use of the mock calls here), containers and the values left in a side
+    effect's iterator (given, not called); False as soon as one visit says so (or past `limit`
+    objects that are not scalars)."""
     mock = sys.modules.get("unittest.mock")
-    stack, seen = [value], set()
+    stack, seen = [(value, False)], set()
     while stack:
-        v = stack.pop()
-        if type(v) in _SCALARS or id(v) in seen:
+        v, called = stack.pop()
+        if type(v) in _SCALARS or (id(v), called) in seen:
             continue
-        seen.add(id(v))
+        seen.add((id(v), called))
         limit -= 1
         if limit < 0:
             return False
         if mock is not None and isinstance(v, types.FunctionType):
             inner = v.__dict__.get("mock")  # `autospec=True`: a function in front of a mock
             if isinstance(inner, mock.NonCallableMock):
-                stack.append(inner)
+                stack.append((inner, False))
                 continue
         if mock is not None and isinstance(v, mock.NonCallableMock):
             if v.__dict__.get("_mock_wraps") is not None:
                 return False  # a spy: calls run what it wraps
-            stack.extend(_held(v, mock))
+            calls, gives = _held(v, mock)
+            stack.extend((x, True) for x in calls)
+            stack.extend((x, False) for x in gives)
             continue
         if type(v) in (list, tuple, set, frozenset):
-            stack.extend(v)
+            stack.extend((x, False) for x in v)
             continue
         if type(v) is dict:
-            stack.extend(v.values())
+            stack.extend((x, False) for x in v.values())
             continue
         if type(v).__name__ in ("list_iterator", "tuple_iterator"):  # a side effect's values
-            stack.append(v.__reduce__()[1][0])
+            stack.append((v.__reduce__()[1][0], False))
             continue
-        if not visit(v):
+        if not visit(v, called):
             return False
     return True
 
@@ -188,7 +196,7 @@ def calls_only_the_tests(value):
     one), or what it holds, runs no real routine or class of the interpreter: checked at each
     call of the tested code (trusted.py), since a mock it kept may be made a spy later
     (`m.side_effect = subprocess.run`)."""
-    return _walk(value, lambda v: not _interpreters_callable(v))
+    return _walk(value, lambda v, called: not (called and _interpreters_callable(v)))
 
 
 def _replayable(value):
@@ -197,7 +205,7 @@ def _replayable(value):
     mock's own helpers: `mock_open`'s). No function or object with methods of the tests': their
     code may call the real one (a fake `open` that falls back on the real `open` would read
     /tests for the tested code), and no real routine of the interpreter's (a spy)."""
-    return _walk(value, _inert)
+    return _walk(value, lambda v, called: _inert(v) or (not called and _interpreters_callable(v)))
 
 
 def _inert(v):

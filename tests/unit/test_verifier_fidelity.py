@@ -1328,6 +1328,7 @@ def test_the_solutions_decorator_keeps_the_tests_functions_names(tmp_path: Path)
 
 
 PATCHED_SOLUTION = """
+import datetime
 import json
 import os
 import subprocess
@@ -1399,6 +1400,14 @@ def header(n):
     import struct
 
     return struct.pack(">I", n)
+
+
+def say(text):
+    sys.stdout.write(text + "\\n")
+
+
+def tomorrow():
+    return datetime.date.today() + datetime.timedelta(days=1)
 """
 
 PATCHED_TESTS = """
@@ -1490,6 +1499,27 @@ def test_datetime_and_struct_patched_as_the_runtime_uses_them():
         assert solution.header(9) == b"\\x00\\x00\\x00\\x07"
 
 
+def test_a_patched_stdout():
+    with mock.patch("sys.stdout", io.StringIO()) as out:
+        solution.say("hey")
+    assert out.getvalue() == "hey\\n"
+
+
+def test_and_the_next_tests_capture(capsys):
+    solution.say("again")  # (pytest's capture since: the tested process's own writer again)
+    assert capsys.readouterr().out == "again\\n"
+
+
+def test_a_real_class_set_on_a_mock():
+    import datetime
+
+    real = datetime.date
+    with mock.patch("solution.datetime") as dt:  # (the solution's own name: a freeze)
+        dt.date.today.return_value = real(2020, 1, 2)
+        dt.timedelta = datetime.timedelta  # given, by its name: the tested process's own
+        assert solution.tomorrow() == real(2020, 1, 3)
+
+
 def test_the_runtime_does_not_ask_a_patched_getcwd():
     with mock.patch("os.getcwd", return_value="/home/alice/project") as getcwd:
         assert solution.prompt() == "project$ "
@@ -1511,7 +1541,7 @@ def test_the_tests_patches_of_shared_modules_reach_the_solution(tmp_path: Path) 
     `os.getpid` is bound before any patch. Each of these failed: the solution ran the real one."""
     run = _graded(tmp_path, PATCHED_SOLUTION, "test_patched.py", PATCHED_TESTS)
     assert run.rc == 0, run.output
-    assert "13 passed" in run.output
+    assert "16 passed" in run.output
 
 
 SPIED_TESTS = """
