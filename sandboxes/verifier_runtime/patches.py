@@ -133,15 +133,26 @@ def _held(v, mock):
     return called, given
 
 
-_RECORD = []
+@functools.lru_cache(maxsize=None)
+def mock_own_names(mock):
+    """The names a fresh mock of module `mock` holds in its own dictionary: its record and
+    settings (`method_calls`, ...), and what it runs or gives (`_BEHAVIOURS`)."""
+    return frozenset(vars(mock.MagicMock()))
 
 
 def _mock_record(mock):
-    """The names a fresh mock holds in its own dictionary that are its record and settings,
-    not what it runs or gives (those: `_BEHAVIOURS`)."""
-    if not _RECORD:
-        _RECORD.append(frozenset(vars(mock.MagicMock())) - _BEHAVIOURS)
-    return _RECORD[0]
+    """A mock's own names that are its record and settings, not what it runs or gives."""
+    return mock_own_names(mock) - _BEHAVIOURS
+
+
+def autospec_mock(v, mock):
+    """The mock behind `v` where `v` is the function `mock.patch(..., autospec=True)` puts in
+    place of one (its attributes, `reset_mock`, `call_args_list`, `mock`, are the mock's), else
+    None."""
+    if not isinstance(v, types.FunctionType):
+        return None
+    inner = v.__dict__.get("mock")
+    return inner if isinstance(inner, mock.NonCallableMock) else None
 
 
 _BEHAVIOURS = frozenset(
@@ -165,11 +176,10 @@ def _walk(value, visit, limit=1000):
         limit -= 1
         if limit < 0:
             return False
-        if mock is not None and isinstance(v, types.FunctionType):
-            inner = v.__dict__.get("mock")  # `autospec=True`: a function in front of a mock
-            if isinstance(inner, mock.NonCallableMock):
-                stack.append((inner, False))
-                continue
+        inner = None if mock is None else autospec_mock(v, mock)
+        if inner is not None:
+            stack.append((inner, False))
+            continue
         if mock is not None and isinstance(v, mock.NonCallableMock):
             if v.__dict__.get("_mock_wraps") is not None:
                 return False  # a spy: calls run what it wraps

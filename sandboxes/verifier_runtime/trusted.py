@@ -200,11 +200,7 @@ def _a_spy(obj):
 
 
 def _autospec_function(obj, mock):
-    """Whether `obj` is the function `mock.patch(..., autospec=True)` puts in place of one: a
-    real function whose attributes (`reset_mock`, `call_args_list`, `mock`) are its mock's."""
-    return isinstance(obj, types.FunctionType) and isinstance(
-        getattr(obj, "__dict__", {}).get("mock"), mock.NonCallableMock
-    )
+    return patches.autospec_mock(obj, mock) is not None
 
 
 def _mock_settable(obj, name, value, delete):
@@ -222,19 +218,9 @@ def _mock_settable(obj, name, value, delete):
         return False
     if not isinstance(obj, mock.NonCallableMock):
         return None
-    if delete or _mock_own(obj, name) or name in _mock_record_names(mock):
+    if delete or _mock_own(obj, name) or name in patches.mock_own_names(mock):
         return False
     return _plain_data(value)
-
-
-_MOCK_RECORD = []
-
-
-def _mock_record_names(mock):
-    """The names a fresh mock holds in its own dictionary (its record: `method_calls`, ...)."""
-    if not _MOCK_RECORD:
-        _MOCK_RECORD.append(frozenset(vars(mock.MagicMock())))
-    return _MOCK_RECORD[0]
 
 
 _PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
