@@ -3,7 +3,9 @@
 # runtime "runsc", so `--runtime runsc` (and ROLLOUTS_RUNTIME=runsc in the compose stack) can
 # run agent and verifier containers under a user-space kernel. Idempotent: the engine's other
 # settings are kept, and it is reloaded with SIGHUP (no restart: running containers stay; the
-# engine reloads its runtimes on SIGHUP, and a container keeps the runtime it started with).
+# engine reloads its runtimes on SIGHUP, and a container keeps the runtime it started with). An
+# engine that is not running is started (CI machines start theirs before the session, but one
+# may not be up yet, or may have ended).
 #
 #   scripts/runsc_setup.sh               # needs root (or sudo) and Debian's package registry
 #   scripts/runsc_setup.sh --candidates  # also the settings the benchmark compares, each as
@@ -91,6 +93,25 @@ case "${1:-}" in
     ;;
 esac
 
+# The engine must answer before it is signalled: dockerd sets its SIGHUP handler only at the end
+# of its start, and a SIGHUP before that ends it (Go's default for the signal). A CI machine's
+# engine may still be starting when this runs; one that is not running at all is started here.
+engine_answers() { docker info >/dev/null 2>&1; }
+start_engine() {
+  echo "+ dockerd is not running; starting it (log: /var/log/rollouts-dockerd.log)" >&2
+  "${as_root[@]}" sh -c 'nohup dockerd >>/var/log/rollouts-dockerd.log 2>&1 &'
+}
+wait_for_engine() {
+  for _ in $(seq 300); do
+    engine_answers && return 0
+    pgrep -x dockerd >/dev/null || start_engine
+    sleep 0.2
+  done
+  echo "error: the Docker Engine did not answer in 60 s: $(docker info 2>&1 >/dev/null | tail -1)" >&2
+  exit 1
+}
+wait_for_engine
+
 # Merge {"runtimes": {name: ...}} into the engine's config, keeping everything else.
 changed=$(printf '%s\n' "${wanted[@]}" | "${as_root[@]}" python3 -c '
 import json, os, sys
@@ -122,29 +143,39 @@ if changed:
     os.replace(path + ".tmp", path)
 print("yes" if changed else "no")
 ' "$CONFIG" "${1:-}")
-if [ "$changed" = yes ]; then
-  echo "+ registered ${#wanted[@]} runsc runtime(s) in $CONFIG; reloading dockerd" >&2
-  "${as_root[@]}" pkill -HUP -x dockerd
-fi
-# The reload is asynchronous: wait until the engine lists every runtime with its flags.
-for _ in $(seq 50); do
+[ "$changed" = yes ] && echo "+ registered ${#wanted[@]} runsc runtime(s) in $CONFIG" >&2
+engine_lists_wanted() {
+  local listed line name rest flags
   listed=$(docker info --format '{{json .Runtimes}}' 2>/dev/null || true)
-  missing=0
   for line in "${wanted[@]}"; do
     name=${line%% *}
     rest=${line#* }
     flags=$(printf '%s' "${rest#* }" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().split()))')
     printf '%s' "$listed" | python3 -c '
 import json, sys
-rt = json.loads(sys.stdin.read() or "{}").get(sys.argv[1], {})
+rt = (json.loads(sys.stdin.read() or "null") or {}).get(sys.argv[1]) or {}
 sys.exit(0 if rt.get("runtimeArgs", []) == json.loads(sys.argv[2]) else 1)
-' "$name" "$flags" || missing=1
+' "$name" "$flags" || return 1
   done
-  if [ "$missing" = 0 ]; then
+}
+# The engine is reloaded whenever it does not list them yet, not only when the file changed: an
+# earlier run may have written the file and signalled an engine that was still starting.
+# The reload is asynchronous: wait until the engine lists every runtime with its flags. An engine
+# that the reload ended is started again, and reads the file at its start.
+reloaded=0
+for _ in $(seq 150); do
+  engine_answers || wait_for_engine
+  if engine_lists_wanted; then
     echo "runsc is registered with the Docker Engine ($runsc: runsc $RUNSC_ARGS)" >&2
     exit 0
   fi
+  if [ "$reloaded" = 0 ]; then
+    echo "+ reloading dockerd" >&2
+    "${as_root[@]}" pkill -HUP -x dockerd
+    reloaded=1
+  fi
   sleep 0.2
 done
-echo "error: the Docker Engine does not list the runsc runtimes after reloading $CONFIG" >&2
+echo "error: the Docker Engine does not list the runsc runtimes after reloading $CONFIG" \
+  "(it lists: $(docker info --format '{{json .Runtimes}}' 2>&1))" >&2
 exit 1
