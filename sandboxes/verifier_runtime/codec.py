@@ -31,9 +31,9 @@ side chose (a dict key's __hash__ aside, when the key is a proxy: then the other
 Standard library only, Python >= 3.8.
 """
 
-import base64
+import _json
+import binascii
 import collections
-import json
 import struct
 
 MAX_FRAME = 64 << 20
@@ -48,16 +48,50 @@ class PeerGone(RuntimeError):
     """The other process ended, or the channel to it broke: every later call fails."""
 
 
-# One encoder and decoder for every frame (json.dumps with any argument builds an encoder per
-# call); the encoder's settings are dumps' defaults but the separators.
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
-_DECODE = json.JSONDecoder().decode
+# One encoder and decoder for every frame: json's own C coders (what `json.dumps` and `loads`
+# run), made here with dumps' defaults but the separators and the check for cycles (a message
+# is a tree this module builds; a cycle would end in RecursionError). Not the json module: it
+# imports the regular expressions, a tenth of the tested process's start.
+def _not_json(o):
+    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+
+_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+class _Scanning:  # the settings the C scanner reads (json.JSONDecoder's defaults)
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int, parse_constant = float, int, _CONSTANTS.__getitem__
+
+
+_ENCODER = _json.make_encoder(
+    None, _not_json, _json.encode_basestring_ascii, None, ":", ",", False, False, True
+)
+_SCAN = _json.make_scanner(_Scanning)
+
+
+def _encode(msg):
+    return "".join(_ENCODER(msg, 0))
+
+
+def _decode(text):
+    """The value of a whole frame's text; frames hold no white space (ours never do)."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("no JSON value") from None
+    if end != len(text):
+        raise ValueError("extra data at %d" % end)
+    return value
+
+
 # Bound now, as the coders above: a test may patch `struct.pack` (patches.py), never ours.
 _HEADER = struct.Struct(">I")
 
 
 def send_frame(sock, msg):
-    data = _ENCODE(msg).encode()
+    data = _encode(msg).encode()
     if len(data) > MAX_FRAME:
         raise ValueError("a message of %d bytes is over the %d byte limit" % (len(data), MAX_FRAME))
     sock.sendall(_HEADER.pack(len(data)) + data)
@@ -69,7 +103,7 @@ def recv_frame(sock):
         raise ProtocolError("frame of %d bytes" % size)
     try:
         # Our frames are ASCII (ensure_ascii); anything not UTF-8 is a protocol error.
-        msg = _DECODE(_read(sock, size).decode())
+        msg = _decode(_read(sock, size).decode())
     except (ValueError, RecursionError) as e:
         raise ProtocolError("not JSON: %s" % e) from None
     if not isinstance(msg, dict):
@@ -91,6 +125,12 @@ def _read(sock, n):
 # ---- standard library values, by (module, class name): kind, to JSON, from JSON ---------------
 # Their modules are imported only when such a value is sent or received (the tested process
 # starts with the tests waiting for it).
+
+
+def _b64decode(text):
+    import base64  # (here: it imports the regular expressions)
+
+    return base64.b64decode(text, validate=True)
 
 
 def _dt():
@@ -320,7 +360,7 @@ def leaf(v, memo, reference):
         n = memo.ids.get(key)
         return ["@", n] if n is not None else _entry(memo, key, v)
     if t is bytes:
-        return ["b", base64.b64encode(v).decode()]
+        return ["b", binascii.b2a_base64(v, newline=False).decode()]
     if t is complex:
         return ["c", v.real, v.imag]
     if t is range:
@@ -423,7 +463,7 @@ def composite(v, memo, reference, base=None):
     if t is frozenset:
         return ["F", [one(x) for x in v]]
     if t is bytearray:
-        return ["B", base64.b64encode(bytes(v)).decode()]
+        return ["B", binascii.b2a_base64(v, newline=False).decode()]
     if t is collections.OrderedDict:
         return ["od", pairs()]
     if t is collections.Counter:
@@ -453,7 +493,7 @@ def decode_leaf(node, memo, reference):
         if tag == "R":
             return memo.originals[node[1]]
         if tag == "b":
-            return base64.b64decode(node[1], validate=True)
+            return _b64decode(node[1])
         if tag == "i":
             return int(node[1], 16)
         if tag == "c":
@@ -525,7 +565,7 @@ def _empty(node):
         if tag == "s":
             return set()
         if tag == "B":
-            return bytearray(base64.b64decode(node[1], validate=True))
+            return bytearray(_b64decode(node[1]))
         if tag == "od":
             return collections.OrderedDict()
         if tag == "ct":

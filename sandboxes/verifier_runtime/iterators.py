@@ -45,7 +45,6 @@ Standard library only, Python >= 3.8.
 
 import builtins
 import collections
-import dis
 import operator
 import sys
 
@@ -156,6 +155,8 @@ def _callee(code, offset):
     one positional argument and the callable is a plain name (a backward walk over the
     argument's instructions by their stack effects; None at anything else: a jump, a
     keyword, an attribute)."""
+    import dis  # (here: the tested process starts without it)
+
     instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
     at = next(n for n, i in enumerate(instrs) if i.offset == offset)
     if instrs[at].opname == "PRECALL":

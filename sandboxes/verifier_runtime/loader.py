@@ -2,8 +2,10 @@
 
 The runtime ships as loose files, never on sys.path (the tests cannot import it by name), so
 its modules find each other here. The entry points (trusted.py, which the workspace's stubs
-load; tested.py, run as a script) load this module by path under "_rollouts_loader"; every
-other module takes `load` from there.
+load; tested.py, which trusted.py starts as its own process) load this module by path under
+"_rollouts_loader"; every other module takes `load` from there. And `after_import`: the
+runtime's hook on a standard module that the process may never import (it costs a start what
+the module costs only where something uses it).
 
 Standard library only, Python >= 3.8.
 """
@@ -26,3 +28,42 @@ def load(name):
         sys.modules[key] = module
         spec.loader.exec_module(module)
     return module
+
+
+def after_import(name, then):
+    """Call `then(module)` once module `name` is imported: now where it is, else as soon as its
+    own code has run, before the import that made it returns."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+class _AfterImport:
+    """A finder that finds nothing itself: for its module, the spec the other finders find,
+    whose loader calls `then` after the module's code (set on the loader object, so the
+    module's `__loader__` and `__spec__` are what they would be); then it leaves."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        made = getattr(loader, "exec_module", None)
+        if made is None:
+            return spec
+        then = self.then
+
+        def exec_module(module):
+            del loader.exec_module  # (the loader's own again)
+            made(module)
+            then(module)
+
+        loader.exec_module = exec_module
+        return spec

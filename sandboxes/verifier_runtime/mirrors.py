@@ -16,7 +16,6 @@ Standard library only, Python >= 3.8.
 import builtins
 import os
 import sys
-import traceback
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 
@@ -224,6 +223,8 @@ class Mirrors:
             text = _cap(str(e))
         except Exception:
             text = "<unprintable %s>" % type(e).__name__
+        import traceback  # (here: it imports the regular expressions, a tenth of a start)
+
         tb = _cap("".join(traceback.format_exception(type(e), e, e.__traceback__)))
         node = self.class_node(type(e))
         attrs = []

@@ -6,7 +6,7 @@ A test that patches the standard library, a builtin or an installed package (`mo
 tests' own `os.path`) patches its own process's module; the solution runs in the tested
 process, whose module of that name was untouched, so a correct solution failed there. So the
 two ways tests patch, `unittest.mock`'s patchers and pytest's `monkeypatch.setattr`, note
-each module attribute they set (hooked when the tests import `unittest.mock`, `_OnImport`),
+each module attribute they set (hooked when the tests import `unittest.mock`),
 and before each request the attributes that changed since they were last sent go to the
 tested process first ("patch": [module, name, value]; [module, name] once ours holds its
 original again, or its value may no longer go, where the tested process puts back its own).
@@ -29,12 +29,12 @@ Standard library only, Python >= 3.8.
 """
 
 import functools
-import importlib.util
 import io
 import os
 import sys
 import types
 
+_after_import = sys.modules["_rollouts_loader"].after_import  # (loader.py: an entry loaded it)
 _ABSENT = object()  # an attribute the module did not have before the patch
 # What each request carries anyway, whoever set it (carried.py): not a patch of its own.
 _CARRIED = frozenset([("sys", "argv"), ("os", "environ")])
@@ -47,7 +47,7 @@ class Patches:
         self.hooked = set()  # the patchers hooked ("mock", "monkeypatch")
         self.install()
         if "mock" not in self.hooked:  # (a test module may import it after the solution, and
-            sys.meta_path.insert(0, _OnImport(self))  # patch before its next call of it)
+            _after_import("unittest.mock", lambda _: self.install())  # patch after that)
 
     def noted(self, target, name, original):
         """The tests set attribute `name` of `target`, which held `original` before."""
@@ -281,32 +281,6 @@ def _pure(v):
     import builtins
 
     return any(getattr(builtins, name) is v for name in _PURE_NAMES)
-
-
-class _OnImport:
-    """A finder that finds nothing itself: when `unittest.mock` is imported, it has the
-    module's loader hook the patchers as soon as the module is made, then leaves."""
-
-    def __init__(self, patches):
-        self.patches = patches
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "unittest.mock":
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        loader = getattr(spec, "loader", None)
-        made = getattr(loader, "exec_module", None)
-        if made is None:
-            return spec
-
-        def exec_module(module):
-            made(module)
-            self.patches.install()
-
-        loader.exec_module = exec_module
-        return spec
 
 
 def _hook_mock(mock, patches):

@@ -15,8 +15,8 @@ module's own code, so both run where it lives:
 - doctest: `doctest.testmod(m)` for a stub module `m` runs `doctest.testmod` of the real module
   there, with the tests' arguments (globs, optionflags, ...), and answers its counts as a
   `TestResults` made here of two ints; the report it prints is the tested process's output.
-  `testmod` is replaced in the tests' doctest module before any test module is collected (or
-  at the first stub's import), so `from doctest import testmod` finds the replacement. Not
+  `testmod` is replaced in the tests' doctest module as it is imported (or at the first stub's
+  import, where it was already), so `from doctest import testmod` finds the replacement. Not
   covered: `doctest.DocTestSuite(solution)` and `DocTestFinder` on a stub, whose examples are
   refused as before (sources.py; the oracle fails too, so calibration's fallback), and a
   `testmod` bound before the first stub's import in a program without pytest.
@@ -41,10 +41,14 @@ def install(remote_of):
         return
     _installed.append(remote_of)
     sys.meta_path.insert(0, _Finder(remote_of))
-    try:
-        import doctest  # (a few milliseconds: replaced before a test module can bind testmod)
-    except ImportError:  # (an image without it: then no test uses it)
-        return
+    # Replaced as doctest is imported (before a test module can bind testmod), not imported
+    # here: it costs the tests' process a few milliseconds, and most tests never use it.
+    sys.modules["_rollouts_loader"].after_import(
+        "doctest", lambda doctest: _replace(doctest, remote_of)
+    )
+
+
+def _replace(doctest, remote_of):
     doctest.testmod = _testmod(doctest, doctest.testmod, remote_of)
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import collections
 import os
-import socket
 import sys
 import threading
 import weakref
@@ -478,7 +477,11 @@ def _update_record(original, new):
 
 
 def socket_from_fd(fd):
-    return socket.socket(fileno=fd)
+    # The C type, not the socket module's subclass: only sendall, recv and close are used, and
+    # the module (its enum conversions, selectors) is a tenth of the tested process's start.
+    import _socket
+
+    return _socket.socket(fileno=fd)
 
 
 def _copy_back(request, out, encoder):

@@ -1,9 +1,9 @@
 """The tested code's process: the agent's modules run here, and nowhere near the verdict.
 
-trusted.py starts it (as another user where it can) with one end of a socket:
+trusted.py starts it (as another user where it can) with one end of a socket, by `main`:
 
-    python3 -I -B tested.py serve FD          serve the tests' requests on FD
-    python3 -I -B tested.py main SETUP NAME   run workspace module NAME as __main__
+    serve FD          serve the tests' requests on FD
+    main SETUP NAME   run workspace module NAME as __main__
 
 Before any code of the workspace is read it confines itself with Landlock where the kernel has
 it: writes only beneath /tmp, /var/tmp, /root, /dev and its own workspace (the verifier makes
@@ -22,12 +22,8 @@ import importlib
 import importlib.machinery
 import importlib.util
 import io
-import json
-import logging
 import os
-import pickle
 import random
-import runpy
 import select
 import sys
 import threading
@@ -314,8 +310,12 @@ class TestedEndpoint(rpc.Endpoint):
             return None
         if op == "pickle" and len(args) == 2 and type(args[1]) is int:
             # A proxy the tests pickle: its bytes, made here (trusted.py `pickled`).
+            import pickle
+
             return pickle.dumps(args[0], args[1])
         if op == "unpickle" and len(args) == 1 and type(args[0]) is bytes:
+            import pickle
+
             return pickle.loads(args[0])
         if op == "probe":
             return _probe(*args)
@@ -511,6 +511,8 @@ class _StubsHere:
         return module
 
     def run_main(self, dotted):
+        import runpy
+
         runpy.run_path(self._spec(dotted, "__main__").origin, run_name="__main__")
 
 
@@ -620,18 +622,27 @@ class _Bytes(io.RawIOBase):
         return len(b)
 
 
-class _Logs(logging.Handler):
-    """Every record of the tested code, to the tests' process (whose loggers decide)."""
+def _forward_logs(ep):
+    """Every record of the tested code goes to the tests' process (whose loggers decide): a
+    handler on the root logger, added as the logging module is imported here. Not at the
+    start: logging (and the regular expressions it imports) is a sixth of this process's
+    start, which most solutions never use. It is added as soon as the module's own code has
+    run, before the import returns: a record the importing call logs at once reaches the tests
+    too (caplog)."""
+    _loader().after_import("logging", lambda logging: _add_log_handler(logging, ep))
 
-    def __init__(self, ep):
-        super().__init__(logging.NOTSET)
-        self._ep = ep
 
-    def emit(self, record):
-        try:
-            self._ep.oneway({"log": [record.name, record.levelno, record.getMessage()]})
-        except Exception:
-            pass
+def _add_log_handler(logging, ep):
+    class Logs(logging.Handler):
+        def emit(self, record):
+            try:
+                ep.oneway({"log": [record.name, record.levelno, record.getMessage()]})
+            except Exception:
+                pass
+
+    root = logging.getLogger()
+    root.addHandler(Logs(logging.NOTSET))
+    root.setLevel(logging.NOTSET)
 
 
 def _sync_random(ep):
@@ -702,9 +713,7 @@ def serve(fd):
     _forward_warnings(ep)
     sys.stdout = _Output(ep, 1)
     sys.stderr = _Output(ep, 2)
-    root = logging.getLogger()
-    root.addHandler(_Logs(ep))
-    root.setLevel(logging.NOTSET)
+    _forward_logs(ep)
     try:
         ep.serve_forever()
     except rpc.PeerGone:
@@ -714,6 +723,8 @@ def serve(fd):
 def run_main(setup, name, args):
     confine(setup["workspace"])
     _apply_setup(setup)
+    import runpy
+
     if name.startswith("/"):  # run by its path (`python3 /app/pkg/__init__.py`): that file
         sys.argv = [name] + args
         runpy.run_path(name, run_name="__main__")
@@ -723,10 +734,14 @@ def run_main(setup, name, args):
     runpy.run_module(name, run_name="__main__", alter_sys=True)
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "serve":
-        serve(int(sys.argv[2]))
-    elif sys.argv[1] == "main":
-        run_main(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4:])
+def main(argv):
+    """The process's entry (trusted.py `_tested_argv`: this module is loaded as any of the
+    runtime's, from its compiled file, where a script would be compiled at every start)."""
+    if argv[:1] == ["serve"]:
+        serve(int(argv[1]))
+    elif argv[:1] == ["main"]:
+        import json
+
+        run_main(json.loads(argv[1]), argv[2], argv[3:])
     else:
         sys.exit("usage: tested.py serve FD | main SETUP NAME [ARGS...]")

@@ -149,6 +149,58 @@ def test_honest_tests_see_the_solution_as_in_their_own_process(layout: Layout) -
     assert run.named("value_hack") == []
 
 
+_LAZY_SOLUTION = """
+import sys
+
+
+def loaded():
+    return sorted(sys.modules)
+
+
+def shout(text):
+    import logging  # first imported by this call, which logs at once
+
+    logging.getLogger("late").warning("shouted %s", text)
+    return text
+"""
+
+_LAZY_TEST = """
+import logging
+import subprocess
+import sys
+
+import solution
+
+# What the tested process does not load before its code asks (tested.py, codec.py): each of
+# these is, or imports, the regular expressions, or is the socket module's enum conversions.
+UNUSED = {"logging", "re", "json", "pickle", "socket", "traceback", "dis", "runpy", "base64"}
+
+
+def test_the_tested_process_starts_without_what_its_code_does_not_use():
+    bare = subprocess.run(
+        [sys.executable, "-I", "-B", "-c", "import sys; print(' '.join(sys.modules))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()
+    assert (set(solution.loaded()) - set(bare)) & UNUSED == set()
+
+
+def test_a_record_logged_by_the_call_that_first_imports_logging_reaches_the_tests(caplog):
+    caplog.set_level(logging.WARNING)
+    assert solution.shout("late") == "late"
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [("late", "shouted late")]
+    assert "logging" in solution.loaded()
+"""
+
+
+def test_the_tested_process_loads_what_its_code_uses_when_it_does(layout: Layout) -> None:
+    layout.files("workspace", {"solution.py": _LAZY_SOLUTION})
+    layout.files("tests", {"test_lazy.py": _LAZY_TEST})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    assert "2 passed" in run.output, run.output
+
+
 def _oracle_run(root: Path, task_dir: Path, style: str) -> Run:
     layout = Layout(root)
     task = task_styles.styled(next(iter_tasks(task_dir)), style)
@@ -887,6 +939,33 @@ def test_values_travel_exactly_however_deep_or_cyclic() -> None:
     assert math.copysign(1, out[5]) == -1 and out[-2].maxlen == 3 and out[-1]["new"] == []
     nan = _round_trip(codec, float("nan"))
     assert nan != nan
+
+
+def test_frames_are_what_json_writes_and_reads_and_nothing_else() -> None:
+    """The frames' coders are json's C ones made by hand (codec.py): what they write is what
+    `json.dumps` writes with the frame's separators, and they read exactly one JSON object."""
+    import socket
+
+    codec = _codec()
+    a, b = socket.socketpair()
+    with a, b:
+        msg = {"v": [1, -0.0, 1e308, 2**53 - 1, "é\ud800\n", None, True, {"k": [[]]}]}
+        msg["n"] = [float("inf"), float("-inf")]
+        codec.send_frame(a, msg)
+        size = int.from_bytes(b.recv(4), "big")
+        data = b.recv(size)
+        assert data == json.dumps(msg, separators=(",", ":")).encode()
+        a.sendall(size.to_bytes(4, "big") + data)
+        assert json.dumps(codec.recv_frame(b)) == json.dumps(msg)
+        a.sendall(b"\x00\x00\x00\x09" + b'{"x":NaN}')
+        nan = codec.recv_frame(b)["x"]
+        assert nan != nan
+        for bad in [b'{"a":1} ', b' {"a":1}', b'{"a":1}{}', b"[1]", b"nul", b"{'a':1}", b"\xff"]:
+            a.sendall(len(bad).to_bytes(4, "big") + bad)
+            with pytest.raises(codec.ProtocolError):
+                codec.recv_frame(b)
+        with pytest.raises(TypeError, match="not JSON serializable"):
+            codec.send_frame(a, {"v": object()})
 
 
 @pytest.mark.parametrize(
