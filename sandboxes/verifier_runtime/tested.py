@@ -60,6 +60,7 @@ _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_DUMPABLE = 4
 _WRITE_FILE = 1 << 1
 _DIR_WRITES = sum(1 << b for b in (4, 5, 6, 7, 8, 9, 10, 11, 12))  # remove_*, make_*
 _REFER = 1 << 13  # ABI 2
@@ -737,11 +738,63 @@ def run_main(setup, name, args):
 def main(argv):
     """The process's entry (trusted.py `_tested_argv`: this module is loaded as any of the
     runtime's, from its compiled file, where a script would be compiled at every start)."""
-    if argv[:1] == ["serve"]:
-        serve(int(argv[1]))
-    elif argv[:1] == ["main"]:
+    user, mode, args = argv[0], argv[1], argv[2:]
+    if user != "-":
+        _become(*(int(n) for n in user.split(":")))
+    if mode == "serve":
+        serve(int(args[0]))
+    elif mode == "main":
         import json
 
-        run_main(json.loads(argv[1]), argv[2], argv[3:])
+        run_main(json.loads(args[0]), args[1], args[2:])
     else:
-        sys.exit("usage: tested.py serve FD | main SETUP NAME [ARGS...]")
+        sys.exit("usage: tested.py USER serve FD | USER main SETUP NAME [ARGS...]")
+
+
+def _become(uid, nproc):
+    """Become the tested user, as root (trusted.py `endpoint` says why here, not before the
+    exec), before any code or file of the workspace is read. Where it cannot (no capability
+    to switch), or where that user could not read this interpreter's files (one under a
+    folder only root may enter, where its exec as that user failed before), it goes on as
+    itself, and says so at hello (its uid): Landlock then stands alone."""
+    import resource  # (before the switch: it is read from the interpreter's folders)
+
+    groups, gids = os.getgroups(), os.getresgid()
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, 0)  # (root stays the saved user until the check says yes)
+    except OSError:
+        _stay_root(groups, gids)
+        return
+    if not _interpreter_readable():
+        _stay_root(groups, gids)
+        return
+    os.setresuid(uid, uid, uid)
+    # Set after the switch: every fork of the user's from here on is counted against it.
+    # Without capabilities the user cannot raise it again.
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    # The switch made this process undumpable (root's, to /proc), as an exec would not have:
+    # its own /proc/self/fd, environ, ... are the tested code's to read, as in one process.
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+def _interpreter_readable():
+    """Whether this process's effective user may run the interpreter and read every folder it
+    imports from (and the runtime's)."""
+    paths = [os.path.realpath(sys.executable), _HERE]
+    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    return all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in paths)
+
+
+def _stay_root(groups, gids):
+    """Back to root's ids, each as far as it was changed."""
+    for restore in (
+        lambda: os.setresuid(0, 0, 0),
+        lambda: os.setresgid(*gids),
+        lambda: os.setgroups(groups),
+    ):
+        try:
+            restore()
+        except OSError:
+            pass

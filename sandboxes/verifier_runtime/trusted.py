@@ -900,13 +900,29 @@ def _end_program():
 
 
 def _end_tested(ep):
-    """When the tests' process ends, so does the tested code."""
+    """When the tests' process ends, so does the tested code: the tested process, killed from
+    here (this process's child), then whatever else of the tested user is left (daemons the
+    tested code started). Killing those needs a fork of this process (`_kill_tested_user`),
+    whose pages then each fault once more as this interpreter ends (4,000 faults, 5 CPU-ms a
+    verification), so it is done only where one is left; none can start once none is left."""
     ep.sock.close()
-    _kill_tested_user()
+    ep.proc.kill()
     try:
         ep.proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
+    if ep.tested_uid is not None and _user_has_processes(ep.tested_uid):
+        _kill_tested_user()
+
+
+def _user_has_processes(uid):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if _owner_and_parent(pid)[0] == uid:
+                return True
+        except (OSError, ValueError, TypeError):
+            pass
+    return False
 
 
 # The tested process's start: tested.py loaded as a module (from the compiled file the verifier
@@ -922,9 +938,11 @@ _TESTED_START = (
 )
 
 
-def _tested_argv(*args):
+def _tested_argv(user, *args):
+    """`user`: "UID:NPROC" for a tested process that makes itself that user (tested.py `main`),
+    "-" for one that stays the user it was started as."""
     tested = os.path.join(_HERE, "tested.py")
-    return [sys.executable, "-I", "-B", "-c", _TESTED_START, tested, *args]
+    return [sys.executable, "-I", "-B", "-c", _TESTED_START, tested, user, *args]
 
 
 def _watch_reseeding(ep):
@@ -992,8 +1010,19 @@ def endpoint():
     _not_dumpable()
     ours, theirs = socket.socketpair()
     ep_env = carried.tested_environment()
-    proc, uid = _spawn(
-        _tested_argv("serve", str(theirs.fileno())),
+    # As root, the tested process makes itself the tested user, first thing (tested.py
+    # `main`), where a function run between fork and exec would: that function (or a change
+    # of user there) makes the start a fork of this process, which copies its page tables and
+    # leaves each of its pages to fault once more at its next write (4,000 faults as the
+    # tests' interpreter ends, 10 CPU-ms a verification); without them it is a vfork. A
+    # session of its own: even SIGCONT, which any process of a session may send to the others
+    # whatever their user, cannot reach the tests then.
+    uid = TESTED_UID if os.getuid() == 0 else None
+    proc = subprocess.Popen(
+        _tested_argv(
+            "-" if uid is None else "%d:%d" % (uid, TESTED_NPROC), "serve", str(theirs.fileno())
+        ),
+        start_new_session=True,
         pass_fds=(theirs.fileno(),),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -1009,11 +1038,18 @@ def endpoint():
     ep.cwd_seen = _getcwd()  # (the tested process starts there: only a change is handed over)
     ep.made_after = access.made_after(_getpid())
     _watch_reseeding(ep)
-    if uid is not None:
-        atexit.register(_end_tested, ep)
+    atexit.register(_end_tested, ep)
     hello = ep.request("hello", _setup_for_tested(manifest))
     # Answered before any of the workspace's code ran in that process: what it says is so.
-    report("isolated", mode="import", tested_pid=proc.pid, uid=uid, landlock=hello.get("landlock"))
+    if hello.get("uid") != uid:  # (it could not switch: no capability to; Landlock stands alone)
+        ep.tested_uid = None
+    report(
+        "isolated",
+        mode="import",
+        tested_pid=proc.pid,
+        uid=ep.tested_uid,
+        landlock=hello.get("landlock"),
+    )
     _endpoint = ep
     return ep
 
@@ -1319,7 +1355,7 @@ def run_main(name):
         for path in [cwd] + access.argument_paths(args, cwd, roots):
             access.grant(path, TESTED_UID, roots, since)
     _not_dumpable()
-    argv = _tested_argv("main", json.dumps(setup), _program(name, app, workspace), *args)
+    argv = _tested_argv("-", "main", json.dumps(setup), _program(name, app, workspace), *args)
     proc, uid = _spawn(argv, env=carried.tested_environment())
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()

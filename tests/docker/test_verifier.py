@@ -181,6 +181,12 @@ import os, signal
 
 def fn(name):
     seen = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups()}
+    try:
+        os.listdir("/proc/self/fd")
+        open("/proc/self/environ", "rb").close()
+        seen["own"] = "read"
+    except OSError as e:
+        seen["own"] = e.errno
     for path in ("/logs/verifier/reward.txt", "/logs/rollouts-guard/report.jsonl",
                  "/tests/test_solution.py", "/app/solution.py", "/rollouts/lib/trusted.py"):
         try:
@@ -212,9 +218,10 @@ async def test_the_tested_code_runs_as_another_user_and_reaches_nothing(
     backend, example_task, run_labels
 ):
     """In the verifier the agent's code runs in its own process (verifier_runtime/tested.py):
-    another user id, no capabilities, no supplementary groups. From there the reward, the
-    tests, their report and the runtime are not writable, the tests' and the verifier script's
-    descriptors and memory cannot be opened, and neither process can be signalled."""
+    another user id, no capabilities, no supplementary groups (its own /proc is its own to
+    read, as in one process). From there the reward, the tests, their report and the runtime
+    are not writable, the tests' and the verifier script's descriptors and memory cannot be
+    opened, and neither process can be signalled."""
     result = await backend.verify(example_task, build_tar({"solution.py": _PROBE}), run_labels)
     assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 0.0, [])
     # Under gVisor there is no Landlock: the user id alone holds, and says so.
@@ -223,6 +230,7 @@ async def test_the_tested_code_runs_as_another_user_and_reaches_nothing(
     line = next(x for x in result.output.splitlines() if x.startswith("SEEN "))
     seen = eval(line.removeprefix("SEEN "))  # a dict literal printed by the probe
     assert (seen.pop("uid"), seen.pop("gid"), seen.pop("groups")) == (uid, uid, [])
+    assert seen.pop("own") == "read"  # its own /proc, as in one process
     assert set(seen.values()) <= {13, 1}, seen  # EACCES, EPERM: nothing written, opened, sent
 
 

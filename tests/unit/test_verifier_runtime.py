@@ -201,6 +201,39 @@ def test_the_tested_process_loads_what_its_code_uses_when_it_does(layout: Layout
     assert "2 passed" in run.output, run.output
 
 
+_WHO_SOLUTION = """
+import os
+
+
+def ids():
+    return os.getresuid()
+"""
+
+_WHO_TEST = """
+import solution
+
+
+def test_who():
+    print("IDS %r" % (solution.ids(),))
+"""
+
+
+def test_the_report_names_the_user_the_tested_code_runs_as(layout: Layout) -> None:
+    """As root the tested process makes itself the tested user (tested.py `_become`), unless
+    that user could not read the interpreter's folders (as on a machine whose Python lies
+    under /root), where it stays root and the report names no user: what it says is so."""
+    layout.files("workspace", {"solution.py": _WHO_SOLUTION})
+    layout.files("tests", {"test_who.py": _WHO_TEST})
+    layout.view()
+    run = layout.pytest("-s")
+    assert run.rc == 0, run.output
+    (isolated,) = run.named("isolated")
+    found = re.search(r"IDS (\(\d+, \d+, \d+\))", run.output)
+    assert found, run.output
+    uid = isolated["uid"] if isolated["uid"] is not None else os.getuid()
+    assert json.loads(found.group(1).replace("(", "[").replace(")", "]")) == [uid] * 3
+
+
 def _oracle_run(root: Path, task_dir: Path, style: str) -> Run:
     layout = Layout(root)
     task = task_styles.styled(next(iter_tasks(task_dir)), style)
