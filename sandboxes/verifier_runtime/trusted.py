@@ -916,7 +916,11 @@ def _end_tested(ep):
 
 
 def _user_has_processes(uid):
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True  # (no process table to read: the kill, to be sure)
+    for pid in pids:
         try:
             if _owner_and_parent(pid)[0] == uid:
                 return True
