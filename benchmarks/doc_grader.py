@@ -31,22 +31,35 @@ def grader_section(path: Path = RESULTS) -> list[str]:
         return []
     ours, plain = arms[OURS]["whole_s"], arms[PLAIN]["whole_s"]
     cold, floor = r["cold"]["whole_s"], r["floor"]["whole_s"]
+    others = [name for name in arms if name not in (OURS, PLAIN)]  # earlier graders, same run
     rows = [
         "| trial | engine: dockerd and the storage driver | engine: containerd, shims, runc "
         "| inside the containers | our process (cold: the `docker` CLI) | total |",
         "|---|---|---|---|---|---|",
         _row("ours", ours),
+        *(_row(f"ours, grader at {name}", arms[name]["whole_s"]) for name in others),
         _row("ours, no boundary (plain layout)", plain),
         _row("cold `docker run`", cold),
         _row("floor (one exec)", floor),
     ]
+    columns = [OURS, *others, PLAIN]
     steps = [
-        "| verifier step | ours (ms) | no boundary (ms) |",
-        "|---|---|---|",
+        "| verifier step | ours (ms) | "
+        + "".join(f"grader at {name} (ms) | " for name in others)
+        + "no boundary (ms) |",
+        "|---|---|" + "---|" * len(others) + "---|",
         *(
-            f"| {step} | {ms:.1f} | {arms[PLAIN]['marks_ms'].get(step, float('nan')):.1f} |"
-            for step, ms in arms[OURS]["marks_ms"].items()
+            f"| {step} | "
+            + " | ".join(f"{arms[c]['marks_ms'].get(step, float('nan')):.1f}" for c in columns)
+            + " |"
+            for step in arms[OURS]["marks_ms"]
         ),
+    ]
+    earlier = [
+        f"The grader at {name} cost {arms[name]['whole_s']['total']:.3f} CPU-seconds a trial in"
+        f" the same run ({arms[name]['whole_s']['total'] - ours['total']:.3f} more than this"
+        f" one), its boundary {arms[name]['whole_s']['total'] - plain['total']:.3f}."
+        for name in others
     ]
     boundary = ours["total"] - plain["total"]
     engine = sum(ours[k] - plain[k] for k in ("engine_dockerd", "engine_containerd"))
@@ -110,5 +123,6 @@ def grader_section(path: Path = RESULTS) -> list[str]:
             f"{work:.3f} and two bare lifecycles of {life:.3f} each make {least:.3f}, so",
             f"{BOUND_TARGET} of the bound needs at most {most_vs_bound:.3f} CPU-seconds a",
             f"trial, {bound_verdict}.",
+            *earlier,
         ),
     ]

@@ -1,7 +1,7 @@
 """Where the CPU of our containers goes in an oracle trial: by container, and by step of the
 verifier script and of the task's test.sh, from the containers' own cgroup accounting.
 
-    python -m benchmarks.grader_cpu [--tasks examples/tasks] [--trials 12] [--grader DIR ...]
+    python -m benchmarks.grader_cpu [--tasks examples/tasks] [--trials 12] [--grader [NAME=]DIR ...]
                                     [--marks] [--plain] [--whole]
 
 - by container: the cpuacct usage of each agent and verifier container, read just before it is
@@ -14,9 +14,10 @@ verifier script and of the task's test.sh, from the containers' own cgroup accou
   for the cold `docker run` harness of the sandbox benchmark, interleaved: what a free boundary
   (`--plain`: no stubs, no tested process) would leave between us and that harness.
 
-Each `--grader DIR` is a checkout whose sandboxes/verifier_runtime and verifier script grade a
-further set of trials, interleaved with this checkout's, so two graders are compared side by
-side on the same machine load (CPU-seconds, not wall time).
+Each `--grader [NAME=]DIR` is a checkout whose sandboxes/verifier_runtime and verifier script
+grade a further set of trials, interleaved with this checkout's, so two graders are compared
+side by side on the same machine load (CPU-seconds, not wall time); NAME (default: DIR) is its
+arm's name in the results (the doc shows it: a commit, say).
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ async def main_async(args: argparse.Namespace) -> None:
     ]
     arms = []
     checkouts = [("this", Path(__file__).resolve().parents[1])] + [
-        (str(p), Path(p).resolve()) for p in args.grader
+        (name or p, Path(p).resolve()) for name, _, p in (g.rpartition("=") for g in args.grader)
     ]
     for name, checkout in checkouts:
         module, runtime = load_checkout(checkout)
@@ -369,7 +370,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=6)
     ap.add_argument("--marks", action="store_true", help="mark each step (script and test.sh)")
     ap.add_argument("--plain", action="store_true", help="also this checkout's plain layout")
-    ap.add_argument("--grader", action="append", default=[], help="another checkout to compare")
+    ap.add_argument(
+        "--grader", action="append", default=[], help="[NAME=]DIR: another checkout to compare"
+    )
     ap.add_argument("--whole", action="store_true", help="whole trials' CPU, and the cold harness")
     ap.add_argument("--out", type=Path, help="also write the figures here (JSON)")
     asyncio.run(main_async(ap.parse_args()))
