@@ -240,20 +240,25 @@ def _allow_file(folder, name, uid):
         os.close(fd)
 
 
-def paths_in(node, roots):
-    """The strings of a decoded-as-JSON message `node` that name something under `roots`."""
-    prefixes = tuple(r + os.sep for r in roots)
+def absolute_strings(node):
+    """The strings of a decoded-as-JSON message `node` that are absolute paths."""
     found, stack = [], [node]
     while stack:
         x = stack.pop()
         if isinstance(x, str):
-            if x.startswith(prefixes):
+            if x.startswith(os.sep):
                 found.append(x)
         elif isinstance(x, list):
             stack.extend(x)
         elif isinstance(x, dict):
             stack.extend(x.values())
     return found
+
+
+def under(paths, roots):
+    """Those of `paths` below one of `roots`."""
+    prefixes = tuple(r + os.sep for r in roots)
+    return [p for p in paths if p.startswith(prefixes)]
 
 
 def argument_paths(args, cwd, roots):

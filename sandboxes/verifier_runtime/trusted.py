@@ -853,9 +853,12 @@ def _grant_handed(ep, msg):
     uid = getattr(ep, "tested_uid", None)
     if uid is None:
         return
-    roots = access.temporary_roots()
     handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z", "sy")]  # "k", "z": a chunk
-    for path in access.paths_in(handed, roots):
+    paths = access.absolute_strings(handed)
+    if not paths:  # (most messages: the roots, a few system calls, are not looked up then)
+        return
+    roots = access.temporary_roots()
+    for path in access.under(paths, roots):
         if path not in ep.granted:
             ep.granted.add(path)
             access.grant(path, uid, roots, ep.made_after)
