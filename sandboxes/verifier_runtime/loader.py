@@ -41,29 +41,42 @@ def after_import(name, then):
 
 
 class _AfterImport:
-    """A finder that finds nothing itself: for its module, the spec the other finders find,
+    """A finder that finds nothing itself: for its module, the spec the finders after it find,
     whose loader calls `then` after the module's code (set on the loader object, so the
-    module's `__loader__` and `__spec__` are what they would be); then it leaves."""
+    module's `__loader__` and `__spec__` are what they would be). It leaves once that ran: a
+    lookup that imports nothing (`importlib.util.find_spec`) does not use it up."""
 
     def __init__(self, name, then):
-        self.name, self.then = name, then
+        self.name, self.then, self.done = name, then, False
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name:
+        if name != self.name or self.done:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        spec = _found_after(self, name, path, target)
         loader = getattr(spec, "loader", None)
         made = getattr(loader, "exec_module", None)
         if made is None:
             return spec
-        then = self.then
 
         def exec_module(module):
             del loader.exec_module  # (the loader's own again)
             made(module)
-            then(module)
+            if not self.done:
+                self.done = True
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
+                self.then(module)
 
         loader.exec_module = exec_module
         return spec
+
+
+def _found_after(finder, name, path, target):
+    """The spec the finders after `finder` on sys.meta_path find (the import system's lookup)."""
+    finders = sys.meta_path
+    for other in finders[finders.index(finder) + 1 :] if finder in finders else finders:
+        find = getattr(other, "find_spec", None)
+        spec = find(name, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return None

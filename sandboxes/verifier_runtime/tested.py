@@ -623,6 +623,36 @@ class _Bytes(io.RawIOBase):
         return len(b)
 
 
+# The interpreter's own folders: its standard library's, pure and compiled modules.
+_STDLIB = [
+    p
+    for p in (
+        os.path.dirname(os.__file__),
+        os.path.join(os.path.dirname(os.__file__), "lib-dynload"),
+    )
+    if os.path.isdir(p)
+]
+# Modules this process once imported at its start and now imports only where used (the
+# runtime's own lazy imports among them): still the standard library's, whatever the
+# workspace holds, as at that start and as in plain pytest, whose process holds them all.
+_DEFERRED = frozenset(
+    "_compat_pickle _opcode _pickle _socket _sre _string array atexit base64 copyreg dis errno "
+    "json linecache logging opcode pickle re runpy selectors socket string textwrap token "
+    "tokenize traceback".split()
+)
+
+
+class _Stdlib:
+    """A finder, first on sys.meta_path, that finds the names of _DEFERRED in the standard
+    library's folders only: a workspace file `logging.py` on the tested code's path is not
+    what the tested code's (or the runtime's) `import logging` makes."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _DEFERRED:
+            return None
+        return importlib.machinery.PathFinder.find_spec(fullname, _STDLIB)
+
+
 def _forward_logs(ep):
     """Every record of the tested code goes to the tests' process (whose loggers decide): a
     handler on the root logger, added as the logging module is imported here. Not at the
@@ -741,6 +771,7 @@ def main(argv):
     user, mode, args = argv[0], argv[1], argv[2:]
     if user != "-":
         _become(*(int(n) for n in user.split(":")))
+    sys.meta_path.insert(0, _Stdlib())
     if mode == "serve":
         serve(int(args[0]))
     elif mode == "main":
@@ -772,7 +803,9 @@ def _become(uid, nproc):
         return
     os.setresuid(uid, uid, uid)
     # Set after the switch: every fork of the user's from here on is counted against it.
-    # Without capabilities the user cannot raise it again.
+    # Without capabilities the user cannot raise it again (nor above the hard limit it has).
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    nproc = nproc if hard == resource.RLIM_INFINITY else min(nproc, hard)
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     # The switch made this process undumpable (root's, to /proc), as an exec would not have:
     # its own /proc/self/fd, environ, ... are the tested code's to read, as in one process.
@@ -780,10 +813,11 @@ def _become(uid, nproc):
 
 
 def _interpreter_readable():
-    """Whether this process's effective user may run the interpreter and read every folder it
-    imports from (and the runtime's)."""
-    paths = [os.path.realpath(sys.executable), _HERE]
-    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    """Whether this process's effective user may run the interpreter and read its standard
+    library and the runtime. (Not every folder on its path: one it cannot read, a `.pth`'s
+    under /root say, is skipped by its imports as it was when it ran as that user from its
+    exec; staying root for it would let the tested code read what the tests keep from it.)"""
+    paths = [os.path.realpath(sys.executable), _HERE] + _STDLIB
     return all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in paths)
 
 

@@ -903,33 +903,18 @@ def _end_program():
 
 
 def _end_tested(ep):
-    """When the tests' process ends, so does the tested code: the tested process, killed from
-    here (this process's child), then whatever else of the tested user is left (daemons the
-    tested code started). Killing those needs a fork of this process (`_kill_tested_user`),
-    whose pages then each fault once more as this interpreter ends (4,000 faults, 5 CPU-ms a
-    verification), so it is done only where one is left; none can start once none is left."""
+    """When the tests' process ends, so does the tested code: the tested process, then
+    everything else of the tested user (daemons the tested code started), by kill(-1) as that
+    user, always: a look at the process table first would miss a daemon that forks anew as
+    fast as it exits, where kill(-1) is one pass of the kernel that a fork cannot outrun."""
     ep.sock.close()
     ep.proc.kill()
+    if ep.tested_uid is not None:
+        _kill_tested_user()
     try:
         ep.proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
-    if ep.tested_uid is not None and _user_has_processes(ep.tested_uid):
-        _kill_tested_user()
-
-
-def _user_has_processes(uid):
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return True  # (no process table to read: the kill, to be sure)
-    for pid in pids:
-        try:
-            if _owner_and_parent(pid)[0] == uid:
-                return True
-        except (OSError, ValueError, TypeError):
-            pass
-    return False
 
 
 # The tested process's start: tested.py loaded as a module (from the compiled file the verifier

@@ -116,7 +116,10 @@ def _shadows(top, tests):
         return True
     try:  # (importlib.util.find_spec of a top-level name; that module imports contextlib, a
         # quarter of this interpreter's start)
-        return any(f.find_spec(top, None) is not None for f in sys.meta_path)
+        return any(
+            getattr(f, "find_spec", None) is not None and f.find_spec(top, None) is not None
+            for f in sys.meta_path
+        )
     except (ImportError, ValueError):
         return True
 

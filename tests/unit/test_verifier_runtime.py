@@ -201,6 +201,67 @@ def test_the_tested_process_loads_what_its_code_uses_when_it_does(layout: Layout
     assert "2 passed" in run.output, run.output
 
 
+_STRAY_SOLUTION = """
+import importlib.util
+
+
+def shout(text):
+    importlib.util.find_spec("logging")  # a lookup first: it must not use up the hook
+    import logging
+
+    logging.getLogger("stray").warning("shouted %s", text)
+    return text
+
+
+def echo(data):
+    return data
+
+
+def fail():
+    raise ValueError("expected")
+"""
+
+_STRAY_TEST = """
+import logging
+import os
+import sys
+
+import pytest
+
+# The workspace first on the path (a PYTHONPATH=/app task): its stray files are named like
+# modules of the standard library that the tested process imports only when used.
+sys.path.insert(0, next(p for p in sys.path if os.path.exists(os.path.join(p, "solution.py"))))
+
+import solution
+
+
+def test_stray_files_named_like_the_standard_library_are_not_what_it_imports(caplog):
+    caplog.set_level(logging.WARNING)
+    assert solution.shout("it") == "it"
+    assert [r.getMessage() for r in caplog.records] == ["shouted it"]
+    assert solution.echo(b"\\x00\\xff") == b"\\x00\\xff"
+    with pytest.raises(ValueError, match="expected"):
+        solution.fail()
+"""
+
+
+def test_the_tested_process_imports_the_standard_library_not_a_stray_file(
+    layout: Layout,
+) -> None:
+    """The tested process imports logging, base64, traceback, ... only when used (tested.py
+    `_DEFERRED`): a workspace file of such a name, first on its path, is still not what it
+    imports (`_Stdlib`), as when they were imported at its start; and the logging hook is not
+    used up by a lookup that imports nothing."""
+    stray = "raise RuntimeError('the workspace file, not the standard library')\n"
+    names = ("logging", "base64", "traceback", "json", "pickle", "re")
+    layout.files("workspace", {"solution.py": _STRAY_SOLUTION, **{f"{n}.py": stray for n in names}})
+    layout.files("tests", {"test_stray.py": _STRAY_TEST})
+    assert layout.view()["modules"] == ["solution"]
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    assert "1 passed" in run.output, run.output
+
+
 _WHO_SOLUTION = """
 import os
 
