@@ -13,6 +13,7 @@ Standard library only, Python >= 3.8.
 import importlib.util
 import os
 import sys
+import threading
 
 KEY = "_rollouts_loader"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,25 +44,31 @@ def after_import(name, then):
 class _AfterImport:
     """A finder that finds nothing itself: for its module, the spec the finders after it find,
     whose loader calls `then` after the module's code (set on the loader object, so the
-    module's `__loader__` and `__spec__` are what they would be). It leaves once that ran: a
-    lookup that imports nothing (`importlib.util.find_spec`) does not use it up."""
+    module's `__loader__` and `__spec__` are what they would be). It leaves once the module
+    the import system made (the one in sys.modules) ran: a lookup that imports nothing
+    (`importlib.util.find_spec`), or a copy made by hand from that spec, does not use it up."""
 
     def __init__(self, name, then):
         self.name, self.then, self.done = name, then, False
+        self.looking = threading.local()  # (a finder after this one that asks again)
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name or self.done:
+        if name != self.name or self.done or getattr(self.looking, "now", False):
             return None
-        spec = _found_after(self, name, path, target)
+        self.looking.now = True
+        try:
+            spec = _found_after(self, name, path, target)
+        finally:
+            self.looking.now = False
         loader = getattr(spec, "loader", None)
         made = getattr(loader, "exec_module", None)
         if made is None:
             return spec
 
         def exec_module(module):
-            del loader.exec_module  # (the loader's own again)
+            loader.__dict__.pop("exec_module", None)  # (the loader's own again)
             made(module)
-            if not self.done:
+            if not self.done and sys.modules.get(self.name) is module:
                 self.done = True
                 if self in sys.meta_path:
                     sys.meta_path.remove(self)

@@ -633,12 +633,14 @@ _STDLIB = [
     if os.path.isdir(p)
 ]
 # Modules this process once imported at its start and now imports only where used (the
-# runtime's own lazy imports among them): still the standard library's, whatever the
-# workspace holds, as at that start and as in plain pytest, whose process holds them all.
+# runtime's own lazy imports among them), with what they import, on Python 3.8 to 3.13: still
+# the standard library's, whatever the workspace holds, as at that start and as in plain
+# pytest, whose process holds them all (a unit test checks the list is closed under imports).
 _DEFERRED = frozenset(
-    "_compat_pickle _opcode _pickle _socket _sre _string array atexit base64 copyreg dis errno "
-    "json linecache logging opcode pickle re runpy selectors socket string textwrap token "
-    "tokenize traceback".split()
+    "_colorize _compat_pickle _functools _locale _opcode _opcode_metadata _pickle _socket _sre "
+    "_string _tokenize _typing array atexit base64 collections contextlib copyreg dis errno "
+    "functools json linecache logging opcode pickle pkgutil re runpy selectors socket "
+    "sre_compile sre_constants sre_parse string textwrap token tokenize traceback typing".split()
 )
 
 
@@ -791,6 +793,7 @@ def _become(uid, nproc):
     import resource  # (before the switch: it is read from the interpreter's folders)
 
     groups, gids = os.getgroups(), os.getresgid()
+    needed = _interpreter_paths()  # (looked up as root: as the user, one it cannot reach is gone)
     try:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -798,7 +801,7 @@ def _become(uid, nproc):
     except OSError:
         _stay_root(groups, gids)
         return
-    if not _interpreter_readable():
+    if not all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in needed):
         _stay_root(groups, gids)
         return
     os.setresuid(uid, uid, uid)
@@ -812,13 +815,18 @@ def _become(uid, nproc):
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
-def _interpreter_readable():
-    """Whether this process's effective user may run the interpreter and read its standard
-    library and the runtime. (Not every folder on its path: one it cannot read, a `.pth`'s
-    under /root say, is skipped by its imports as it was when it ran as that user from its
-    exec; staying root for it would let the tested code read what the tests keep from it.)"""
-    paths = [os.path.realpath(sys.executable), _HERE] + _STDLIB
-    return all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in paths)
+def _interpreter_paths():
+    """What the tested user must be able to read for the tested code to run here: the
+    interpreter (the path it was started by: a venv's under /root is not, as its exec as that
+    user failed before), the runtime, and what lies on its path within the interpreter's
+    installation: its standard library, and its (or its venv's) site-packages, where the
+    solution's dependencies are. Not a folder elsewhere on its path (a `.pth`'s under /root):
+    that one is skipped by its imports, as when it ran as that user from its exec, where
+    staying root for it would let the tested code read what the tests keep from it."""
+    own = tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
+    paths = [sys.executable, _HERE] + _STDLIB
+    paths += [p for p in sys.path if os.path.join(p, "").startswith(own) and os.path.exists(p)]
+    return paths
 
 
 def _stay_root(groups, gids):

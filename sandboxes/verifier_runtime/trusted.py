@@ -785,8 +785,10 @@ def _drop_privileges():
     # Set after the switch, which then did not mark this process over the limit: the exec
     # that follows succeeds even when the user already holds its share (the killer below must
     # start then), while every fork of the user's from here on is counted against it. Without
-    # capabilities the user cannot raise it again.
-    resource.setrlimit(resource.RLIMIT_NPROC, (TESTED_NPROC, TESTED_NPROC))
+    # capabilities the user cannot raise it again (nor above the hard limit it has).
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    nproc = TESTED_NPROC if hard == resource.RLIM_INFINITY else min(TESTED_NPROC, hard)
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
 def _spawn(argv, **kwargs):

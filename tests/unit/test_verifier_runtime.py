@@ -262,6 +262,53 @@ def test_the_tested_process_imports_the_standard_library_not_a_stray_file(
     assert "1 passed" in run.output, run.output
 
 
+_CLOSURE = """
+import importlib.machinery
+import importlib.util
+import sys
+
+spec = importlib.util.spec_from_file_location("_rollouts_tested", sys.argv[1])
+tested = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = tested
+spec.loader.exec_module(tested)
+before = set(sys.modules)
+for name in sorted(tested._DEFERRED):
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+new = {name.split(".")[0] for name in set(sys.modules) - before}
+found = importlib.machinery.PathFinder.find_spec
+print(" ".join(sorted(n for n in new - tested._DEFERRED if found(n, tested._STDLIB))))
+"""
+
+
+def _pythons() -> list[str]:
+    """This interpreter and every other CPython 3.8+ on PATH (the tested process runs under
+    the task image's)."""
+    found = [sys.executable]
+    for minor in range(8, 14):
+        path = shutil.which(f"python3.{minor}")
+        if path and subprocess.run([path, "-c", ""], capture_output=True).returncode == 0:
+            found.append(path)  # (a pyenv shim of a version not selected here fails: left out)
+    return found
+
+
+@pytest.mark.parametrize("python", _pythons())
+def test_what_the_tested_process_imports_only_when_used_is_closed_under_imports(
+    python: str,
+) -> None:
+    """Every module of the standard library that the deferred modules import (tested.py
+    `_DEFERRED`, which come from the standard library's folders only) is deferred too: else
+    a workspace file of its name would stand in for it (`sre_parse.py` on 3.10 as `logging`
+    is imported), where the tested process once imported it at its start."""
+    out = subprocess.run(
+        [python, "-I", "-c", _CLOSURE, str(RUNTIME / "tested.py")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == [], out.stdout
+
+
 _WHO_SOLUTION = """
 import os
 
