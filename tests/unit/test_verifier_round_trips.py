@@ -523,9 +523,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.files("workspace", {"solution.py": SOLUTION})
-    layout.files("tests", {"test_round_trips.py": TESTS})
-    layout.view()
-    run = layout.pytest()
-    assert run.rc == 0, run.output
-    assert "25 passed" in run.output, run.output
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 25)

@@ -98,6 +98,19 @@ class Layout:
         lines = self.report.read_text().splitlines() if self.report.exists() else []
         return Run(p.returncode, out + err, [json.loads(line) for line in lines])
 
+    def passes(
+        self, workspace: dict[str, str], tests: dict[str, str], passed: int, *extra: str
+    ) -> Run:
+        """Lay out `workspace` and `tests`, run pytest (`extra`: its options), and check that
+        exactly `passed` tests passed and none failed."""
+        self.files("workspace", workspace)
+        self.files("tests", tests)
+        self.view()
+        run = self.pytest(*extra)
+        assert run.rc == 0, run.output
+        assert f"{passed} passed" in run.output, run.output
+        return run
+
     def pytest(self, *extra: str, app: Path | None = None, timeout: float = 120) -> Run:
         """The bundled tasks' way: pytest in an isolated interpreter, /app (or the folder
         `app`, run from there) last on sys.path."""
@@ -193,12 +206,7 @@ def test_a_record_logged_by_the_call_that_first_imports_logging_reaches_the_test
 
 
 def test_the_tested_process_loads_what_its_code_uses_when_it_does(layout: Layout) -> None:
-    layout.files("workspace", {"solution.py": _LAZY_SOLUTION})
-    layout.files("tests", {"test_lazy.py": _LAZY_TEST})
-    layout.view()
-    run = layout.pytest()
-    assert run.rc == 0, run.output
-    assert "2 passed" in run.output, run.output
+    layout.passes({"solution.py": _LAZY_SOLUTION}, {"test_lazy.py": _LAZY_TEST}, 2)
 
 
 _STRAY_SOLUTION = """
@@ -254,12 +262,8 @@ def test_the_tested_process_imports_the_standard_library_not_a_stray_file(
     used up by a lookup that imports nothing."""
     stray = "raise RuntimeError('the workspace file, not the standard library')\n"
     names = ("logging", "base64", "traceback", "json", "pickle", "re")
-    layout.files("workspace", {"solution.py": _STRAY_SOLUTION, **{f"{n}.py": stray for n in names}})
-    layout.files("tests", {"test_stray.py": _STRAY_TEST})
-    assert layout.view()["modules"] == ["solution"]
-    run = layout.pytest()
-    assert run.rc == 0, run.output
-    assert "1 passed" in run.output, run.output
+    workspace = {"solution.py": _STRAY_SOLUTION, **{f"{n}.py": stray for n in names}}
+    layout.passes(workspace, {"test_stray.py": _STRAY_TEST}, 1)
 
 
 _CLOSURE = """
@@ -330,11 +334,7 @@ def test_the_report_names_the_user_the_tested_code_runs_as(layout: Layout) -> No
     """As root the tested process makes itself the tested user (tested.py `_become`), unless
     that user could not read the interpreter's folders (as on a machine whose Python lies
     under /root), where it stays root and the report names no user: what it says is so."""
-    layout.files("workspace", {"solution.py": _WHO_SOLUTION})
-    layout.files("tests", {"test_who.py": _WHO_TEST})
-    layout.view()
-    run = layout.pytest("-s")
-    assert run.rc == 0, run.output
+    run = layout.passes({"solution.py": _WHO_SOLUTION}, {"test_who.py": _WHO_TEST}, 1, "-s")
     (isolated,) = run.named("isolated")
     found = re.search(r"IDS (\(\d+, \d+, \d+\))", run.output)
     assert found, run.output
