@@ -1007,8 +1007,8 @@ def endpoint():
     # As root, the tested process makes itself the tested user, first thing (tested.py
     # `main`), where a function run between fork and exec would: that function (or a change
     # of user there) makes the start a fork of this process, which copies its page tables and
-    # leaves each of its pages to fault once more at its next write (4,000 faults as the
-    # tests' interpreter ends, 10 CPU-ms a verification); without them it is a vfork. A
+    # leaves each of its pages to fault once more at its next write (4 to 6 CPU-ms a
+    # verification, measured in the verifier container); without them it is a vfork. A
     # session of its own: even SIGCONT, which any process of a session may send to the others
     # whatever their user, cannot reach the tests then.
     uid = TESTED_UID if os.getuid() == 0 else None
@@ -1035,7 +1035,7 @@ def endpoint():
     atexit.register(_end_tested, ep)
     hello = ep.request("hello", _setup_for_tested(manifest))
     # Answered before any of the workspace's code ran in that process: what it says is so.
-    if hello.get("uid") != uid:  # (it could not switch: no capability to; Landlock stands alone)
+    if hello.get("uid") != uid:  # (it did not switch: tested.py `_become`; Landlock stands alone)
         ep.tested_uid = None
     report(
         "isolated",
