@@ -921,14 +921,13 @@ def _end_tested(ep):
 
 # The tested process's start: tested.py loaded as a module (from the compiled file the verifier
 # puts beside it; a script is compiled at every start, 5 ms of CPU in the verifier container)
-# and its `main` called with the arguments.
+# and its `main` called with the arguments; as the verifier script starts view.py
+# (verifier.py `_VIEW_START`).
 _TESTED_START = (
-    "import importlib.util as u, sys\n"
-    "s = u.spec_from_file_location('_rollouts_tested', sys.argv[1])\n"
-    "m = u.module_from_spec(s)\n"
-    "sys.modules[s.name] = m\n"
-    "s.loader.exec_module(m)\n"
-    "m.main(sys.argv[2:])\n"
+    "import importlib.machinery as m, sys; "
+    'loader = m.SourceFileLoader("_rollouts_tested", sys.argv[1]); '
+    "tested = sys.modules[loader.name] = type(sys)(loader.name); tested.__file__ = loader.path; "
+    "loader.exec_module(tested); tested.main(sys.argv[2:])"
 )
 
 

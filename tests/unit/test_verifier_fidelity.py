@@ -1571,8 +1571,8 @@ def test_first(stamp):
 
 def test_a_patch_of_a_mock_imported_after_the_solution_is_made_there(tmp_path: Path) -> None:
     """A test module that imports the solution before `unittest.mock`, and patches before its
-    next call: the patchers are hooked as `unittest.mock` is made (patches.py `_OnImport`),
-    not at the next request, which came after the patch."""
+    next call: the patchers are hooked as `unittest.mock` is made (patches.py, by loader.py
+    `after_import`), not at the next request, which came after the patch."""
     run = _graded(tmp_path, PATCHED_SOLUTION, "test_late_mock.py", LATE_MOCK_TESTS)
     assert run.rc == 0, run.output
 
