@@ -45,6 +45,7 @@ Standard library only, Python >= 3.8.
 
 import builtins
 import collections
+import itertools
 import operator
 import sys
 
@@ -248,6 +249,7 @@ def _peeking(self, items, end):
 
 _ASK = object()  # what `_next_of_peek` gives when the items read ahead are used up
 _builtin_next, _length_hint_of = builtins.next, operator.length_hint  # (not a test's patch)
+_islice, _len = itertools.islice, builtins.len
 
 
 def _next_of_peek(peek):
@@ -262,12 +264,44 @@ def _next_of_peek(peek):
 
 
 def stop_peeking(proxy, used):
-    """`proxy`'s items read ahead dropped (the endpoint is about to send a message, after
-    which they may not hold); [oid, used, ended] appended to `used` where it used any."""
+    """`proxy`'s items read ahead set aside (the endpoint is about to send a message, after
+    which they hold only where the other side's next word says so: `resume_peeking`);
+    [oid, used, ended] appended to `used` where it used any. What is left of them, where it
+    used some since they came (an iterator the code has left alone does not keep its items
+    across messages, nor costs each message a check); else None."""
     peek = proxy.__dict__.pop("_rollouts_peeked", None)
     if peek is None:
-        return
-    if peek[2] is not None or _length_hint_of(peek[0]):  # some unused: start small again
-        proxy.__dict__.pop("_rollouts_peek_size", None)
+        return None
     if peek[1] or peek[3]:
         used.append([proxy.__dict__["_rollouts_oid"], peek[1], peek[3]])
+    if peek[2] is None and not _length_hint_of(peek[0]):
+        return None
+    if peek[1]:
+        return peek
+    drop_peeking(proxy)
+    return None
+
+
+def resume_peeking(proxy, left, keep, with_end):
+    """The other side says the first `keep` items of what was `left` (-1: all of it) still
+    hold, and its end where `with_end`: they serve the next `next()`s again."""
+    if keep < 0:
+        items = left[0]
+    else:
+        items = list(_islice(left[0], keep + 1))
+        if _len(items) > keep:  # (fewer stay than were left: ask for fewer next time)
+            drop_peeking(proxy)
+        items = iter(items[:keep])
+    peek = [items, 0, left[2] if with_end else None, False]
+    object.__setattr__(proxy, "_rollouts_peeked", peek)
+    proxy._rollouts_ep.peeking[id(proxy)] = proxy
+
+
+def drop_peeking(proxy, used=0):
+    """What was left of `proxy`'s items read ahead no longer holds: the next ask starts small,
+    at twice the `used` items taken before the drop where some were (an item walked per
+    callback, of values that cannot be set aside: two asked each time, not sixteen)."""
+    if used > 0:
+        object.__setattr__(proxy, "_rollouts_peek_size", min(2 * used, CHUNK_LARGEST))
+    else:
+        proxy.__dict__.pop("_rollouts_peek_size", None)

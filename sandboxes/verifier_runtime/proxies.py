@@ -133,6 +133,23 @@ def remote_name(name):
     return True
 
 
+def _copy(self):
+    return self._rollouts_ep.request("op", "copy", self)
+
+
+class _ClassOnly:
+    """`RemoteObject.__copy__`: `copy.copy`, which looks it up on the class, copies the object
+    on the other side; the proxy itself has none unless its real class has one (a mirror's
+    `SPECIALS`). `itertools.tee` copies an iterator that has `__copy__` instead of buffering
+    it, and a generator or a map, which have none, cannot be copied that way (a solution's
+    tee of the tests' generator raised; of a map, the second copy came out empty)."""
+
+    def __get__(self, obj, cls=None):
+        if obj is not None:
+            raise AttributeError("__copy__")
+        return _copy
+
+
 class RemoteObject:
     """Base of every mirror class: a proxy of an object in the other process. It defines only
     what every object has (attributes, text, comparisons, hashing, copies); the mirror class
@@ -201,8 +218,7 @@ class RemoteObject:
     def __reduce_ex__(self, protocol):
         return self._rollouts_ep.pickled(self, protocol)
 
-    def __copy__(self):
-        return self._rollouts_ep.request("op", "copy", self)
+    __copy__ = _ClassOnly()
 
     def __deepcopy__(self, memo):
         return self._rollouts_ep.request("op", "deepcopy", self)
@@ -254,7 +270,7 @@ _FORWARDED = (
 ).split()
 SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
 SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in ("add", "radd", "sub", "rsub")})
-SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit)
+SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit, __copy__=_copy)
 for _name, _method in SPECIALS.items():
     _method.__name__ = _method.__qualname__ = _name
 
@@ -281,13 +297,13 @@ def hashable(cls):
 
 def mirror_namespace(specials, is_hashable, bases):
     """The special methods of a mirror class whose real class has `specials`: those, None for
-    one a mirrored base has and the real class turned off, and `__hash__ = None` for an
-    unhashable class."""
+    one a mirrored base has and the real class turned off (not `RemoteObject`'s class-only
+    `__copy__`, which every base has), and `__hash__ = None` for an unhashable class."""
     namespace = {}
     for name, method in SPECIALS.items():
         if name in specials:
             namespace[name] = method
-        elif any(_special(b, name) is not None for b in bases):
+        elif any(_special(b, name) not in (None, RemoteObject.__dict__.get(name)) for b in bases):
             namespace[name] = None
     if not is_hashable:
         namespace["__hash__"] = None

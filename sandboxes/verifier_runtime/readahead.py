@@ -23,8 +23,18 @@ The real iterator does not move when the copy is read. The asking side counts th
 used and says so ("ra") in the next request or answer it sends, before anything else, so
 before any code of ours can run again: we then advance the real iterator by that many, which
 yields exactly those items (nothing else could have moved it meanwhile, and these iterators
-make each item from their state alone). What it did not use is dropped on its side. The
-copy never leaves this process and no request can name it.
+make each item from their state alone). The copy never leaves this process and no request
+can name it.
+
+What the asking side did not use it sets aside ("ho"), where it used some since they came: a
+solution that calls back into the tests for each item of the tests' list would otherwise ask
+for the next item again after every callback. It may use them again only if our next request
+or answer says they still hold ("hk"), which we say, once our code has run, only where our
+iterator stands where the count left it (the same sequence object at the same index; an
+itertools copy's equal state) and, over a list or bytearray, the items it will give next are
+still the very objects read ahead (`_still_holds`: at most `HOLD_MAX`, all immutable, so an
+item changed in place cannot differ from the one sent). Anything else, and anything set
+aside that no word came for, is dropped on both sides, and the next item is asked for again.
 
 Where the asking side is the tested process and the iterator's state is a few indices over
 immutable plain values (a range iterator, and those itertools over tuples, frozensets and
@@ -71,6 +81,7 @@ iterators = _load("iterators")
 
 CHUNK_MAX = 1024  # items of an iterator in one answer (`serve_chunk`)
 CHUNK_TABLE = 4096  # ... or fewer, once their composites fill this many table entries
+HOLD_MAX = 32  # items read ahead that may stay the other side's across a message
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _CONTAINERS = (tuple, list, frozenset)
@@ -143,17 +154,25 @@ def _reduced(it):
     return make, args, state
 
 
-def clone(it):
+def clone(it, shared=()):
     """An independent copy of iterator `it` at its current position where reading it ahead is
-    unobservable (the module's docstring), else None."""
+    unobservable (the module's docstring), else None. Not of one over a sequence whose id is in
+    `shared` (a list both sides keep, shares.py: a change the other side makes to its copy
+    comes with its next message, and items read ahead before it would not have it), nor where
+    the copy does not stand where `it` does (a reversed iterator past the end of a list that
+    shrank: `__setstate__` moves the copy back to the list's last item, where `it` gives none)."""
     try:
         reduced = _reduced(it)
         if reduced is None:
             return None
         make, args, state = reduced
+        if (make is _iter or make is _reversed) and id(args[0]) in shared:
+            return None
         copy = make(*args)
         if state is not None:
             copy.__setstate__(state)
+        if _position(copy)[2] != state:
+            return None
         return copy
     except Exception:
         return None
@@ -273,6 +292,79 @@ def advance_rebuilt(it, used, ended):
 _END = object()
 
 
+def _position(it):
+    """(make, args, state) of our iterator `it` as it stands now (one `clone` copies)."""
+    reduced = it.__reduce__()
+    return reduced[0], reduced[1], reduced[2] if _len(reduced) > 2 else None
+
+
+def _same(a, b):
+    """Whether iterator positions `a` and `b` (`_position`) make the same next items: the same
+    sequence object at the same index (a range: an equal one, made anew at each reduce), or
+    equal plain values (itertools' pools and indices)."""
+    if a[0] is not b[0] or _type(a[1]) is not tuple or _type(b[1]) is not tuple:
+        return False
+    if a[0] is not _iter and a[0] is not _reversed:
+        return a == b
+    if _len(a[1]) != 1 or _len(b[1]) != 1 or _type(a[2]) is not int:
+        return False
+    seq, other = a[1][0], b[1][0]
+    same = seq is other or (_type(seq) is range and _type(other) is range and seq == other)
+    return same and _type(b[2]) is int and a[2] == b[2]
+
+
+def _hold(entry, used):
+    """What to check when we next send (`_still_holds`) of our iterator's entry in `peeked`
+    ([it, taken, to_end, items]) where the other side set aside what it did not use past the
+    first `used`: [it, the items that may stay (None: a recipe, whose copy is the other side's),
+    whether its end may, where the iterator stands now]; None where nothing may stay. At
+    most `HOLD_MAX` items, and only immutable ones: a list the items are in is checked item by
+    item at each message, and an item changed in place would differ from the one sent."""
+    it, taken, to_end, items = entry
+    try:
+        where = _position(it)
+    except Exception:
+        return None
+    if taken is None:
+        return [it, None, to_end, where]
+    left = _len(items) - used
+    keep, i = [], used
+    while i < _len(items) and _len(keep) < HOLD_MAX and frozen(items[i]):
+        keep.append(items[i])
+        i += 1
+    if not keep and not to_end:
+        return None
+    return [it, keep, to_end and _len(keep) == left, where]
+
+
+def _still_holds(hold):
+    """[how many items, whether the end, our new `peeked` entry] where what the other side set
+    aside of our iterator still stands as it was read ahead: the iterator where it was, and the
+    items of a list or bytearray still those very objects (its end: still its length); None
+    where it does not (it moved, or the items changed: the other side drops them)."""
+    it, keep, with_end, was = hold
+    try:
+        now = _position(it)
+    except Exception:
+        return None
+    if not _same(now, was):
+        return None
+    if keep is None:  # a recipe: the other side's copy goes on from here
+        return [-1, True, [it, None, True, None]]
+    seq, index, n = now[1][0], now[2], _len(keep)
+    if _type(seq) is list or _type(seq) is bytearray:
+        step = -1 if now[0] is _reversed else 1
+        j = 0
+        while j < n:
+            at = index + j * step
+            if not 0 <= at < _len(seq) or seq[at] is not keep[j]:
+                return None
+            j += 1
+        if with_end and index + n * step != (_len(seq) if step > 0 else -1):
+            with_end = False
+    return [n, with_end, [it, n, with_end, keep]]
+
+
 def no_reference(v):
     raise ProtocolError("an item read ahead holds a reference")  # (`pure` excludes it)
 
@@ -329,7 +421,8 @@ class ReadAhead:
         if args[2] is True and self._recipe(it, out, reply):
             return
         oid = self.export_ids.get(id(it))
-        copy = clone(it) if oid is not None and oid not in self.peeked else None
+        fresh = oid is not None and oid not in self.peeked
+        copy = clone(it, self.share_ids) if fresh else None
         if copy is not None:
             items, ended = take(copy, args[1])
             if items:
@@ -345,7 +438,9 @@ class ReadAhead:
                 reply["p"] = 1
                 if ended:
                     reply["z"] = self.encode_exception(StopIteration(), out)
-                self.peeked[oid] = [it, len(items), ended]
+                self.peeked[oid] = [it, len(items), ended, items]
+                # (what the other side set aside of it gives way: these items are from now)
+                self.holding.pop(oid, None)
                 return
         try:
             item = next(it)
@@ -368,43 +463,101 @@ class ReadAhead:
             return False
         reply["b"] = codec.encode(made, out, no_reference)
         reply["k"], reply["p"] = [], 1
-        self.peeked[oid] = [it, None, True]
+        self.peeked[oid] = [it, None, True, None]
+        self.holding.pop(oid, None)
         return True
 
     def _tell_used(self, msg):
-        """Into an outgoing request or answer: how many of the items read ahead of the other
-        side's iterators we used ("ra"), before any code of the other side can run again.
-        What we did not use is dropped (it may not hold once that code has run)."""
-        if not self.peeking:
-            return
-        used = []
-        for proxy in self.peeking.values():
-            iterators.stop_peeking(proxy, used)
-        self.peeking = {}
-        if used:
-            msg["ra"] = used
+        """Into an outgoing request or answer, before any code of the other side can run again:
+        as the asking side, how many of the items read ahead of the other side's iterators we
+        used ("ra") and which of them we have more of, set aside ("ho"), usable again only if
+        the other side's next request or answer says they still hold; as the serving side, which
+        of ours the other side set aside still stand as they were read ahead ("hk")."""
+        self._drop_offered()  # (set aside at a message before, and no word came since)
+        if self.peeking:
+            used = []
+            for proxy in self.peeking.values():
+                left = iterators.stop_peeking(proxy, used)
+                if left is not None:
+                    self.offered[proxy.__dict__["_rollouts_oid"]] = (proxy, left)
+            self.peeking = {}
+            if used:
+                msg["ra"] = used
+            if self.offered:
+                msg["ho"] = list(self.offered)
+        if self.holding:
+            kept = []
+            for oid, hold in self.holding.items():
+                word = _still_holds(hold)
+                if word is not None:
+                    kept.append([oid, word[0], word[1]])
+                    self.peeked[oid] = word[2]
+            self.holding = {}
+            if kept:
+                msg["hk"] = kept
 
-    def _advance_used(self, used):
-        """Our iterators moved past the items the other side used of what we read ahead (and
-        forgotten: what we read ahead holds only until the other side's next message)."""
+    def _drop_offered(self):
+        offered, self.offered = self.offered, {}
+        for proxy, left in offered.values():
+            iterators.drop_peeking(proxy, left[1])
+
+    def _advance_used(self, msg):
+        """From an incoming request or answer, before any code of ours runs: our iterators moved
+        past the items the other side used of what we read ahead ("ra"); the rest of what we
+        read ahead is forgotten, but for what the other side set aside ("ho"), which is checked
+        when we next send (`_tell_used`); and of our own items read ahead that we set aside, what
+        the other side says still holds ("hk") serves our `next()`s again."""
         peeked, self.peeked = self.peeked, {}
-        if used is None:
-            return
-        if not isinstance(used, list):
-            raise ProtocolError("ra")
-        for entry in used:
-            if not isinstance(entry, list) or len(entry) != 3:
+        self.holding = {}
+        used, held = msg.get("ra"), msg.get("ho")
+        counts = {}
+        if used is not None:
+            if not isinstance(used, list):
                 raise ProtocolError("ra")
-            oid, n, ended = entry
-            if type(oid) is not int or type(n) is not int or type(ended) is not bool:
-                raise ProtocolError("ra")
-            it, taken, to_end = peeked.pop(oid, None) or (None, -1, False)
-            if taken is None:  # a recipe: its copy yields what the iterator has, no more
-                if n < 0 or not advance_rebuilt(it, n, ended):
-                    raise ProtocolError("ra: more than the iterator had")
-                continue
-            if not 0 <= n <= taken:
-                raise ProtocolError("ra: more than was read ahead")
-            if ended and not (to_end and n == taken):
-                raise ProtocolError("ra: past the end read ahead")
-            advance(it, n, ended)
+            for entry in used:
+                if not isinstance(entry, list) or len(entry) != 3:
+                    raise ProtocolError("ra")
+                oid, n, ended = entry
+                if type(oid) is not int or type(n) is not int or type(ended) is not bool:
+                    raise ProtocolError("ra")
+                if oid in counts:
+                    raise ProtocolError("ra: an iterator counted twice")
+                it, taken, to_end, _items = peeked.get(oid) or (None, -1, False, None)
+                counts[oid] = n
+                if taken is None:  # a recipe: its copy yields what the iterator has, no more
+                    if n < 0 or not advance_rebuilt(it, n, ended):
+                        raise ProtocolError("ra: more than the iterator had")
+                    continue
+                if not 0 <= n <= taken:
+                    raise ProtocolError("ra: more than was read ahead")
+                if ended and not (to_end and n == taken):
+                    raise ProtocolError("ra: past the end read ahead")
+                advance(it, n, ended)
+        if held is not None:
+            if not isinstance(held, list) or not all(type(oid) is int for oid in held):
+                raise ProtocolError("ho")
+            for oid in held:
+                entry = peeked.get(oid)
+                hold = None if entry is None else _hold(entry, counts.get(oid, 0))
+                if hold is not None:
+                    self.holding[oid] = hold
+        self._resume_offered(msg.get("hk"))
+
+    def _resume_offered(self, kept):
+        offered, self.offered = self.offered, {}
+        if kept is not None:
+            if not isinstance(kept, list):
+                raise ProtocolError("hk")
+            for entry in kept:
+                if not isinstance(entry, list) or len(entry) != 3:
+                    raise ProtocolError("hk")
+                oid, keep, with_end = entry
+                if type(keep) is not int or not -1 <= keep <= HOLD_MAX:
+                    raise ProtocolError("hk")
+                if type(with_end) is not bool:
+                    raise ProtocolError("hk")
+                found = offered.pop(oid, None) if type(oid) is int else None
+                if found is not None:  # (else nothing of it was set aside: no word to heed)
+                    iterators.resume_peeking(found[0], found[1], keep, with_end)
+        for proxy, left in offered.values():
+            iterators.drop_peeking(proxy, left[1])

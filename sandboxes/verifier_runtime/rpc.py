@@ -131,8 +131,10 @@ class Endpoint(
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
         self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
-        self.peeked = {}  # oid -> [our iterator, items read ahead of it (None: a recipe went),
-        #                     whether to its end]
+        self.peeked = {}  # oid -> [our iterator, how many read ahead of it (None: a recipe
+        #                     went), whether to its end, those items]
+        self.offered = {}  # oid -> (proxy, what is left of its items) set aside at a message
+        self.holding = {}  # oid -> what the other side set aside of ours (readahead._hold)
         self.rebuilds = False  # whether we ask for recipes of the other side's iterators
         self.shares = {}  # handle -> our list, dict or set kept on both sides (shares.py)
         self.share_ids = {}  # id(container) -> handle
@@ -201,7 +203,7 @@ class Endpoint(
             if "r" in msg:
                 if msg["r"] != q:
                     raise ProtocolError("answer %r to request %r" % (msg["r"], q))
-                self._advance_used(msg.get("ra"))
+                self._advance_used(msg)
                 self.after_answer(msg)
                 memo = self._built(msg, sent)
                 answer.update((flag, 1) for flag in ("c", "g") if flag in msg)
@@ -299,7 +301,7 @@ class Endpoint(
         if type(q) is not int or not isinstance(op, str) or not isinstance(raw, list):
             raise ProtocolError("malformed request")
         self.served += 1
-        self._advance_used(msg.get("ra"))
+        self._advance_used(msg)
         self.on_request(msg)
         memo = self._built(msg)
         args = [self.decode(a, memo) for a in raw]

@@ -27,10 +27,12 @@ SOLUTION = '''
 import argparse
 import collections
 import collections.abc
+import copy
 import csv
 import dataclasses
 import datetime
 import enum
+import itertools
 import json
 import os
 import pstats
@@ -456,6 +458,61 @@ def scaled(n, state):
         yield i * state["k"]
 
 
+def tee_both(it):
+    a, b = itertools.tee(it)
+    return list(a), list(b)
+
+
+def has_copy(x):
+    return hasattr(x, "__copy__")
+
+
+def walk(it, visit):
+    return [(x, visit(x)) for x in it]
+
+
+def iterate(items):
+    return iter(items)
+
+
+def walk_changing(it, items):
+    out = []
+    for x in it:
+        out.append(x)
+        if x == 1:
+            items[2] = "changed"
+    return out
+
+
+class Keeper:
+    def __init__(self):
+        self.items = list(range(10))
+
+    def get(self):
+        return self.items
+
+
+class Items:
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def touch(self, x):
+        if x == 3:
+            self.items[5] = "changed"
+        if x == 7:
+            self.items.append("more")
+        if x == "more":
+            del self.items[1:]
+        return x
+
+
+def copied(x):
+    return copy.copy(x)
+
+
 def first_of(items):
     return items[0]
 
@@ -480,10 +537,12 @@ TESTS = """
 import argparse
 import collections
 import collections.abc
+import copy
 import csv
 import dataclasses
 import datetime
 import inspect
+import itertools
 import json
 import pstats
 import subprocess
@@ -880,6 +939,107 @@ def test_a_generator_reads_the_tests_state_as_it_goes():
     assert next(gen) == 0
     state["k"] = 10
     assert list(gen) == [10, 20]
+
+
+def _two():
+    yield 1
+    yield 2
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+
+def test_the_solutions_tee_of_the_tests_iterators_buffers_them_as_it_would_here():
+    # itertools.tee copies an iterator that has __copy__ (a tee) and buffers any other
+    assert solution.tee_both(_two()) == ([1, 2], [1, 2])
+    assert solution.tee_both(map(str, [1, 2])) == (["1", "2"], ["1", "2"])
+    assert solution.tee_both(iter([1, 2])) == ([1, 2], [1, 2])
+    assert solution.tee_both(itertools.tee([3])[0]) == ([3], [3])
+    for x in (_two(), iter([1]), map(str, []), itertools.tee([1])[0], Box(1)):
+        assert solution.has_copy(x) is hasattr(x, "__copy__"), x
+
+
+def test_the_tests_tee_of_the_solutions_generator_buffers_it():
+    a, b = itertools.tee(solution.scaled(3, {"k": 2}))
+    assert list(a) == [0, 2, 4] and list(b) == [0, 2, 4]
+    assert not hasattr(solution.scaled(1, {"k": 1}), "__copy__")
+
+
+def _walk(it, visit):
+    return [(x, visit(x)) for x in it]
+
+
+def _calling_back(walker, items, wrap=iter):
+    # The solution's walk (or the same here) of an iterator of ours, whose callback moves it
+    # and changes what it walks: items read ahead and set aside across the callbacks must be
+    # what one process would give.
+    it = wrap(items)
+
+    def visit(x):
+        if x == 10:
+            return next(it)
+        if x == 20 and isinstance(items, list):
+            items[22 if wrap is iter else 18] = "changed"
+        if x == 30 and isinstance(items, list):
+            del items[31:33]
+        if x == 40 and isinstance(items, list):
+            items.append(1000)
+        if isinstance(x, list) and x[0] < len(items):
+            items[x[0]].append(0)  # the next item, read ahead, changes in place
+        return None
+
+    return walker(it, visit)
+
+
+def test_the_solution_walks_an_iterator_of_ours_that_our_callbacks_move_and_change():
+    for make in (lambda: list(range(41)), lambda: tuple(range(60)), lambda: "x" * 40):
+        assert _calling_back(solution.walk, make()) == _calling_back(_walk, make())
+    assert _calling_back(solution.walk, list(range(60)), reversed) == _calling_back(
+        _walk, list(range(60)), reversed
+    )
+    for make in (lambda: range(50), lambda: [[1], [2], [3], [4]]):
+        assert _calling_back(solution.walk, make()) == _calling_back(_walk, make())
+
+
+def test_a_reversed_iterator_past_the_end_of_a_list_that_shrank_gives_nothing():
+    for make in (list, bytearray):
+        items = make(range(10))
+        it = reversed(items)
+        next(it)
+        del items[3:]
+        assert solution.walk(it, lambda x: None) == []
+    items = list(range(10))
+
+    def visit(x):
+        if x == 8:
+            del items[3:]
+
+    assert solution.walk(reversed(items), visit) == [(9, None), (8, None)]
+
+
+def test_items_of_a_list_both_sides_keep_are_never_read_ahead_stale():
+    kept = list(range(10))
+    it = solution.iterate(kept)  # (the solution keeps our list: one list on both sides)
+    assert next(it) == 0
+    kept[1] = "x"
+    assert next(it) == "x"
+    items = solution.Keeper().get()
+    assert solution.walk_changing(iter(items), items)[2] == "changed"
+
+
+def test_we_walk_the_solutions_iterator_while_its_methods_change_it():
+    box = solution.Items(list(range(10)))
+    assert [box.touch(x) for x in box] == [0, 1, 2, 3, 4, "changed", 6, 7, 8, 9, "more"]
+
+
+def test_copy_copy_of_the_other_sides_objects_copies_them_there():
+    box = Box([1])
+    other = solution.copied(box)
+    assert type(other) is Box and other is not box and other.v is box.v
+    made = copy.copy(solution.Plain())
+    assert type(made) is solution.Plain
 
 
 def test_a_list_the_solution_does_not_keep_is_not_shared():

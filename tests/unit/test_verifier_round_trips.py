@@ -87,6 +87,18 @@ def alternate(it, fn):
     return [(x, fn()) for x in it]
 
 
+def each(it, fn):
+    return [fn(x) for x in it]
+
+
+def listed(n):
+    return iter(list(range(n)))
+
+
+def same(x):
+    return x
+
+
 def helper():
     return "old"
 
@@ -370,12 +382,12 @@ def test_a_count_of_items_of_a_copy_is_checked_against_the_iterator():
         oid = ep.export_ids[id(it)]
         assert ep._recipe(it, memo, {})  # (as a peek asked now would)
         with pytest.raises(refused):
-            ep._advance_used([[oid, *forged]])
+            ep._advance_used({"ra": [[oid, *forged]]})
         assert next(it, None) == where  # (a protocol error ends the run; as far as it got)
     it = iter(range(10))
     assert solution.take(it, 1) == [0]
     assert ep._recipe(it, memo, {})
-    ep._advance_used([[ep.export_ids[id(it)], 4, False]])
+    ep._advance_used({"ra": [[ep.export_ids[id(it)], 4, False]]})
     assert next(it) == 5
 
 
@@ -418,8 +430,46 @@ def test_a_count_of_used_items_is_checked_against_what_was_read_ahead():
     assert solution.take(it, 1) == [0]
     for forged in ([[ep.export_ids.get(id(it), 1), 1, False]], [[1, 1, 1]], [["x", 0, False]], {}):
         with pytest.raises(refused):
-            ep._advance_used(forged)  # (nothing was read ahead since the last message)
+            ep._advance_used({"ra": forged})  # (nothing was read ahead since the last message)
+    held = ({"ho": ["x"]}, {"ho": {}}, {"hk": {}}, {"hk": [[1, 1]]}, {"hk": [[1, -2, False]]})
+    held += ({"hk": [[1, 1 << 63, False]]}, {"hk": [[1, 33, False]]}, {"hk": [[1, 1, 0]]})
+    for forged in held:
+        with pytest.raises(refused):
+            ep._advance_used(forged)
     assert next(it) == 1
+
+
+def test_items_read_ahead_outlast_callbacks_that_leave_the_iterator_as_it_was():
+    before = requests()
+    assert solution.each(iter(list(range(1000))), lambda x: x + 1) == list(range(1, 1001))
+    assert solution.each(iter(range(1000)), lambda x: x) == list(range(1000))
+    assert requests() - before < 2200  # a callback per item, and a few asks for items (4000)
+    it = solution.listed(1000)
+    before = requests()
+    assert [solution.same(x) for x in it] == list(range(1000))
+    assert requests() - before < 1100  # (2000: each item asked for again after the call)
+
+
+def test_items_of_an_iterator_the_solution_left_alone_are_not_set_aside_again():
+    ep = sys.modules["_rollouts_trusted"]._endpoint
+    heard = []
+    advance = ep._advance_used
+
+    def spy(msg):
+        heard.append(msg.get("ho"))
+        return advance(msg)
+
+    ep._advance_used = spy
+    try:
+        it = iter(list(range(100)))
+        assert solution.take_then_call(it, 2, lambda: 7) == ([0, 1], 7)
+        assert heard[-2] is not None  # set aside at the callback (and kept: unchanged)
+        for _ in range(3):
+            solution.helper()
+    finally:
+        del ep._advance_used
+    assert heard[-4:] == [None] * 4  # none at the answer, nor at any message after
+    assert next(it) == 2
 
 
 def test_a_module_function_is_one_exchange_per_call():
@@ -523,4 +573,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 25)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 27)
