@@ -365,6 +365,13 @@ def _still_holds(hold):
     return [n, with_end, [it, n, with_end, keep]]
 
 
+def _triples(value, key):
+    """`value`, a list of 3-item lists (a message's "ra" or "hk"), or a protocol error."""
+    if not isinstance(value, list) or not all(isinstance(e, list) and len(e) == 3 for e in value):
+        raise ProtocolError(key)
+    return value
+
+
 def no_reference(v):
     raise ProtocolError("an item read ahead holds a reference")  # (`pure` excludes it)
 
@@ -473,7 +480,8 @@ class ReadAhead:
         used ("ra") and which of them we have more of, set aside ("ho"), usable again only if
         the other side's next request or answer says they still hold; as the serving side, which
         of ours the other side set aside still stand as they were read ahead ("hk")."""
-        self._drop_offered()  # (set aside at a message before, and no word came since)
+        if self.offered:  # (set aside at a message before, and no word came since)
+            self._drop_offered()
         if self.peeking:
             used = []
             for proxy in self.peeking.values():
@@ -508,16 +516,12 @@ class ReadAhead:
         when we next send (`_tell_used`); and of our own items read ahead that we set aside, what
         the other side says still holds ("hk") serves our `next()`s again."""
         peeked, self.peeked = self.peeked, {}
-        self.holding = {}
-        used, held = msg.get("ra"), msg.get("ho")
+        if self.holding:
+            self.holding = {}
+        used, held, kept = msg.get("ra"), msg.get("ho"), msg.get("hk")
         counts = {}
         if used is not None:
-            if not isinstance(used, list):
-                raise ProtocolError("ra")
-            for entry in used:
-                if not isinstance(entry, list) or len(entry) != 3:
-                    raise ProtocolError("ra")
-                oid, n, ended = entry
+            for oid, n, ended in _triples(used, "ra"):
                 if type(oid) is not int or type(n) is not int or type(ended) is not bool:
                     raise ProtocolError("ra")
                 if oid in counts:
@@ -541,17 +545,13 @@ class ReadAhead:
                 hold = None if entry is None else _hold(entry, counts.get(oid, 0))
                 if hold is not None:
                     self.holding[oid] = hold
-        self._resume_offered(msg.get("hk"))
+        if kept is not None or self.offered:
+            self._resume_offered(kept)
 
     def _resume_offered(self, kept):
         offered, self.offered = self.offered, {}
         if kept is not None:
-            if not isinstance(kept, list):
-                raise ProtocolError("hk")
-            for entry in kept:
-                if not isinstance(entry, list) or len(entry) != 3:
-                    raise ProtocolError("hk")
-                oid, keep, with_end = entry
+            for oid, keep, with_end in _triples(kept, "hk"):
                 if type(keep) is not int or not -1 <= keep <= HOLD_MAX:
                     raise ProtocolError("hk")
                 if type(with_end) is not bool:
