@@ -471,6 +471,12 @@ def walk(it, visit):
     return [(x, visit(x)) for x in it]
 
 
+def checked_width(n):
+    if n < 0:
+        raise ValueError("bad width: %d" % n)
+    return n
+
+
 def iterate(items):
     return iter(items)
 
@@ -607,6 +613,12 @@ def test_the_workspaces_subclass_of_a_standard_library_exception_is_one():
     with pytest.raises(json.JSONDecodeError) as info:
         solution.load_config("[1,")
     assert isinstance(info.value, solution.ConfigError) and info.value.pos == 3
+
+
+def test_a_solutions_exception_matches_an_anchored_pattern_and_has_no_notes():
+    with pytest.raises(ValueError, match="^bad width: -1$") as caught:
+        solution.checked_width(-1)
+    assert not hasattr(caught.value, "__notes__")
 
 
 def test_except_csv_error():
