@@ -394,7 +394,19 @@ def _one_sided(name):
 
 
 def _serve_exit(obj, *exc):
+    # The other side's traceback never crosses (an opaque handle at most): a context manager
+    # here gets None for it, as `gen.throw` of `contextlib.contextmanager` accepts (it raised
+    # TypeError on the handle, in place of the body's exception).
+    if len(exc) == 3 and type(exc[2]) is not _TRACEBACK:
+        exc = (exc[0], exc[1], None)
     return type(obj).__exit__(obj, *exc)
+
+
+try:
+    raise TypeError
+except TypeError as _e:
+    _TRACEBACK = type(_e.__traceback__)
+    del _e
 
 
 _BINARY = (

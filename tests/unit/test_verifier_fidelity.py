@@ -27,6 +27,7 @@ SOLUTION = '''
 import argparse
 import collections
 import collections.abc
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -471,6 +472,18 @@ def walk(it, visit):
     return [(x, visit(x)) for x in it]
 
 
+@contextlib.contextmanager
+def managed(log):
+    try:
+        yield log
+    finally:
+        log.append("exit")
+
+
+def quiet():
+    return contextlib.suppress(KeyError)
+
+
 def checked_width(n):
     if n < 0:
         raise ValueError("bad width: %d" % n)
@@ -613,6 +626,16 @@ def test_the_workspaces_subclass_of_a_standard_library_exception_is_one():
     with pytest.raises(json.JSONDecodeError) as info:
         solution.load_config("[1,")
     assert isinstance(info.value, solution.ConfigError) and info.value.pos == 3
+
+
+def test_the_solutions_context_managers_see_the_tests_exceptions():
+    log = []
+    with pytest.raises(ZeroDivisionError):
+        with solution.managed(log):
+            1 / 0
+    assert log == ["exit"]
+    with solution.quiet():
+        {}["missing"]
 
 
 def test_a_solutions_exception_matches_an_anchored_pattern_and_has_no_notes():
