@@ -473,13 +473,6 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
             facts = {k: v for k, v in facts.items() if k not in _BASED_FACTS}
         return facts
 
-    def encode_exception(self, e, memo):
-        # Our traceback stays here: its source lines are the tests' (an expected value beside
-        # the callback that raised).
-        node = super().encode_exception(e, memo)
-        node[4] = ""
-        return node
-
     # ---- names the tested process sends ------------------------------------------------------
     # It may name a function or module it holds; only where that name means the same pure
     # thing here (see _resolvable) is the tests' own object used, else the tests get a proxy of
