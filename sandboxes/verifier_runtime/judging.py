@@ -521,6 +521,16 @@ def shaped_decoys(v):
     return []
 
 
+def neighbours(v):
+    """Decoys near `v` for `in`: `shaped_decoys`, and for a text of one or two characters one
+    a character apart."""
+    if type(v) in (str, bytes) and 0 < len(v) < 3:
+        text = v if type(v) is str else v.decode("latin-1")
+        near = _mutate_text(text, _LETTERS)
+        return [near if type(v) is str else near.encode("latin-1")]
+    return shaped_decoys(v)
+
+
 def _shape_of(c):
     for kind in (string.ascii_lowercase, string.ascii_uppercase, string.digits):
         if c in kind:

@@ -214,6 +214,11 @@ class Mirrors:
         return found if _qualified(found) == (module_name, qualname) else None
 
     def encode_exception(self, e, memo):
+        if isinstance(e, RemoteObject) and e.__dict__.get("_rollouts_ep") is self:
+            # The other side's own exception, raised on through our code (a callback's error
+            # the solution let through): back as itself, so `pytest.raises(TheirError)` and
+            # `except TheirError` catch it as in one process.
+            return ["x", e.__dict__["_rollouts_oid"]]
         encoder = self._reference_encoder(memo)
         try:
             args = [codec.leaf(a, memo, encoder) for a in e.args]
@@ -238,7 +243,27 @@ class Mirrors:
                 ]
             except Exception:
                 attrs = []
-        return ["E", node, args, text, self.export(e), attrs]
+        return ["E", node, args, text, self.export(e), attrs, self._chain(e, memo, encoder)]
+
+    def _chain(self, e, memo, encoder):
+        """[cause, context, suppress] of exception `e` (`raise ... from`, an error raised
+        while handling another), one level: the exceptions in it go without their own."""
+        if self.chaining:
+            return None
+        cause, context = e.__cause__, e.__context__
+        if cause is None and (context is None or e.__suppress_context__):
+            return None
+        self.chaining = True
+        try:
+            return [
+                None if cause is None else codec.leaf(cause, memo, encoder),
+                None if context is None else codec.leaf(context, memo, encoder),
+                bool(e.__suppress_context__),
+            ]
+        except Exception:
+            return None
+        finally:
+            self.chaining = False
 
     def exception_base(self, name):
         """The local base of a mirrored exception class whose nearest builtin is `name`."""
@@ -249,9 +274,11 @@ class Mirrors:
         return SAFE_EXCEPTIONS.get(name, Exception)
 
     def decode_exception(self, node, memo):
-        if not (isinstance(node, list) and len(node) == 6 and node[0] == "E"):
+        if isinstance(node, list) and len(node) == 2 and node[0] == "x":
+            return self._raised_back(node[1])
+        if not (isinstance(node, list) and len(node) == 7 and node[0] == "E"):
             raise ProtocolError("exception node")
-        _, class_node, raw_args, text, oid, raw_attrs = node
+        _, class_node, raw_args, text, oid, raw_attrs, chain = node
         if not (isinstance(raw_args, list) and isinstance(raw_attrs, list) and type(oid) is int):
             raise ProtocolError("exception node")
         known = self.proxies.get(oid)
@@ -292,7 +319,29 @@ class Mirrors:
                 self.proxies[oid] = exc
             else:
                 self.releases.append([oid, 1])
+        if chain is not None:
+            self._set_chain(exc, chain, memo)
         return exc
+
+    def _raised_back(self, oid):
+        """Our own exception, raised back through the other side's code. A runner's outcome
+        (a test's skip, exit) is not: that is the tests' to raise, not the tested code's to
+        hold and raise later."""
+        exc = self.exports.get(oid) if type(oid) is int else None
+        if not isinstance(exc, BaseException):
+            raise ProtocolError("an exception raised back that is none of ours")
+        if _refused(type(exc)):
+            return RuntimeError("the other process raised a runner's %s" % type(exc).__name__)
+        return exc
+
+    def _set_chain(self, exc, chain, memo):
+        if not (isinstance(chain, list) and len(chain) == 3 and type(chain[2]) is bool):
+            raise ProtocolError("exception chain")
+        cause, context = (None if x is None else self.decode(x, memo) for x in chain[:2])
+        for name, value in (("__cause__", cause), ("__context__", context)):
+            if isinstance(value, BaseException) and value is not exc:
+                getattr(BaseException, name).__set__(exc, value)
+        BaseException.__suppress_context__.__set__(exc, chain[2])
 
     def _rebuilt_exception(self, meta, args, raw_attrs, memo):
         """The other side's exception as an instance of our own class of that name, or None.

@@ -150,12 +150,68 @@ class _ClassOnly:
         return _copy
 
 
+class _Signature:
+    """A routine proxy's `__signature__`: built here from the parameters its reference told
+    (references.py `_parameters`), None for any other proxy and on the class, where `inspect`
+    then answers as it did."""
+
+    def __get__(self, obj, owner=None):
+        facts = None if obj is None else obj.__dict__.get("_rollouts_parameters")
+        if facts is None:
+            return None
+        import inspect
+
+        empty, untold = inspect.Parameter.empty, _Untold()
+        parameters = [
+            inspect.Parameter(
+                x[0],
+                inspect._ParameterKind(x[1]),
+                default=empty if len(x) == 2 else x[2][0] if x[2] else untold,
+            )
+            for x in facts
+        ]
+        try:
+            return inspect.Signature(parameters)
+        except (TypeError, ValueError):
+            return None
+
+
+class _CoroutineMark:
+    """What `asyncio.iscoroutinefunction` (`_is_coroutine`) and, from Python 3.12,
+    `inspect.iscoroutinefunction` (`_is_coroutine_marker`) look for: a proxy of a coroutine
+    function has it (its reference told), any other proxy has not."""
+
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+    def __get__(self, obj, owner=None):
+        if obj is None or not obj.__dict__.get("_rollouts_coroutine"):
+            raise AttributeError(self.name)
+        import importlib
+
+        mark = getattr(importlib.import_module(self.module), self.name, None)
+        if mark is None:
+            raise AttributeError(self.name)
+        return mark
+
+
+class _Untold:
+    """The default of a parameter the other side did not tell (the tests' own)."""
+
+    def __repr__(self):
+        return "<default>"
+
+
 class RemoteObject:
     """Base of every mirror class: a proxy of an object in the other process. It defines only
     what every object has (attributes, text, comparisons, hashing, copies); the mirror class
     adds the special methods its real class has (`SPECIALS`), and no others, so `len()`,
     `iter()`, `callable()` and the abstract base classes of `collections.abc` answer for a
     proxy as for the object itself."""
+
+    __signature__ = _Signature()
+    _is_coroutine = _CoroutineMark("asyncio.coroutines", "_is_coroutine")
+    _is_coroutine_marker = _CoroutineMark("inspect", "_is_coroutine_mark")
 
     def __getattr__(self, name):
         if not remote_name(name):
@@ -256,13 +312,30 @@ def _exit(self, *exc):
     return self._rollouts_ep.request("op", "exit", self, *exc)
 
 
+def _await(self):
+    """`await` of the other side's coroutine (a tests' async callback awaited by the solution):
+    driven step by step there by its own `send` and `throw`, each step's yield passed up to
+    this side's event loop. (A step that needs an event loop there has none: it raises.)"""
+    step, value = self.send, None
+    while True:
+        try:
+            yielded = step(value)
+        except StopIteration as e:
+            return e.value
+        step = self.send
+        try:
+            value = yield yielded
+        except BaseException as e:  # thrown in by the loop (a cancellation): on to it there
+            step, value = self.throw, e
+
+
 # The special methods a mirror class has when its real class has them (`special_methods`),
 # by name without underscores: protocols, item access, conversions and arithmetic (both ways
 # round and in place) go to the other side as they are (`OPERATORS` below is what the serving
 # side does for each); sums and differences with a number are checked by the trusted side
 # (`arithmetic`), containment too (`contains`).
 _FORWARDED = (
-    "len bool iter next reversed getitem setitem delitem enter bytes index int float "
+    "len bool iter next reversed getitem setitem delitem enter bytes index int float aiter anext "
     "complex round trunc floor ceil neg pos abs invert fspath "
     "iadd isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
     "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
@@ -271,6 +344,7 @@ _FORWARDED = (
 SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
 SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in ("add", "radd", "sub", "rsub")})
 SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit, __copy__=_copy)
+SPECIALS.update(__await__=_await)
 for _name, _method in SPECIALS.items():
     _method.__name__ = _method.__qualname__ = _name
 
@@ -442,6 +516,8 @@ OPERATORS = {
     "abs": abs,
     "invert": lambda a: ~a,
     "fspath": lambda a: type(a).__fspath__(a),
+    "aiter": lambda a: type(a).__aiter__(a),
+    "anext": lambda a: type(a).__anext__(a),
     "str": str,
     "repr": repr,
     "hash": hash,

@@ -112,13 +112,16 @@ class References:
             return [tag, getattr(v, "__name__", ""), "", self.export(v), self.class_node(type(v))]
         if isinstance(v, type):
             return self.class_node(v, named=True)
+        node = None
         if isinstance(v, _FUNCTION_TYPES):
             named = _qualified(v)
             if named and not self._defined_here(v):
-                return ["g", named[0], named[1], self.export(v), self.class_node(type(v))]
-        node = ["o", self.export(v), self.class_node(type(v))]
+                node = ["g", named[0], named[1], self.export(v), self.class_node(type(v))]
+        if node is None:
+            node = ["o", self.export(v), self.class_node(type(v))]
         if isinstance(v, _ROUTINE_TYPES) and self.tells_routine_names():
             node.append(_routine_names(v, self.allowed_name("__qualname__")))
+            node[-1]["p"] = _parameters(v, self.allowed_name("__defaults__"))
         return node
 
     def tells_routine_names(self):
@@ -199,7 +202,11 @@ class References:
         if isinstance(found, types.ModuleType) or isinstance(found, _FUNCTION_TYPES):
             self.releases.append([oid, 1])
             return found
-        return self._proxy(oid, class_node)
+        proxy = self._proxy(oid, class_node)
+        if len(node) == 6:  # a function's: its names and parameters (`_routine_names`)
+            _set_routine_names(proxy, node[5])
+            self.heard_text(node[5].get("d"))
+        return proxy
 
 
 _ROUTINE_TYPES = _FUNCTION_TYPES + (
@@ -226,10 +233,88 @@ def _routine_names(fn, qualified=True):
 
 
 def _set_routine_names(proxy, names):
-    """Answer a routine proxy's names and documentation here (the class node has its class's)."""
+    """Answer a routine proxy's names, documentation and parameters here (the class node has
+    its class's)."""
     if not isinstance(names, dict):
         raise ProtocolError("routine names")
     for key, attr in _ROUTINE_NAMES:
         value = names.get(key)
         if isinstance(value, str):
             object.__setattr__(proxy, attr, value)
+    facts = names.get("p")
+    if facts is not None:
+        if not (
+            isinstance(facts, list)
+            and len(facts) == 2
+            and isinstance(facts[0], list)
+            and type(facts[1]) is bool
+            and all(_parameter_fact(x) for x in facts[0])
+        ):
+            raise ProtocolError("routine parameters")
+        object.__setattr__(proxy, "_rollouts_parameters", facts[0])
+        if facts[1]:  # (proxies.py `_CoroutineMark`)
+            object.__setattr__(proxy, "_rollouts_coroutine", True)
+
+
+# A default told by value (the solution's plain ones; the tests' are not the tested code's to
+# read, so theirs is only that there is one).
+_TOLD_DEFAULTS = (type(None), bool, int, float, str)
+_CO_VARARGS, _CO_VARKEYWORDS, _CO_COROUTINE = 0x04, 0x08, 0x80
+
+
+def _parameters(fn, defaults):
+    """[[[name, kind, default...], ...], coroutine] of a Python function or bound method, as
+    its code object says (no `inspect`: the tested process does not import it for this); kind
+    is inspect.Parameter's (0 positional-only ... 4 var-keyword); `default` is [] where there
+    is one not told, [value] where `defaults` and it is plain; None for any other routine."""
+    bound = isinstance(fn, types.MethodType)
+    func = fn.__func__ if bound else fn
+    code = getattr(func, "__code__", None) if type(func) is types.FunctionType else None
+    if code is None:
+        return None
+    names = code.co_varnames
+    positional = code.co_argcount
+    only = getattr(code, "co_posonlyargcount", 0)
+    keyword = code.co_kwonlyargcount
+    given = func.__defaults__ or ()
+    given_kw = func.__kwdefaults__ or {}
+    out = []
+
+    def told(value):
+        if not defaults or type(value) not in _TOLD_DEFAULTS:
+            return []
+        if type(value) is float and not (value == value and abs(value) != float("inf")):
+            return []
+        return [value] if type(value) is not str or len(value) <= 256 else []
+
+    first_default = positional - len(given)
+    for i in range(positional):
+        entry = [names[i], 0 if i < only else 1]
+        if i >= first_default:
+            entry.append(told(given[i - first_default]))
+        out.append(entry)
+    at = positional + keyword
+    if code.co_flags & _CO_VARARGS:
+        out.append([names[at], 2])
+    for name in names[positional : positional + keyword]:
+        entry = [name, 3]
+        if name in given_kw:
+            entry.append(told(given_kw[name]))
+        out.append(entry)
+    if code.co_flags & _CO_VARKEYWORDS:
+        out.append([names[at + (1 if code.co_flags & _CO_VARARGS else 0)], 4])
+    if bound and out and out[0][1] in (0, 1):
+        out = out[1:]
+    return [out, bool(code.co_flags & _CO_COROUTINE)]
+
+
+def _parameter_fact(x):
+    return (
+        isinstance(x, list)
+        and len(x) in (2, 3)
+        and isinstance(x[0], str)
+        and x[0].isidentifier()
+        and type(x[1]) is int
+        and 0 <= x[1] <= 4
+        and (len(x) == 2 or (isinstance(x[2], list) and len(x[2]) <= 1))
+    )

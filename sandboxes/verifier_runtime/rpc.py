@@ -129,6 +129,7 @@ class Endpoint(
         self.broken = None
         self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
+        self.chaining = False  # encoding an exception's cause or context (mirrors.py)
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
         self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
         self.peeked = {}  # oid -> [our iterator, how many read ahead of it (None: a recipe
@@ -307,7 +308,6 @@ class Endpoint(
         args = [self.decode(a, memo) for a in raw]
         reply = {"r": q}
         value = None  # the answer, where it is one
-        self.end_unheld_shares(reply)  # (after the arguments: they may name one)
         out = codec.Memo(records=self)
         # The caller's own containers, if they come back in the answer, stay theirs.
         out.refs = {id(c): n for n, c in memo.objects.items() if _mutable(memo, n, c)}
@@ -335,8 +335,12 @@ class Endpoint(
             kept = self.kept_arguments(memo)
             if kept:
                 reply["sr"] = kept
+        # Shares ended now, not before serving: a request of ours while serving may have been
+        # answered with one (the other side still had it), and the code may hold it again.
+        subject, memo, args = args[:1], None, None
+        self.end_unheld_shares(reply)
         self.send_shares(reply, out)
-        kept = self.kept_answer(op, args, value, out)
+        kept = self.kept_answer(op, subject, value, out)
         if kept:
             reply.setdefault("sk", []).extend(kept)
         value = None

@@ -132,6 +132,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.landlock = None
         self.workspace = None
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
+        self.generated_names = {}  # such a class -> (module, qualname) of the tests' class
         self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
         self.patched = {}  # (module, attribute) the tests patched -> its own value before
         self.descriptors = None  # what is written to fds 1 and 2 here (_Descriptors)
@@ -156,10 +157,20 @@ class TestedEndpoint(rpc.Endpoint):
                 return None
             cls.__qualname__ = named[1]
             self.generated[key] = cls
+            self.generated_names[cls] = (named[0], named[1])
         obj = tuple.__new__(cls, values)
         if len(ref) > 1 and type(ref[1]) is int:  # sent back, it is the tests' own again
             self.originals[id(obj)] = (obj, ref[1])
         return obj
+
+    def describe(self, v):
+        # A named tuple made here of a class made for the tests' (`row._replace(x=1)`,
+        # `type(row)(1, 2)`): a record of the tests' class, theirs there (trusted.py rebuild).
+        named = self.generated_names.get(type(v))
+        original = self.originals.get(id(v))
+        if named is not None and (original is None or original[0] is not v):
+            return "N", list(named), list(type(v)._fields), list(v)
+        return super().describe(v)
 
     def based(self, v):
         original = self.originals.get(id(v))  # the tests' named tuple: theirs again

@@ -172,6 +172,33 @@ def _runner_class(cls):
     return any(_runner_module(getattr(k, "__module__", None)) for k in cls.__mro__)
 
 
+def _tests_own_class(obj):
+    """Whether `obj` is a class the tests' own files define (no runner's, standard library's
+    or installed package's): the class of an object they hand over is then a target too, as
+    in one process (`type(x)(...)`, `x.__class__`, `dataclasses.replace(x)`, a classmethod):
+    calling it runs the tests' code, as calling a method of the object does. A class of a
+    library stays a description: its constructor could reach what no handed object does (a
+    file object's class opens any path)."""
+    if not isinstance(obj, type) or isinstance(obj, rpc.RemoteClassMeta) or _runner_class(obj):
+        return False
+    for klass in obj.__mro__:  # (a tests' `class Log(io.FileIO)` is FileIO's to construct)
+        module = getattr(klass, "__module__", None)
+        if module in _PLAIN_BASES_MODULES:
+            continue
+        if not (
+            isinstance(module, str) and module in sys.modules and not rpc.mirrors._installed(module)
+        ):
+            return False
+    return True
+
+
+# Modules whose classes a tests' class may derive from and stay the tests' to construct: the
+# builtins (object, int, Exception...) and the abstract, generic and enumeration bases.
+_PLAIN_BASES_MODULES = frozenset(
+    ("builtins", "abc", "typing", "enum", "collections.abc", "_collections_abc")
+)
+
+
 def _mock_own(obj, name):
     """Whether `name` is a mock's own interface rather than what it stands for: the record of
     its calls and what resets, configures or checks it (`reset_mock()` would erase the calls
@@ -257,13 +284,23 @@ def _module_globals(value):
 
 def _writable(obj, name, delete):
     """setattr/delattr by the tested process: data in the instance dictionary of a plain
-    object of the tests (a record they pass to be filled); never a class, routine, module or
-    runner's object, nor a name its class defines as a method or descriptor (which would change
-    what the tests' own calls of it do)."""
+    object of the tests (a record they pass to be filled), or a name its class defines as a
+    data descriptor (a property with a setter, a slot: setting it runs what the class says,
+    as a method call does); never a class, routine, module or runner's object, nor a name its
+    class defines as a method (an instance attribute would change what the tests' own calls
+    of it do)."""
     if isinstance(obj, type) or isinstance(obj, _ROUTINES) or _forbidden(obj):
         return False
     if _runner_class(type(obj)):  # a runner's enum member: data to read, its own to keep
         return False
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            kind = type(klass.__dict__[name])
+            if hasattr(kind, "__set__" if not delete else "__delete__"):
+                return True  # a property's setter, a slot: the class's own code decides
+            if hasattr(kind, "__get__"):
+                return False  # a method: an instance attribute would hide it from the tests
+            break
     try:
         namespace = object.__getattribute__(obj, "__dict__")
     except AttributeError:
@@ -272,9 +309,6 @@ def _writable(obj, name, delete):
         return False
     if delete:
         return name in namespace
-    for klass in type(obj).__mro__:
-        if name in klass.__dict__:
-            return not hasattr(type(klass.__dict__[name]), "__get__")
     return True
 
 
@@ -336,6 +370,10 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         self.shared = {}
         self.pushing = False
         self.patches = patches.Patches()  # the tests' patches of modules, made there too
+        # A list, dict or set our objects answer and keep (`o.items`, a callback's registry)
+        # is one object on both sides, as in one process (shares.py): the tested code may
+        # change it as it may set `o.items` itself.
+        self.shares_answers = True
 
     # ---- what the tested process may do with our objects -----------------------------------
     # A target is an object the tests handed over: an argument of their call, what their
@@ -346,7 +384,7 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
 
     def export(self, obj, value=True):
         oid = super().export(obj)
-        if value and not _forbidden(obj):
+        if (value or _tests_own_class(obj)) and not _forbidden(obj):
             self.values.add(oid)
         return oid
 
@@ -455,6 +493,27 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         if record is None and issubclass(cls, tuple) and _plain_named_tuple(cls):
             return "N", [str(cls.__module__), cls.__qualname__], list(cls._fields), list(v)
         return record
+
+    def rebuild(self, kind, named, fields, values, ref):
+        # A named tuple the tested process made of one of ours it was sent (`row._replace`):
+        # an instance of our own class of that name, when it is a plain named tuple of the
+        # tests' with those fields (made by tuple.__new__: no code of it runs).
+        found = super().rebuild(kind, named, fields, values, ref)
+        if found is not None or kind != "N" or values is None:
+            return found
+        cls = rpc.mirrors._lookup(str(named[0]), str(named[1]))
+        if (
+            not isinstance(cls, type)
+            or not _tests_own_class(cls)
+            or not issubclass(cls, tuple)
+            or not _plain_named_tuple(cls)
+            or list(cls._fields) != fields
+            or (cls.__module__, cls.__qualname__) != (named[0], named[1])
+        ):
+            return None
+        if len(ref) > 1 and type(ref[1]) is int:
+            self.releases.append([ref[1], 1])
+        return tuple.__new__(cls, values)
 
     def based(self, v):
         # A runner's object (pytest's ParameterSet is a tuple of a test's inputs) stays an
@@ -696,10 +755,20 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
             answers[0] is True
             and isinstance(held, (list, str, bytes))
             and not judging.holds(held, item)
+            and not self._discerns(proxy, item)
         ):
             self.value_hack(proxy, "contains", "contains a value it did not hold before it saw it")
             return False
         return judging.outcome(answers[0])
+
+    def _discerns(self, proxy, item):
+        """Whether an object that said yes to `item`, which it does not hold, says no to the
+        item's neighbours (shaped decoys, `judging.neighbours`): an `in` of its own meaning (a
+        trie's prefixes, an interval's numbers) rather than a yes to whatever is near."""
+        decoys = judging.neighbours(item)
+        if not decoys:
+            return False
+        return not any(a is True for a in self._probe(proxy, [("contains", x) for x in decoys]))
 
     def value_hack(self, proxy, op, why):
         report("value_hack", op=op, type=type(proxy).__qualname__, why=why)

@@ -424,6 +424,73 @@ def test_honest_uses_of_the_tests_objects_pass(layout: Layout) -> None:
     assert run.rc == 0, run.output
 
 
+# The class of an object the tests hand over is theirs to call (`type(x)(...)`), where their
+# own files define it; a class of a library, or one of theirs derived from a library's, stays
+# a description (its constructor could open any path with the tests' rights). A runner's
+# outcome the tests' callback raised comes back through the solution as an error, never as
+# itself later: the solution cannot keep a skip and raise it in another test.
+CONSTRUCT = """
+STORE = []
+
+
+def make_more(handed, path):
+    denied = []
+    for name, act in (
+        ("a library's class", lambda: type(handed[0])(path, "w")),
+        ("a tests' class derived from a library's", lambda: type(handed[1])(path, "w")),
+    ):
+        try:
+            act()
+        except PermissionError:
+            denied.append(name)
+    return denied
+
+
+def keep(cb):
+    try:
+        cb()
+    except BaseException as e:
+        STORE.append(e)
+
+
+def raise_kept():
+    raise STORE[0]
+"""
+CONSTRUCT_TESTS = """
+import io
+
+import pytest
+
+import solution
+
+
+class Log(io.FileIO):
+    pass
+
+
+def test_no_library_class_is_made_for_the_solution(tmp_path):
+    path = tmp_path / "made.txt"
+    with io.FileIO(tmp_path / "a", "w") as a, Log(tmp_path / "b", "w") as b:
+        denied = solution.make_more([a, b], str(path))
+    assert len(denied) == 2, denied
+    assert not path.exists()
+
+
+def test_keeps_a_skip():
+    solution.keep(lambda: pytest.skip("kept"))
+
+
+def test_raises_the_kept_skip():
+    solution.raise_kept()
+"""
+
+
+def test_the_tested_code_makes_only_the_tests_own_objects(layout: Layout) -> None:
+    run = _pytest_run(layout, CONSTRUCT, CONSTRUCT_TESTS)
+    assert "1 failed, 2 passed" in run.output and "skipped" not in run.output, run.output
+    assert "FAILED ../tests/test_it.py::test_raises_the_kept_skip" in run.output, run.output
+
+
 # ---- (5) names resolve to an allow-list only ----------------------------------------------
 
 

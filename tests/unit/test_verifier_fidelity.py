@@ -604,14 +604,16 @@ def test_introspection_is_never_answered_by_the_solution():
     fn = solution.fn
     assert fn.__name__ == "fn" and fn.__qualname__ == "fn" and fn.__doc__ == "Adds."
     assert fn.__module__ == "solution"
-    for name in ("__get__", "__signature__", "__wrapped__", "__code__", "__defaults__",
+    for name in ("__get__", "__wrapped__", "__code__", "__defaults__",
                  "__globals__", "__self__", "__func__", "__annotations__", "__closure__"):
         assert not hasattr(fn, name), name
-    for name in ("__get__", "__signature__", "__wrapped__", "__code__"):
+    for name in ("__get__", "__wrapped__", "__code__"):
         assert not hasattr(type(fn), name), name
     assert type(fn).__text_signature__ is None  # the local class's own (type's) answer
     assert not inspect.isroutine(fn)
-    assert str(inspect.signature(fn)) == "(*args, **kwargs)"
+    # Its parameters as its code object says, told with its reference; plain defaults too.
+    assert str(inspect.signature(fn)) == "(a, b=2)"
+    assert type(fn).__signature__ is None  # (inspect of the mirror class answers as it did)
 
 
 def test_a_standard_library_exception_is_itself():
@@ -1779,3 +1781,235 @@ def test_a_spy_on_a_real_function_is_never_made_in_the_tested_process(tmp_path: 
     keeps its own function; the spy records nothing of it (such a test fails: the fallback)."""
     run = _graded(tmp_path, PATCHED_SOLUTION, "test_spied.py", SPIED_TESTS)
     assert run.rc == 0, run.output
+
+
+# ---- what the solution does with the tests' objects, as it would in one process ------------
+# Each shape failed a correct solution before (a hunt for common idioms, stop 50): the change
+# lost, a PermissionError, a mirror type, an exception not caught as itself, a correct `in`
+# judged a value hack, a `(*args, **kwargs)` signature, an `await` refused.
+HANDED_SOLUTION = """
+import asyncio
+import dataclasses
+import inspect
+
+
+def add_item(o, x):
+    o.items.append(x)
+
+
+def grown(o):
+    return type(o)(o.a + 1), o.__class__(o.a + 2), type(o).make(5)
+
+
+def replaced(d):
+    return dataclasses.replace(d, a=9)
+
+
+def set_value(o, v):
+    o.value = v
+
+
+def set_slot(o, v):
+    o.s = v
+
+
+def moved(p):
+    return p._replace(x=10)
+
+
+def call(cb):
+    return cb()
+
+
+def wrap_key_error(cb):
+    try:
+        cb()
+    except KeyError as e:
+        raise ValueError("wrapped") from e
+
+
+def arity(cb):
+    return [p.name for p in inspect.signature(cb).parameters.values()]
+
+
+async def dispatch(cb, x):
+    if asyncio.iscoroutinefunction(cb):
+        return await cb(x)
+    return cb(x)
+
+
+def run(cb, x):
+    return asyncio.run(dispatch(cb, x))
+
+
+def total(agen):
+    async def go():
+        return sum([x async for x in agen])
+
+    return asyncio.run(go())
+
+
+async def numbers(n):
+    for i in range(n):
+        yield i
+
+
+class Trie:
+    def __init__(self, words):
+        self.words = list(words)
+
+    def __contains__(self, prefix):
+        return any(w.startswith(prefix) for w in self.words)
+
+    def __iter__(self):
+        return iter(self.words)
+"""
+HANDED_TESTS = """
+import asyncio
+import collections
+import dataclasses
+
+import pytest
+
+import solution
+
+
+class Box:
+    def __init__(self, a=0):
+        self.a = a
+        self.items = []
+
+    @classmethod
+    def make(cls, a):
+        return cls(a)
+
+
+def test_a_list_in_an_attribute_of_ours_is_changed_in_place():
+    box = Box()
+    solution.add_item(box, 3)
+    solution.add_item(box, 4)
+    assert box.items == [3, 4]
+
+
+def test_our_objects_class_makes_our_objects():
+    a, b, c = solution.grown(Box(1))
+    assert (type(a), a.a, type(b), b.a, type(c), c.a) == (Box, 2, Box, 3, Box, 5)
+
+
+@dataclasses.dataclass
+class Point:
+    a: int
+    b: int = 0
+
+
+def test_dataclasses_replace_of_our_dataclass_is_ours():
+    assert solution.replaced(Point(1, 2)) == Point(9, 2)
+
+
+class Temperature:
+    def __init__(self):
+        self._v = 0
+
+    @property
+    def value(self):
+        return self._v
+
+    @value.setter
+    def value(self, v):
+        self._v = v * 2
+
+
+class Slotted:
+    __slots__ = ("s",)
+
+
+def test_a_property_setter_and_a_slot_of_ours_are_set():
+    t, s = Temperature(), Slotted()
+    solution.set_value(t, 3)
+    solution.set_slot(s, 4)
+    assert (t.value, s.s) == (6, 4)
+
+
+Row = collections.namedtuple("Row", "x y")
+
+
+def test_replace_of_our_named_tuple_is_our_named_tuple():
+    moved = solution.moved(Row(1, 2))
+    assert moved == Row(10, 2) and type(moved) is Row
+
+
+class Refused(Exception):
+    pass
+
+
+def test_our_exception_raised_through_the_solution_is_ours():
+    def cb():
+        raise Refused("no")
+
+    with pytest.raises(Refused, match="^no$"):
+        solution.call(cb)
+
+
+def test_the_cause_of_the_solutions_exception_reaches_us():
+    def cb():
+        raise KeyError("k")
+
+    with pytest.raises(ValueError) as info:
+        solution.wrap_key_error(cb)
+    assert isinstance(info.value.__cause__, KeyError) and info.value.__suppress_context__
+
+
+def test_the_solution_reads_our_callbacks_parameters():
+    def two(a, b=1, *rest, c, **more):
+        pass
+
+    assert solution.arity(two) == ["a", "b", "rest", "c", "more"]
+    assert solution.arity(Box(0).make) == ["a"]
+
+
+def test_the_solution_awaits_our_coroutine_and_walks_our_async_generator():
+    async def tenfold(x):
+        await asyncio.sleep(0)
+        return x * 10
+
+    async def upto(n):
+        for i in range(n):
+            yield i
+
+    assert solution.run(tenfold, 3) == 30
+    assert solution.run(lambda x: x + 1, 3) == 4
+    assert solution.total(upto(4)) == 6
+
+
+def test_we_walk_the_solutions_async_generator():
+    async def collect():
+        return [x async for x in solution.numbers(3)]
+
+    assert asyncio.run(collect()) == [0, 1, 2]
+
+
+def test_a_prefix_trie_says_what_it_means_by_in():
+    trie = solution.Trie(["apple", "banana"])
+    assert "app" in trie and "ban" in trie and "b" in trie
+    assert "apq" not in trie and "c" not in trie
+"""
+
+
+@pytest.fixture(scope="module")
+def handed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    layout = Layout(Path(tmp_path_factory.mktemp("handed")) / "verifier")
+    layout.files("workspace", {"solution.py": HANDED_SOLUTION})
+    layout.files("tests", {"test_shapes.py": HANDED_TESTS})
+    layout.view()
+    return layout.pytest("-rA")
+
+
+@pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", HANDED_TESTS, re.M))
+def test_what_the_solution_does_with_the_tests_objects(handed: Run, case: str) -> None:
+    assert _outcome(handed, case) == "PASSED", handed.output[-4000:]
+
+
+def test_an_in_of_its_own_meaning_is_no_value_hack(handed: Run) -> None:
+    """The trie says yes to prefixes it does not hold as items: asked its neighbours too (a
+    character apart, random ones of its shape), it says no to them, so it is judged honest."""
+    assert not handed.named("value_hack"), handed.output[-4000:]
