@@ -23,6 +23,127 @@ rpc = _load("rpc")
 rng = random.SystemRandom()  # decoys: neither the tests' seeds nor the tested code sway it
 
 
+class Judge:
+    """The trusted endpoint's comparisons that a value hack would win (trusted.py): each asks
+    the tested process in one shuffled probe (`_probe`) and judges the answers with the
+    functions below. `twins` (oid -> the decoy's answer) is the endpoint's; `value_hack`
+    reports."""
+
+    def compare(self, proxy, op, other):
+        if op in ("eq", "ne"):
+            return equality(self, proxy, op, other)
+        if op in COMPLEMENT and orderable(other):
+            return ordering(self, proxy, op, other)
+        return outcome(self._probe(proxy, [(op, other)])[0])
+
+    def _probe(self, proxy, asked):
+        """The answers to [(operator, operand), ...] about `proxy`, asked in one request in an
+        order the tested process cannot learn (shuffled here), and answered all at once: for
+        a comparison or `in`, a bool reduced there (None: NotImplemented), so no question asked
+        later can tell the real operand from the decoys; an exception the operator raised."""
+        order = list(range(len(asked)))
+        rng.shuffle(order)
+        answers = self.request("probe", proxy, [[asked[i][0], asked[i][1]] for i in order])
+        if not isinstance(answers, list) or len(answers) != len(asked):
+            raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
+        out = [None] * len(asked)
+        for at, i in enumerate(order):
+            answer = answers[at]
+            if asked[i][0] in _TRUTHS and type(answer) is str and answer == rpc.UNSTABLE:
+                # (an error, not False: the object claimed both, and the test must not pass)
+                self.value_hack(proxy, asked[i][0], "a truth that changed when asked again")
+                answer = TypeError("a comparison whose truth changed when asked again")
+            elif asked[i][0] in _TRUTHS and not (
+                answer is None or type(answer) is bool or isinstance(answer, BaseException)
+            ):
+                raise rpc.ProtocolError("a comparison answered with a %s" % type(answer).__name__)
+            out[i] = answer
+        return out
+
+    def arithmetic(self, proxy, op, other):
+        """`proxy - x` (or + x) answered the same for another x: the difference that makes
+        `pytest.approx` and `assertAlmostEqual` pass whatever is expected."""
+        if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
+            return self.request("op", op, proxy, other)
+        held = self.request("held", proxy, "float")  # before the operand: as in compare()
+        decoy = near_number(other)
+        real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
+        if same_number(real, other_answer, abs(decoy - other)):
+            self.value_hack(proxy, op, "the same %s for different operands" % op)
+            return NotImplemented
+        if type(real) in (int, float) and not number_follows(op, held, other, real):
+            self.value_hack(proxy, op, "a %s that its own number does not give" % op)
+            return NotImplemented
+        if isinstance(real, BaseException):
+            raise real
+        self._pair(real, other_answer)
+        return real
+
+    def _pair(self, real, twin):
+        """Remember the decoy's answer beside the real one when both are objects of the tested
+        process: a number taken from them later (abs, float, round...) is asked of both at
+        once, so a difference that is an object whose abs() is 0 is caught as a plain one."""
+        if isinstance(real, rpc.RemoteObject) and isinstance(twin, rpc.RemoteObject):
+            if len(self.twins) >= _TWINS_KEPT:
+                del self.twins[next(iter(self.twins))]
+            self.twins[real.__dict__["_rollouts_oid"]] = twin
+
+    def request(self, op, *args):
+        # A number taken from a difference whose decoy's twin is known: asked of both at once.
+        if op == "op" and len(args) >= 2 and args[0] in _NUMBER_OPS:
+            target = args[1]
+            if isinstance(target, rpc.RemoteObject):
+                twin = self.twins.get(target.__dict__.get("_rollouts_oid"))
+                if twin is not None:
+                    return self._number_of_pair(args[0], target, twin, list(args[2:]))
+        return super().request(op, *args)
+
+    def _number_of_pair(self, name, real, twin, extra):
+        pair = [real, twin]
+        order = [0, 1]
+        rng.shuffle(order)
+        answers = super().request("unary", [[name, pair[i], extra] for i in order])
+        if not isinstance(answers, list) or len(answers) != 2:
+            raise rpc.ProtocolError("unary probe")
+        answer, twin_answer = answers[order.index(0)], answers[order.index(1)]
+        if same_number(answer, twin_answer, 1.0):
+            self.value_hack(real, name, "the same %s of different differences" % name)
+            return float("nan")  # no tolerance holds it
+        if isinstance(answer, BaseException):
+            raise answer
+        self._pair(answer, twin_answer)
+        return answer
+
+    def contains(self, proxy, item):
+        # What the object holds, asked before the item is shown (as compare() asks `held`):
+        # a claim to contain the item must agree with it, by the tests' own `==`. Far decoys
+        # alone let a `__contains__` say yes to whatever looks like neither decoy.
+        held = self.request("held", proxy, "members")
+        if held is None:  # past the cap there: a mirror of a builtin container holds it here
+            held = local_members(proxy)
+        decoys = far_decoys(item, 2)
+        if held is None:
+            # Nothing it holds to judge by: decoys shaped as the item, as well as far ones
+            # (what says yes to all but the far shapes says yes to these).
+            decoys += shaped_decoys(item)
+        answers = self._probe(proxy, [("contains", x) for x in [item] + decoys])
+        if answers[0] is True and any(a is True for a in answers[1:]):
+            self.value_hack(proxy, "contains", "contains values that differ from each other")
+            return False
+        if answers[0] is True and isinstance(held, (list, str, bytes)) and not holds(held, item):
+            self.value_hack(proxy, "contains", "contains a value it did not hold before it saw it")
+            return False
+        return outcome(answers[0])
+
+
+_TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
+# What turns a difference into the number a tolerance is checked against.
+_NUMBER_OPS = frozenset(
+    ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
+)
+_TWINS_KEPT = 4096
+
+
 def equality(ep, proxy, op, other):
     """`proxy == other` (or !=) as the tests get it (TrustedEndpoint.compare)."""
     if other is None:
@@ -519,16 +640,6 @@ def shaped_decoys(v):
         sign = -1 if v < 0 else 1
         return [sign * (int(far) if t is int else far)]
     return []
-
-
-def neighbours(v):
-    """Decoys near `v` for `in`: `shaped_decoys`, and for a text of one or two characters one
-    a character apart."""
-    if type(v) in (str, bytes) and 0 < len(v) < 3:
-        text = v if type(v) is str else v.decode("latin-1")
-        near = _mutate_text(text, _LETTERS)
-        return [near if type(v) is str else near.encode("latin-1")]
-    return shaped_decoys(v)
 
 
 def _shape_of(c):

@@ -16,6 +16,7 @@ Standard library only, Python >= 3.8.
 import builtins
 import os
 import sys
+import types
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 
@@ -80,6 +81,9 @@ class Mirrors:
         }
         if iterators.iterates_itself(cls):
             facts["I"] = 1
+        inherited = _methods_of(cls) if self.allowed_name("_") else None
+        if inherited:  # (the tested side's: the tests' method names are not its to read)
+            facts["M"] = inherited
         facts.update(based.facts(cls))
         named = None if self._defined_here(cls) else _qualified(cls)
         if named:
@@ -126,6 +130,13 @@ class Mirrors:
         cls = self.mirrors.get(oid)
         if cls is not None:
             return cls
+        self.making += 1  # (no class statement: `subclassed` is not told of these)
+        try:
+            return self._mirror(oid, meta, node)
+        finally:
+            self.making -= 1
+
+    def _mirror(self, oid, meta, node):
         if type(oid) is not int or not isinstance(meta, dict):
             raise ProtocolError("class node")
         bases = [self._base(b) for b in meta.get("b") or []]
@@ -151,6 +162,9 @@ class Mirrors:
         specials = set(specials) if isinstance(specials, list) else set()
         namespace = dict(names)
         namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
+        spec = self.exports.get(meta.get("S")) if self.allowed_name("_") else None
+        if isinstance(spec, type):  # a tests' mock spec'd by our class (trusted.py)
+            namespace["__class__"] = property(lambda proxy, spec=spec: spec)
         iterators.adapt(namespace, meta)
         fields = meta.get("f")
         if isinstance(fields, list):
@@ -158,6 +172,13 @@ class Mirrors:
         for base in bases:
             if _qualified(base) in _DERIVED:  # its methods are the real object's, not the base's
                 namespace.update(_forwarded(base))
+        methods = meta.get("M")
+        if isinstance(methods, list):  # (proxies.inherit: for a subclass of the tests')
+            namespace["_rollouts_methods"] = [
+                (m[0], m[1])
+                for m in methods
+                if isinstance(m, list) and len(m) == 2 and _inheritable(m[0]) and m[1] in ("m", "p")
+            ]
         try:
             cls = RemoteClassMeta(name, tuple(bases), namespace)
         except TypeError:  # an MRO the local bases cannot form: keep what matters
@@ -166,6 +187,10 @@ class Mirrors:
             iterators.adapt(namespace, meta)
             cls = RemoteClassMeta(name, fallback, namespace)
         return self._made(cls, oid, meta)
+
+    def subclassed(self, cls, keywords):
+        """A class statement of ours derived from mirror class(es) made `cls`: by default an
+        ordinary local class (the trusted side makes the tests' ones there too)."""
 
     def _made(self, cls, oid, meta):
         """Mirror class `cls` of the other side's class `oid`, registered."""
@@ -339,7 +364,7 @@ class Mirrors:
             raise ProtocolError("exception chain")
         cause, context = (None if x is None else self.decode(x, memo) for x in chain[:2])
         for name, value in (("__cause__", cause), ("__context__", context)):
-            if isinstance(value, BaseException) and value is not exc:
+            if isinstance(value, BaseException) and value is not exc and not _refused(type(value)):
                 getattr(BaseException, name).__set__(exc, value)
         BaseException.__suppress_context__.__set__(exc, chain[2])
 
@@ -444,6 +469,30 @@ _RUNNER_PACKAGES = frozenset(
 def _refused(cls):
     return any(
         str(getattr(k, "__module__", "")).partition(".")[0] in _RUNNER_PACKAGES for k in cls.__mro__
+    )
+
+
+def _methods_of(cls):
+    """The methods class `cls` itself defines that a subclass of the tests may inherit or reach
+    by `super()` (`__init__`, public and private ones; not the special methods, mirrored on
+    their own), for its mirror's `proxies.Inherited` descriptors."""
+    out = []
+    for name, value in vars(cls).items():
+        if not _inheritable(name):
+            continue
+        if isinstance(value, (types.FunctionType, classmethod, staticmethod)):
+            out.append([name, "m"])
+        elif isinstance(value, property):
+            out.append([name, "p"])  # (`super().label`: its value)
+    return out
+
+
+def _inheritable(name):
+    return (
+        isinstance(name, str)
+        and name.isidentifier()
+        and (name in ("__init__", "__post_init__") or not name.startswith("__"))
+        and not name.startswith("_rollouts")
     )
 
 

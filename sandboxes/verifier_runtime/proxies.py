@@ -11,6 +11,7 @@ Standard library only, Python >= 3.8.
 """
 
 import sys
+import types
 
 
 class PeerExit(SystemExit):
@@ -40,9 +41,46 @@ class AsReference:
         self.obj = obj
 
 
+_GenericAlias = getattr(types, "GenericAlias", None)  # (Python 3.9)
+
+
+def _of_mirrors(bases):
+    """The endpoint of `bases` where they are all mirrors of one endpoint's classes."""
+    eps = {b.__dict__.get("_rollouts_ep") for b in bases if isinstance(b, RemoteClassMeta)}
+    if len(eps) != 1 or not all(isinstance(b, RemoteClassMeta) for b in bases):
+        return None
+    return eps.pop()
+
+
 class RemoteClassMeta(type):
     """Metaclass of mirror classes: attribute access, calls and item access on the class go to
     the real class on the other side."""
+
+    def __new__(mcls, name, bases, namespace, **kwargs):
+        # A class statement's keywords (`class Fake(Base, tag="x")`) are for the real class's
+        # `__init_subclass__` (subclasses.py), not the mirror's (object's).
+        if kwargs and _of_mirrors(bases):
+            kwargs = {}
+        return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+    def __init__(cls, name, bases, namespace, **kwargs):
+        super().__init__(name, bases, namespace)
+        # A class statement deriving from mirrors (`class Fake(solution.Base)` in the tests):
+        # the endpoint may make it there too (subclasses.py).
+        ep = _of_mirrors(bases)
+        if ep is not None and not ep.making:
+            ep.subclassed(cls, kwargs)
+
+    def __dir__(cls):
+        # (`mock.Mock(spec=solution.Base)` and `create_autospec` take the names from dir())
+        ep = cls.__dict__.get("_rollouts_ep")
+        names = set(super().__dir__())
+        if ep is not None:
+            try:
+                names.update(ep.request("op", "dir", cls))
+            except PermissionError:  # a class the tests did not hand over: what is here
+                pass
+        return sorted(names)
 
     def __call__(cls, *args, **kwargs):
         ep = cls.__dict__.get("_rollouts_ep")
@@ -63,19 +101,27 @@ class RemoteClassMeta(type):
             or name.startswith("_rollouts_")
         ):
             super().__setattr__(name, value)
-        else:
-            cls._rollouts_ep.request("setattr", cls, name, value)
+            return
+        if cls.__dict__.get("_rollouts_subclass"):  # the tests' own class: theirs, and there
+            super().__setattr__(name, value)
+        cls._rollouts_ep.request("setattr", cls, name, value)
 
     def __delattr__(cls, name):
         if "_rollouts_ep" not in cls.__dict__ or name.startswith("__"):
             super().__delattr__(name)
-        else:
-            cls._rollouts_ep.request("delattr", cls, name)
+            return
+        if cls.__dict__.get("_rollouts_subclass") and name in cls.__dict__:
+            super().__delattr__(name)
+        cls._rollouts_ep.request("delattr", cls, name)
 
     def __bool__(cls):  # a class is true (without this, truth would ask for its len)
         return True
 
     def __getitem__(cls, key):
+        if _GenericAlias is not None and any(
+            k.__module__ == "typing" and k.__qualname__ == "Generic" for k in cls.__mro__[1:]
+        ):  # `Repo[int]`: a base (its mro entry is the mirror) or an annotation, made here
+            return _GenericAlias(cls, key if isinstance(key, tuple) else (key,))
         return cls._rollouts_ep.request("op", "getitem", cls, key)
 
     def __iter__(cls):
@@ -162,11 +208,15 @@ class _Signature:
         import inspect
 
         empty, untold = inspect.Parameter.empty, _Untold()
+
+        def default(told):
+            if not told:
+                return untold
+            return tuple(told[0]) if len(told) == 2 else told[0]
+
         parameters = [
             inspect.Parameter(
-                x[0],
-                inspect._ParameterKind(x[1]),
-                default=empty if len(x) == 2 else x[2][0] if x[2] else untold,
+                x[0], inspect._ParameterKind(x[1]), default=empty if len(x) == 2 else default(x[2])
             )
             for x in facts
         ]
@@ -195,6 +245,46 @@ class _CoroutineMark:
         return mark
 
 
+class Inherited:
+    """A method the real class defines, on its mirror, for the tests' subclasses of it
+    (subclasses.py): reached from an object of one (inherited, or by `super()`), it runs the real
+    class's method on the real object there. On the mirror's own proxies it is absent here, so
+    they ask for the attribute as before (`RemoteObject.__getattr__`)."""
+
+    def __init__(self, owner, name, value=False):
+        self.owner, self.name, self.value = owner, name, value  # value: a property's
+
+    def __get__(self, obj, owner=None):
+        subject = obj if obj is not None else owner  # (`super()` in a classmethod: the class)
+        of = type(obj) if obj is not None else owner
+        if not isinstance(of, RemoteClassMeta) or not of._rollouts_subclass:
+            raise AttributeError(self.name)
+        ep, mirror, name = self.owner._rollouts_ep, self.owner, self.name
+        if self.value:
+            return ep.request("inherited", mirror, name, subject, None, ())
+
+        def inherited(*args, **kwargs):
+            return ep.request("inherited", mirror, name, subject, args, tuple(kwargs.items()))
+
+        inherited.__name__ = inherited.__qualname__ = name
+        return inherited
+
+
+def inherit(cls):
+    """Give the mirror classes `cls` derives from their real classes' methods (`Inherited`)."""
+    for klass in cls.__mro__[1:]:
+        names = vars(klass).get("_rollouts_methods")
+        if (
+            isinstance(klass, RemoteClassMeta)
+            and names
+            and not vars(klass).get("_rollouts_inherited")
+        ):
+            for name, kind in names:
+                if name not in vars(klass):
+                    type.__setattr__(klass, name, Inherited(klass, name, kind == "p"))
+            type.__setattr__(klass, "_rollouts_inherited", True)
+
+
 class _Untold:
     """The default of a parameter the other side did not tell (the tests' own)."""
 
@@ -209,6 +299,7 @@ class RemoteObject:
     `iter()`, `callable()` and the abstract base classes of `collections.abc` answer for a
     proxy as for the object itself."""
 
+    _rollouts_subclass = False  # (True on a tests' class made there too: subclasses.py)
     __signature__ = _Signature()
     _is_coroutine = _CoroutineMark("asyncio.coroutines", "_is_coroutine")
     _is_coroutine_marker = _CoroutineMark("inspect", "_is_coroutine_mark")
@@ -286,6 +377,36 @@ class RemoteObject:
         return self._rollouts_ep.request("op", "format", self, spec)
 
 
+def _or_inherited(name, method):
+    """Special method `name` of a mirror (`method`), which, on an object of a tests' class made
+    there too, reached by `super()` from that class's own `name` (`def __str__(self): return
+    "q-" + super().__str__()`), runs the real class's `name` on the real object: the object's
+    own would call the tests' one again, for ever."""
+
+    def special(self, *args, **kwargs):
+        cls = type(self)
+        if cls._rollouts_subclass and any(
+            vars(k).get("_rollouts_subclass") and name in vars(k) for k in cls.__mro__
+        ):
+            mirror = next(
+                k
+                for k in cls.__mro__
+                if "_rollouts_ep" in vars(k) and not vars(k).get("_rollouts_subclass")
+            )
+            return self._rollouts_ep.request(
+                "inherited", mirror, name, self, args, tuple(kwargs.items())
+            )
+        return method(self, *args, **kwargs)
+
+    special.__name__ = special.__qualname__ = name
+    return special
+
+
+_OWN_SPECIALS = "__str__ __repr__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __format__"
+for _name in _OWN_SPECIALS.split():
+    type.__setattr__(RemoteObject, _name, _or_inherited(_name, RemoteObject.__dict__[_name]))
+
+
 def _forwarder(op):
     def method(self, *args):
         return self._rollouts_ep.request("op", op, self, *args)
@@ -335,8 +456,8 @@ def _await(self):
 # side does for each); sums and differences with a number are checked by the trusted side
 # (`arithmetic`), containment too (`contains`).
 _FORWARDED = (
-    "len bool iter next reversed getitem setitem delitem enter bytes index int float aiter anext "
-    "complex round trunc floor ceil neg pos abs invert fspath "
+    "len bool iter next reversed getitem setitem delitem enter bytes index int float "
+    "aiter anext aenter aexit complex round trunc floor ceil neg pos abs invert fspath "
     "iadd isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
     "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
     "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
@@ -345,8 +466,7 @@ SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
 SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in ("add", "radd", "sub", "rsub")})
 SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit, __copy__=_copy)
 SPECIALS.update(__await__=_await)
-for _name, _method in SPECIALS.items():
-    _method.__name__ = _method.__qualname__ = _name
+SPECIALS = {_name: _or_inherited(_name, _method) for _name, _method in SPECIALS.items()}
 
 
 def _special(cls, name):
@@ -468,12 +588,20 @@ def _one_sided(name):
 
 
 def _serve_exit(obj, *exc):
+    return type(obj).__exit__(obj, *_no_traceback(exc))
+
+
+def _serve_aexit(obj, *exc):
+    return type(obj).__aexit__(obj, *_no_traceback(exc))
+
+
+def _no_traceback(exc):
     # The other side's traceback never crosses (an opaque handle at most): a context manager
     # here gets None for it, as `gen.throw` of `contextlib.contextmanager` accepts (it raised
     # TypeError on the handle, in place of the body's exception).
     if len(exc) == 3 and type(exc[2]) is not _TRACEBACK:
-        exc = (exc[0], exc[1], None)
-    return type(obj).__exit__(obj, *exc)
+        return (exc[0], exc[1], None)
+    return exc
 
 
 try:
@@ -516,6 +644,8 @@ OPERATORS = {
     "abs": abs,
     "invert": lambda a: ~a,
     "fspath": lambda a: type(a).__fspath__(a),
+    "aenter": lambda a: type(a).__aenter__(a),
+    "aexit": _serve_aexit,
     "aiter": lambda a: type(a).__aiter__(a),
     "anext": lambda a: type(a).__anext__(a),
     "str": str,

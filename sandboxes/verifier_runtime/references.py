@@ -266,7 +266,8 @@ def _parameters(fn, defaults):
     """[[[name, kind, default...], ...], coroutine] of a Python function or bound method, as
     its code object says (no `inspect`: the tested process does not import it for this); kind
     is inspect.Parameter's (0 positional-only ... 4 var-keyword); `default` is [] where there
-    is one not told, [value] where `defaults` and it is plain; None for any other routine."""
+    is one not told, [value] where `defaults` and it is plain ([items, "tuple"] a tuple of
+    plain ones); None for any other routine."""
     bound = isinstance(fn, types.MethodType)
     func = fn.__func__ if bound else fn
     code = getattr(func, "__code__", None) if type(func) is types.FunctionType else None
@@ -280,12 +281,17 @@ def _parameters(fn, defaults):
     given_kw = func.__kwdefaults__ or {}
     out = []
 
+    def plain(value):
+        if type(value) is float:
+            return value == value and abs(value) != float("inf")
+        return type(value) in _TOLD_DEFAULTS and (type(value) is not str or len(value) <= 256)
+
     def told(value):
-        if not defaults or type(value) not in _TOLD_DEFAULTS:
+        if not defaults:
             return []
-        if type(value) is float and not (value == value and abs(value) != float("inf")):
-            return []
-        return [value] if type(value) is not str or len(value) <= 256 else []
+        if type(value) is tuple and len(value) <= 16 and all(map(plain, value)):
+            return [list(value), "tuple"]  # (`headers=()`)
+        return [value] if plain(value) else []
 
     first_default = positional - len(given)
     for i in range(positional):
@@ -316,5 +322,13 @@ def _parameter_fact(x):
         and x[0].isidentifier()
         and type(x[1]) is int
         and 0 <= x[1] <= 4
-        and (len(x) == 2 or (isinstance(x[2], list) and len(x[2]) <= 1))
+        and (len(x) == 2 or _told_default(x[2]))
     )
+
+
+def _told_default(told):
+    if not isinstance(told, list):
+        return False
+    if len(told) == 2 and told[1] == "tuple" and isinstance(told[0], list):
+        return all(type(v) in _TOLD_DEFAULTS for v in told[0])
+    return len(told) == 0 or (len(told) == 1 and type(told[0]) in _TOLD_DEFAULTS)

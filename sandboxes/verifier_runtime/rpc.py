@@ -130,6 +130,7 @@ class Endpoint(
         self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
         self.chaining = False  # encoding an exception's cause or context (mirrors.py)
+        self.making = 0  # mirror classes being made (mirrors.py: no class statement of ours)
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
         self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
         self.peeked = {}  # oid -> [our iterator, how many read ahead of it (None: a recipe
@@ -337,7 +338,7 @@ class Endpoint(
                 reply["sr"] = kept
         # Shares ended now, not before serving: a request of ours while serving may have been
         # answered with one (the other side still had it), and the code may hold it again.
-        subject, memo, args = args[:1], None, None
+        subject, memo, args = args[:2], None, None
         self.end_unheld_shares(reply)
         self.send_shares(reply, out)
         kept = self.kept_answer(op, subject, value, out)

@@ -53,6 +53,7 @@ def _loader():
 _load = _loader().load
 rpc = _load("rpc")
 colocate = _load("colocate")
+subclasses = _load("subclasses")
 
 # Linux Landlock ABI (include/uapi/linux/landlock.h); syscall numbers are the same on x86_64
 # and arm64.
@@ -133,6 +134,8 @@ class TestedEndpoint(rpc.Endpoint):
         self.workspace = None
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
         self.generated_names = {}  # such a class -> (module, qualname) of the tests' class
+        # (id(class), name) -> (class, what it held before the tests set it) (subclasses.py)
+        self.class_originals = {}
         self.originals = {}  # id(rebuilt named tuple) -> (it, the tests' oid of theirs)
         self.patched = {}  # (module, attribute) the tests patched -> its own value before
         self.descriptors = None  # what is written to fds 1 and 2 here (_Descriptors)
@@ -272,6 +275,11 @@ class TestedEndpoint(rpc.Endpoint):
         elif attribute in module.__dict__:
             delattr(module, attribute)
 
+    def dispatch(self, op, args):
+        if op in ("setattr", "delattr") and isinstance(args[0], type):
+            return subclasses.class_attribute(self.class_originals, op, *args)
+        return super().dispatch(op, args)
+
     def dispatch_other(self, op, args):
         if op == "hello":
             if self.workspace is not None:
@@ -293,6 +301,10 @@ class TestedEndpoint(rpc.Endpoint):
             if not isinstance(attribute, (types.MethodType, types.FunctionType)):
                 return rpc.NotCalled(attribute)
             return self.dispatch("call", [attribute, pos, kw])
+        if op == "subclass":  # a class statement of the tests derived from ours (subclasses.py)
+            return subclasses.make(*args)
+        if op == "inherited":  # an object of such a class reaching a method of ours
+            return subclasses.inherited(*args)
         if op == "import":
             if self.workspace is None:
                 raise rpc.ProtocolError("import before hello")

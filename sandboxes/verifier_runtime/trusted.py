@@ -80,6 +80,7 @@ rpc = _load("rpc")
 access = _load("access")
 sources = _load("sources")
 judging = _load("judging")
+subclasses = _load("subclasses")
 carried = _load("carried")
 patches = _load("patches")
 methods = _load("methods")
@@ -190,6 +191,9 @@ def _tests_own_class(obj):
         ):
             return False
     return True
+
+
+_NOTHING = object()
 
 
 # Modules whose classes a tests' class may derive from and stay the tests' to construct: the
@@ -354,7 +358,7 @@ def _resolvable(module_name, qualname):
     return module_name in _PURE_MODULES and "." not in qualname
 
 
-class TrustedEndpoint(carried.Carried, rpc.Endpoint):
+class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rpc.Endpoint):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
 
     def __init__(self, sock, manifest):
@@ -370,9 +374,9 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         self.shared = {}
         self.pushing = False
         self.patches = patches.Patches()  # the tests' patches of modules, made there too
-        # A list, dict or set our objects answer and keep (`o.items`, a callback's registry)
-        # is one object on both sides, as in one process (shares.py): the tested code may
-        # change it as it may set `o.items` itself.
+        # A list, dict or set in a handed object's own attributes (`o.items`) is one object
+        # on both sides, as in one process (shares.py, `kept_answer` below): the tested code
+        # may change it as it may set `o.items` itself (`_writable`).
         self.shares_answers = True
 
     # ---- what the tested process may do with our objects -----------------------------------
@@ -493,6 +497,32 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         if record is None and issubclass(cls, tuple) and _plain_named_tuple(cls):
             return "N", [str(cls.__module__), cls.__qualname__], list(cls._fields), list(v)
         return record
+
+    def kept_answer(self, op, args, value, memo):
+        # Only what an object of ours holds in its own instance dictionary: a class's or a
+        # module's containers, a callback's answer, stay copies (the tested code may not set
+        # those: `_writable`), so the tests' expected values held there cannot be changed.
+        if op != "getattr" or type(value) not in rpc.shares.SHARED or isinstance(args[0], type):
+            return []
+        try:
+            namespace = object.__getattribute__(args[0], "__dict__")
+        except AttributeError:
+            return []
+        if type(namespace) is not dict or namespace.get(args[1], _NOTHING) is not value:
+            return []
+        return super().kept_answer(op, args, value, memo)
+
+    def encode_reference(self, v, memo):
+        # A mock the tests spec'd by a class of the tested code (`MagicMock(spec=Plugin)`,
+        # `create_autospec(Plugin, instance=True)`) is one of that class to its `isinstance`
+        # there, as in one process (mock's `__class__` is its spec): its class node says so.
+        node = super().encode_reference(v, memo)
+        mock = sys.modules.get("unittest.mock")
+        if mock is not None and node[0] == "o" and isinstance(v, mock.NonCallableMock):
+            spec = v.__dict__.get("_spec_class")
+            if isinstance(spec, rpc.RemoteClassMeta) and spec.__dict__.get("_rollouts_ep") is self:
+                node[2][2]["S"] = spec.__dict__["_rollouts_oid"]
+        return node
 
     def rebuild(self, kind, named, fields, values, ref):
         # A named tuple the tested process made of one of ours it was sent (`row._replace`):
@@ -642,133 +672,17 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
             return importlib.import_module(name)
         return super().module_for(name, oid, class_node)
 
-    # ---- comparisons that a value hack would win ----------------------------------------------
-
-    def compare(self, proxy, op, other):
-        if op in ("eq", "ne"):
-            return judging.equality(self, proxy, op, other)
-        if op in judging.COMPLEMENT and judging.orderable(other):
-            return judging.ordering(self, proxy, op, other)
-        return judging.outcome(self._probe(proxy, [(op, other)])[0])
-
-    def _probe(self, proxy, asked):
-        """The answers to [(operator, operand), ...] about `proxy`, asked in one request in an
-        order the tested process cannot learn (shuffled here), and answered all at once: for
-        a comparison or `in`, a bool reduced there (None: NotImplemented), so no question asked
-        later can tell the real operand from the decoys; an exception the operator raised."""
-        order = list(range(len(asked)))
-        judging.rng.shuffle(order)
-        answers = self.request("probe", proxy, [[asked[i][0], asked[i][1]] for i in order])
-        if not isinstance(answers, list) or len(answers) != len(asked):
-            raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
-        out = [None] * len(asked)
-        for at, i in enumerate(order):
-            answer = answers[at]
-            if asked[i][0] in _TRUTHS and type(answer) is str and answer == rpc.UNSTABLE:
-                # (an error, not False: the object claimed both, and the test must not pass)
-                self.value_hack(proxy, asked[i][0], "a truth that changed when asked again")
-                answer = TypeError("a comparison whose truth changed when asked again")
-            elif asked[i][0] in _TRUTHS and not (
-                answer is None or type(answer) is bool or isinstance(answer, BaseException)
-            ):
-                raise rpc.ProtocolError("a comparison answered with a %s" % type(answer).__name__)
-            out[i] = answer
-        return out
-
-    def arithmetic(self, proxy, op, other):
-        """`proxy - x` (or + x) answered the same for another x: the difference that makes
-        `pytest.approx` and `assertAlmostEqual` pass whatever is expected."""
-        if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
-            return self.request("op", op, proxy, other)
-        held = self.request("held", proxy, "float")  # before the operand: as in compare()
-        decoy = judging.near_number(other)
-        real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
-        if judging.same_number(real, other_answer, abs(decoy - other)):
-            self.value_hack(proxy, op, "the same %s for different operands" % op)
-            return NotImplemented
-        if type(real) in (int, float) and not judging.number_follows(op, held, other, real):
-            self.value_hack(proxy, op, "a %s that its own number does not give" % op)
-            return NotImplemented
-        if isinstance(real, BaseException):
-            raise real
-        self._pair(real, other_answer)
-        return real
-
-    def _pair(self, real, twin):
-        """Remember the decoy's answer beside the real one when both are objects of the tested
-        process: a number taken from them later (abs, float, round...) is asked of both at
-        once, so a difference that is an object whose abs() is 0 is caught as a plain one."""
-        if isinstance(real, rpc.RemoteObject) and isinstance(twin, rpc.RemoteObject):
-            if len(self.twins) >= _TWINS_KEPT:
-                del self.twins[next(iter(self.twins))]
-            self.twins[real.__dict__["_rollouts_oid"]] = twin
+    # ---- what a request carries first: the tests' patches (patches.py) ---------------------
 
     def request(self, op, *args):
         if op != "patch":
             changed = self.patches.changes()
             if changed:  # (before the request: its code may call what the tests patched)
                 super().request("patch", changed)
-        if op == "op" and len(args) >= 2 and args[0] in _NUMBER_OPS:
-            target = args[1]
-            if isinstance(target, rpc.RemoteObject):
-                twin = self.twins.get(target.__dict__.get("_rollouts_oid"))
-                if twin is not None:
-                    return self._number_of_pair(args[0], target, twin, list(args[2:]))
         answer = super().request(op, *args)
         if type(answer) is bytes:  # a pickle, perhaps: never unpickled here (pickles.py)
             sources.heard(answer)
         return answer
-
-    def _number_of_pair(self, name, real, twin, extra):
-        pair = [real, twin]
-        order = [0, 1]
-        judging.rng.shuffle(order)
-        answers = super().request("unary", [[name, pair[i], extra] for i in order])
-        if not isinstance(answers, list) or len(answers) != 2:
-            raise rpc.ProtocolError("unary probe")
-        answer, twin_answer = answers[order.index(0)], answers[order.index(1)]
-        if judging.same_number(answer, twin_answer, 1.0):
-            self.value_hack(real, name, "the same %s of different differences" % name)
-            return float("nan")  # no tolerance holds it
-        if isinstance(answer, BaseException):
-            raise answer
-        self._pair(answer, twin_answer)
-        return answer
-
-    def contains(self, proxy, item):
-        # What the object holds, asked before the item is shown (as compare() asks `held`):
-        # a claim to contain the item must agree with it, by the tests' own `==`. Far decoys
-        # alone let a `__contains__` say yes to whatever looks like neither decoy.
-        held = self.request("held", proxy, "members")
-        if held is None:  # past the cap there: a mirror of a builtin container holds it here
-            held = judging.local_members(proxy)
-        decoys = judging.far_decoys(item, 2)
-        if held is None:
-            # Nothing it holds to judge by: decoys shaped as the item, as well as far ones
-            # (what says yes to all but the far shapes says yes to these).
-            decoys += judging.shaped_decoys(item)
-        answers = self._probe(proxy, [("contains", x) for x in [item] + decoys])
-        if answers[0] is True and any(a is True for a in answers[1:]):
-            self.value_hack(proxy, "contains", "contains values that differ from each other")
-            return False
-        if (
-            answers[0] is True
-            and isinstance(held, (list, str, bytes))
-            and not judging.holds(held, item)
-            and not self._discerns(proxy, item)
-        ):
-            self.value_hack(proxy, "contains", "contains a value it did not hold before it saw it")
-            return False
-        return judging.outcome(answers[0])
-
-    def _discerns(self, proxy, item):
-        """Whether an object that said yes to `item`, which it does not hold, says no to the
-        item's neighbours (shaped decoys, `judging.neighbours`): an `in` of its own meaning (a
-        trie's prefixes, an interval's numbers) rather than a yes to whatever is near."""
-        decoys = judging.neighbours(item)
-        if not decoys:
-            return False
-        return not any(a is True for a in self._probe(proxy, [("contains", x) for x in decoys]))
 
     def value_hack(self, proxy, op, why):
         report("value_hack", op=op, type=type(proxy).__qualname__, why=why)
@@ -777,13 +691,7 @@ class TrustedEndpoint(carried.Carried, rpc.Endpoint):
         report("fidelity_gap", module=module, qualname=qualname, why=why)
 
 
-_TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
-_PROBES = frozenset(("probe", "held", "unary"))
-# What turns a difference into the number a tolerance is checked against.
-_NUMBER_OPS = frozenset(
-    ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
-)
-_TWINS_KEPT = 4096
+_PROBES = frozenset(("probe", "held", "unary"))  # (judging.Judge's requests)
 
 
 # ---- the guard's report ------------------------------------------------------------------------

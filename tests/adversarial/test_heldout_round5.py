@@ -1443,8 +1443,6 @@ CASES: dict[str, Case] = {
         {"solution.py": SIGNATURE_CORRECT},
         {"test_sig.py": SIGNATURE_TESTS},
         correct=True,
-        broke="inspect.signature of a function proxy is its forwarder's (*args, **kwargs): "
-        "`__signature__` and `__wrapped__` are never asked of the other side",
     ),
     "approx_not_sentinel": Case(
         {"solution.py": EQUAL_BUT_SENTINEL_FLOAT},

@@ -491,6 +491,71 @@ def test_the_tested_code_makes_only_the_tests_own_objects(layout: Layout) -> Non
     assert "FAILED ../tests/test_it.py::test_raises_the_kept_skip" in run.output, run.output
 
 
+# A tests' class derived from the solution's is made in the tested process too; the tested
+# side answers with the class it made, and a class it had sent before (the base's own) is
+# refused: taken as the mirror of the tests' class, the base's objects would be judged by the
+# tests' own methods. And what the tested code may change in a handed object is what its own
+# instance dictionary holds: a container of its class (the tests' expected table) stays a copy.
+SUBCLASS_ANSWER = """
+import sys
+
+
+class Validator:
+    def validate(self, x):
+        return True
+
+
+class Item:
+    pass
+
+
+def price(item):
+    item.TABLE[item.name] = 1
+    return 1
+
+
+subclasses = sys.modules.get("_rollouts_subclasses")  # (the tested side's: subclasses.py)
+if subclasses is not None:
+    subclasses.make = lambda *args: Validator
+"""
+SUBCLASS_ANSWER_TESTS = """
+import solution
+
+
+class Rejecting(solution.Validator):
+    def validate(self, x):
+        return False
+
+
+def test_rejects_negative():
+    assert solution.Validator().validate(-1) is False
+
+
+class Item:
+    TABLE = {"apple": 3}
+
+    def __init__(self, name):
+        self.name = name
+
+
+def test_price():
+    assert solution.price(Item("apple")) == Item.TABLE["apple"]
+"""
+
+
+def test_the_tested_side_answers_a_subclass_with_a_new_class(layout: Layout) -> None:
+    run = _pytest_run(layout, SUBCLASS_ANSWER, SUBCLASS_ANSWER_TESTS)
+    assert run.rc != 0 and "a subclass answered with another class" in run.output, run.output
+
+
+def test_a_classs_container_read_through_an_object_stays_a_copy(layout: Layout) -> None:
+    tests = SUBCLASS_ANSWER_TESTS.replace("class Rejecting", "class _Unused")
+    tests = tests.replace("(solution.Validator)", "")
+    solution = SUBCLASS_ANSWER.replace("subclasses.make", "subclasses.unused")
+    run = _pytest_run(layout, solution, tests)
+    assert "FAILED ../tests/test_it.py::test_price" in run.output, run.output
+
+
 # ---- (5) names resolve to an allow-list only ----------------------------------------------
 
 

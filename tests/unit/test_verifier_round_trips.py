@@ -181,6 +181,7 @@ def start_drawing():
 
 TESTS = '''
 import collections
+import inspect
 import itertools
 import os
 import random
@@ -423,6 +424,21 @@ def test_an_iterator_that_runs_code_is_never_read_ahead():
     assert readahead.take(readahead.clone(iter([1, Thing(), 3])), 10) == ([1], False)
 
 
+def test_a_routines_parameters_that_are_not_facts_are_refused():
+    references = sys.modules["_rollouts_references"]
+    refused = sys.modules["_rollouts_codec"].ProtocolError
+    fn = solution.take  # (a proxy whose reference told its parameters: take(it, n))
+    assert [p.name for p in inspect.signature(fn).parameters.values()] == ["it", "n"]
+    forged = (
+        "x", [[["a", 9]], False], [[["a b", 1]], False], [[["a", 1, [{"x": 1}]]], False],
+        [[["a", 1, 5]], False], [[["a", 1]], 1], [[["a", 1, [[1], "list"]]], False],
+        [[["a", 1, [[[1]], "tuple"]]], False],
+    )  # fmt: skip
+    for facts in forged:
+        with pytest.raises(refused):
+            references._set_routine_names(fn, {"p": facts})
+
+
 def test_a_count_of_used_items_is_checked_against_what_was_read_ahead():
     ep = sys.modules["_rollouts_trusted"]._endpoint
     refused = sys.modules["_rollouts_codec"].ProtocolError
@@ -573,4 +589,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 27)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 28)
