@@ -168,11 +168,11 @@ def lax_grader() -> Grader:
     """A test double of the guard that lets an always-equal answer through: the tests' side
     of the process boundary compares with whatever the tested code answers, without decoys."""
     real = default_grader()
-    trusted = real.runtime["trusted.py"].decode()
+    judging = real.runtime["judging.py"].decode()  # (the trusted endpoint's Judge)
     head = "    def compare(self, proxy, op, other):\n"
-    assert head in trusted
-    lax = trusted.replace(head, head + '        return self.request("op", op, proxy, other)\n')
-    runtime = {**real.runtime, "trusted.py": lax.encode()}
+    assert head in judging
+    lax = judging.replace(head, head + '        return self.request("op", op, proxy, other)\n')
+    runtime = {**real.runtime, "judging.py": lax.encode()}
     return Grader(grade, runtime, grader_version(runtime, b"test double"))
 
 

@@ -2002,13 +2002,18 @@ def test_our_mock_specced_by_the_solutions_class_is_one_to_it():
 """
 
 
-@pytest.fixture(scope="module")
-def handed(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    layout = Layout(Path(tmp_path_factory.mktemp("handed")) / "verifier")
-    layout.files("workspace", {"solution.py": HANDED_SOLUTION})
-    layout.files("tests", {"test_shapes.py": HANDED_TESTS})
+def _shapes_run(factory: pytest.TempPathFactory, solution: str, tests: str) -> Run:
+    """One pytest run of `tests` through the runtime, `solution` the workspace's."""
+    layout = Layout(Path(factory.mktemp("shapes")) / "verifier")
+    layout.files("workspace", {"solution.py": solution})
+    layout.files("tests", {"test_shapes.py": tests})
     layout.view()
     return layout.pytest("-rA")
+
+
+@pytest.fixture(scope="module")
+def handed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _shapes_run(tmp_path_factory, HANDED_SOLUTION, HANDED_TESTS)
 
 
 @pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", HANDED_TESTS, re.M))
@@ -2017,8 +2022,9 @@ def test_what_the_solution_does_with_the_tests_objects(handed: Run, case: str) -
 
 
 # ---- the tests' subclasses of the solution's classes -----------------------------------------
-# `class Fake(solution.Base)` in the tests: made in the tested process too (trusted.py
-# `subclassed`), so its objects are the solution's objects with the tests' methods. Each shape
+# `class Fake(solution.Base)` in the tests: made in the tested process too (subclasses.py),
+# so its objects are the solution's objects with the tests' methods; and the tests' patches,
+# specs and `async with` of the solution's classes (a hunt, stop 50). Each shape
 # failed before (a local class whose objects had no real object behind them: `self.x = ...`
 # refused, `super().__init__` object's, the solution's methods unreachable, abstract methods
 # and `__init_subclass__` never run).
@@ -2351,11 +2357,7 @@ def test_async_with_of_either_sides_manager():
 
 @pytest.fixture(scope="module")
 def subclassed(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    layout = Layout(Path(tmp_path_factory.mktemp("subclassed")) / "verifier")
-    layout.files("workspace", {"solution.py": SUBCLASSED_SOLUTION})
-    layout.files("tests", {"test_shapes.py": SUBCLASSED_TESTS})
-    layout.view()
-    return layout.pytest("-rA")
+    return _shapes_run(tmp_path_factory, SUBCLASSED_SOLUTION, SUBCLASSED_TESTS)
 
 
 @pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", SUBCLASSED_TESTS, re.M))
