@@ -274,6 +274,31 @@ BASE_VALUES = {
 }
 
 
+_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def plain_data(value, limit=10000):
+    """Whether `value` is scalars, and lists, tuples, sets, frozensets and dicts of them (of
+    these exact types: no object with methods of its own)."""
+    stack = [value]
+    while stack:
+        limit -= 1
+        if limit < 0:
+            return False
+        v = stack.pop()
+        t = type(v)
+        if t in _PLAIN_SCALARS:
+            continue
+        if t in (list, tuple, set, frozenset):
+            stack.extend(v)
+        elif t is dict:
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        else:
+            return False
+    return True
+
+
 def builtin_base(cls):
     """The name of the builtin value type (`BASE_TYPES`) that class `cls` derives from, None
     for the builtin itself or a class derived from none."""

@@ -26,8 +26,8 @@ rng = random.SystemRandom()  # decoys: neither the tests' seeds nor the tested c
 class Judge:
     """The trusted endpoint's comparisons that a value hack would win (trusted.py): each asks
     the tested process in one shuffled probe (`_probe`) and judges the answers with the
-    functions below. `twins` (oid -> the decoy's answer) is the endpoint's; `value_hack`
-    reports."""
+    functions below. `twins` (oid -> the decoy's answer) and `via` (id(proxy) -> the mirror
+    whose real class answers for it: `judged_via`) are the endpoint's; `value_hack` reports."""
 
     def compare(self, proxy, op, other):
         if op in ("eq", "ne"):
@@ -36,6 +36,17 @@ class Judge:
             return ordering(self, proxy, op, other)
         return outcome(self._probe(proxy, [(op, other)])[0])
 
+    def judged_via(self, proxy, mirror, method, args):
+        """A judged special method of a tests' subclass's object reached by `super()` from the
+        subclass's own (proxies.py `_or_inherited`): judged as any, the tested side answering
+        each question with `mirror`'s real class's method (the object's own would call the
+        tests' one again)."""
+        self.via[id(proxy)] = mirror
+        try:
+            return method(proxy, *args)
+        finally:
+            self.via.pop(id(proxy), None)
+
     def _probe(self, proxy, asked):
         """The answers to [(operator, operand), ...] about `proxy`, asked in one request in an
         order the tested process cannot learn (shuffled here), and answered all at once: for
@@ -43,7 +54,12 @@ class Judge:
         later can tell the real operand from the decoys; an exception the operator raised."""
         order = list(range(len(asked)))
         rng.shuffle(order)
-        answers = self.request("probe", proxy, [[asked[i][0], asked[i][1]] for i in order])
+        questions = [[asked[i][0], asked[i][1]] for i in order]
+        via = self.via.get(id(proxy))
+        if via is None:
+            answers = self.request("probe", proxy, questions)
+        else:
+            answers = self.request("probe", proxy, questions, via)
         if not isinstance(answers, list) or len(answers) != len(asked):
             raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
         out = [None] * len(asked)
@@ -64,6 +80,9 @@ class Judge:
         """`proxy - x` (or + x) answered the same for another x: the difference that makes
         `pytest.approx` and `assertAlmostEqual` pass whatever is expected."""
         if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
+            via = self.via.get(id(proxy))
+            if via is not None:
+                return self.request("inherited", via, "__%s__" % op, proxy, (other,), ())
             return self.request("op", op, proxy, other)
         held = self.request("held", proxy, "float")  # before the operand: as in compare()
         decoy = near_number(other)

@@ -377,6 +377,13 @@ class RemoteObject:
         return self._rollouts_ep.request("op", "format", self, spec)
 
 
+# The special methods whose answers the trusted side judges (judging.py: comparisons, `in`,
+# sums and differences): reached by `super()`, they are judged all the same.
+JUDGED_SPECIALS = frozenset(
+    "__%s__" % n for n in "eq ne lt le gt ge contains add radd sub rsub".split()
+)
+
+
 def _or_inherited(name, method):
     """Special method `name` of a mirror (`method`), which, on an object of a tests' class made
     there too, reached by `super()` from that class's own `name` (`def __str__(self): return
@@ -393,6 +400,8 @@ def _or_inherited(name, method):
                 for k in cls.__mro__
                 if "_rollouts_ep" in vars(k) and not vars(k).get("_rollouts_subclass")
             )
+            if name in JUDGED_SPECIALS:  # judged as ever, the real class's method answering
+                return self._rollouts_ep.judged_via(self, mirror, method, args)
             return self._rollouts_ep.request(
                 "inherited", mirror, name, self, args, tuple(kwargs.items())
             )

@@ -17,12 +17,14 @@ there (it binds as a method), and their undo puts back what the class held (`cla
 Standard library only, Python >= 3.8.
 """
 
+import copy
 import enum
 import sys
 import types
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 rpc = _load("rpc")
+codec = rpc.codec
 
 # What a class statement puts in a class of its own: not sent to the one made there.
 _CLASS_OWN = frozenset(
@@ -65,11 +67,12 @@ class Subclassing:
             elif isinstance(value, property):
                 entries.append([name, "p", value.fget, value.fset, value.fdel])
             else:
-                entries.append([name, "v", value])
+                entries.append([name, "v", _copied(value)])
+        keywords = {k: _copied(v) for k, v in keywords.items()}
         known = set(self.mirrors)
         made = self.request(
             "subclass", cls.__name__, cls.__qualname__, cls.__module__, list(bases), entries,
-            dict(keywords),
+            keywords,
         )  # fmt: skip
         # A class made for this: one the tested side had sent before (the base's own, whose
         # objects the tests have) would make its objects ours, judged by our methods.
@@ -87,6 +90,15 @@ class Subclassing:
             type.__setattr__(cls, name, value)
         type.__setattr__(cls, "_rollouts_subclass", True)
         rpc.proxies.inherit(cls)
+
+
+def _copied(value):
+    """A class statement's value as sent: a container a copy (with its plain items, copies
+    too), so what the tested side's code does to it (`__init_subclass__`) comes back to the
+    copy, not to the tests' class body, which may hold their expected values."""
+    if type(value) in (list, dict, set):
+        return copy.deepcopy(value) if codec.plain_data(value) else copy.copy(value)
+    return value
 
 
 # ---- the tested side ---------------------------------------------------------------------------

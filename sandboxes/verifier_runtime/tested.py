@@ -369,11 +369,12 @@ _PROBED = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains", "add", "rad
 _TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
 
 
-def _probe(subject, asked):
+def _probe(subject, asked, via=None):
     """The answer to each of [[operator, operand], ...] about `subject`, taken now and all
     before any is sent: a comparison's as a bool (None: NotImplemented), else the value; the
-    exception an operator raised in its place."""
-    if not isinstance(asked, list):
+    exception an operator raised in its place. `via`: a class of ours `subject` is of, whose
+    method answers (a tests' subclass's `super().__eq__`: subclasses.py)."""
+    if not isinstance(asked, list) or not (via is None or isinstance(subject, via)):
         raise rpc.ProtocolError("probe")
     answers = []
     for item in asked:
@@ -381,7 +382,10 @@ def _probe(subject, asked):
             raise rpc.ProtocolError("probe %r" % (item,))
         name, operand = item
         try:
-            answer = rpc._OPERATORS[name](subject, operand)
+            if via is None:
+                answer = rpc._OPERATORS[name](subject, operand)
+            else:
+                answer = subclasses.inherited(via, "__%s__" % name, subject, [operand], ())
             if name in _TRUTHS:
                 answer = _truth(answer)
         except Exception as e:

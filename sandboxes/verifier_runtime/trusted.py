@@ -77,6 +77,7 @@ _getpid, _getcwd = os.getpid, os.getcwd
 
 _load = _loader().load
 rpc = _load("rpc")
+codec = rpc.codec
 access = _load("access")
 sources = _load("sources")
 judging = _load("judging")
@@ -251,32 +252,7 @@ def _mock_settable(obj, name, value, delete):
         return None
     if delete or _mock_own(obj, name) or name in patches.mock_own_names(mock):
         return False
-    return _plain_data(value)
-
-
-_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
-
-
-def _plain_data(value, limit=10000):
-    """Whether `value` is scalars, and lists, tuples, sets, frozensets and dicts of them (of
-    these exact types: no object with methods of its own)."""
-    stack = [value]
-    while stack:
-        limit -= 1
-        if limit < 0:
-            return False
-        v = stack.pop()
-        t = type(v)
-        if t in _PLAIN_SCALARS:
-            continue
-        if t in (list, tuple, set, frozenset):
-            stack.extend(v)
-        elif t is dict:
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        else:
-            return False
-    return True
+    return codec.plain_data(value)
 
 
 def _module_globals(value):
@@ -369,6 +345,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         self.warning_registries = {}  # the tested code's modules' __warningregistry__, here
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
         self.twins = {}
+        self.via = {}  # id(proxy) -> mirror class whose real one answers its probes (judging.py)
         self.runner_modules = {}  # oid of a proxy of the tested process's runner module -> name
         # (id(module proxy), name) -> (module proxy, name, the tests' latest copy, snapshot)
         self.shared = {}
@@ -401,8 +378,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
     def shares_by_reference(self, op):
         # A probe's operands are copies: the tested side must not tell the tests' expected
-        # value from its decoys by identity (shares.py).
-        return op not in _PROBES
+        # value from its decoys by identity (shares.py). So are a class statement's values
+        # (subclasses.py): a class's containers are not the tested code's to change
+        # (`kept_answer`), and a class body may hold the tests' expected values.
+        return op not in _PROBES and op != "subclass"
 
     def pickled(self, proxy, protocol):
         # The object is pickled where it lives; its bytes, which the tested code chose (its
