@@ -181,20 +181,24 @@ def _tests_own_class(obj):
     calling it runs the tests' code, as calling a method of the object does. A class of a
     library stays a description: its constructor could reach what no handed object does (a
     file object's class opens any path)."""
-    if not isinstance(obj, type) or isinstance(obj, rpc.RemoteClassMeta) or _runner_class(obj):
+    if not isinstance(obj, type) or isinstance(obj, rpc.RemoteClassMeta):
         return False
-    for klass in obj.__mro__:  # (a tests' `class Log(io.FileIO)` is FileIO's to construct)
-        module = getattr(klass, "__module__", None)
-        if module in _PLAIN_BASES_MODULES:
-            continue
-        if not (
-            isinstance(module, str) and module in sys.modules and not rpc.mirrors._installed(module)
-        ):
-            return False
-    return True
+    known = _own_classes.get(id(obj))  # (asked at each description of an object of it)
+    if known is None or known[0] is not obj:
+        known = (obj, not _runner_class(obj) and all(map(_tests_module, obj.__mro__)))
+        _own_classes[id(obj)] = known
+    return known[1]
 
 
-_NOTHING = object()
+def _tests_module(klass):
+    # (a tests' `class Log(io.FileIO)` is FileIO's to construct)
+    module = getattr(klass, "__module__", None)
+    return module in _PLAIN_BASES_MODULES or (
+        isinstance(module, str) and module in sys.modules and not rpc.mirrors._installed(module)
+    )
+
+
+_own_classes = {}  # id(class) -> (class, _tests_own_class)
 
 
 # Modules whose classes a tests' class may derive from and stay the tests' to construct: the
@@ -671,6 +675,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
 
 _PROBES = frozenset(("probe", "held", "unary"))  # (judging.Judge's requests)
+_NOTHING = object()
 
 
 # ---- the guard's report ------------------------------------------------------------------------
