@@ -27,6 +27,24 @@ _RUNNER_VARIABLES = ("PYTEST_", "_PYTEST")
 _RUNNER_BYTES = tuple(v.encode() for v in _RUNNER_VARIABLES)
 # Bound once: a test's `mock.patch("os.getcwd")` is not asked at each request.
 _getcwd = os.getcwd
+# Whether our working folder may have moved since it was last read. Reading it at every
+# request was a system call each (a trip through the sentry under gVisor); it moves by os.chdir
+# or os.fchdir (both raise the "os.chdir" audit event), or by C code: where the tests' ctypes
+# looks up chdir(2) or fchdir(2), it is read at every request from then on (stated limit: a C
+# extension of the tests' that changes folder by itself).
+_moved = [True]
+_always = [False]
+_C_CHDIR = frozenset(("chdir", "fchdir"))
+
+
+def _heard(event, args):
+    if event == "os.chdir":
+        _moved[0] = True
+    elif event.startswith("ctypes.dlsym") and len(args) > 1 and args[1] in _C_CHDIR:
+        _always[0] = True
+
+
+sys.addaudithook(_heard)  # (this module is loaded once, by the tests' process: trusted.py)
 
 
 def tested_environment():
@@ -89,6 +107,9 @@ class Carried:
             msg["argv"] = self.argv_sent
 
     def _send_working_folder(self, msg):
+        if not (_moved[0] or _always[0]):
+            return
+        _moved[0] = False
         try:
             cwd = _getcwd()
         except OSError:  # removed under us: the tested process keeps the last one

@@ -13,6 +13,9 @@ A frame is a 4-byte big-endian length and one JSON object. Values inside a messa
   never recursion;
 - ["R", n] (only in a copy-back) is the receiver's own container n of the request;
 - ["K", handle] is a list, dict or set both sides share (shares.py): the receiver's own;
+- ["T", [items]] is a tuple whose items are leaves, written in place: a call's positional
+  arguments and its keyword pairs (`arguments`), tuples the receiver only unpacks, so no
+  table entry (nor its building) is needed for the identity nobody can observe;
 - an object of a subclass of a builtin value type (str, int, tuple, dict, ...; `BASE_TYPES`)
   is a table entry ["S", reference, base, value]: the object by reference and the value its
   builtin base holds (`BASE_VALUES`, the builtin's own code), items as leaves; the receiver
@@ -97,29 +100,45 @@ def send_frame(sock, msg):
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def recv_frame(sock):
-    size = _HEADER.unpack(_read(sock, 4))[0]
-    if size > MAX_FRAME:
-        raise ProtocolError("frame of %d bytes" % size)
-    try:
-        # Our frames are ASCII (ensure_ascii); anything not UTF-8 is a protocol error.
-        msg = _decode(_read(sock, size).decode())
-    except (ValueError, RecursionError) as e:
-        raise ProtocolError("not JSON: %s" % e) from None
-    if not isinstance(msg, dict):
-        raise ProtocolError("a message must be an object")
-    return msg
+_READ = 1 << 16  # what one recv asks for at least: a whole frame of a call, often the next too
 
 
-def _read(sock, n):
-    chunks = []
-    while n:
-        chunk = sock.recv(min(n, 1 << 20))
-        if not chunk:
-            raise PeerGone("the other process closed the channel")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+class FrameReader:
+    """The frames of one socket, read with as few system calls as it takes: one recv takes
+    what has arrived (a call's frame and its header together, where two recvs took them
+    apart; under gVisor each is a trip through the sentry), and keeps what is past the
+    frame for the next. Only the thread that holds the endpoint's lock reads (rpc.py)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.pending = b""
+
+    def frame(self):
+        size = _HEADER.unpack(self._take(4))[0]
+        if size > MAX_FRAME:
+            raise ProtocolError("frame of %d bytes" % size)
+        try:
+            # Our frames are ASCII (ensure_ascii); anything not UTF-8 is a protocol error.
+            msg = _decode(self._take(size).decode())
+        except (ValueError, RecursionError) as e:
+            raise ProtocolError("not JSON: %s" % e) from None
+        if not isinstance(msg, dict):
+            raise ProtocolError("a message must be an object")
+        return msg
+
+    def _take(self, n):
+        data = self.pending
+        if len(data) < n:
+            chunks, have = [data], len(data)
+            while have < n:
+                chunk = self.sock.recv(min(max(n - have, _READ), 1 << 20))
+                if not chunk:
+                    raise PeerGone("the other process closed the channel")
+                chunks.append(chunk)
+                have += len(chunk)
+            data = b"".join(chunks)
+        self.pending = data[n:]
+        return data[:n]
 
 
 # ---- standard library values, by (module, class name): kind, to JSON, from JSON ---------------
@@ -363,6 +382,15 @@ class Memo:
         self.op = None  # the request's operation (encoding a request)
 
 
+def is_own_node(v):
+    """Whether `v` is its own node (`leaf` gives it back as it is): None, a bool, a float, a
+    str, an int of at most 53 bits."""
+    t = type(v)
+    if t is int:
+        return -_JSON_INT < v < _JSON_INT
+    return v is None or t is bool or t is str or t is float
+
+
 def encode(v, memo, reference):
     """The node of `v`; its composites go to memo.table. `reference(v)` encodes the rest."""
     node = leaf(v, memo, reference)
@@ -434,6 +462,15 @@ def _entry(memo, key, v, base=None):
     memo.objects[n] = v
     memo.pending.append((n, v))
     return ["@", n]
+
+
+def arguments(pos, kw, memo, reference):
+    """The nodes of a call's positional arguments and keyword pairs (tuples made for the call:
+    the callee sees only their items), each an ["T", ...] node."""
+    pairs = [["T", [k, leaf(x, memo, reference)]] for k, x in kw]
+    node = ["T", [leaf(x, memo, reference) for x in pos]], ["T", pairs]
+    drain(memo, reference)
+    return node
 
 
 def drain(memo, reference):
@@ -515,6 +552,10 @@ def decode_leaf(node, memo, reference):
             return found
         if tag == "K":
             return memo.shares[node[1]]
+        if tag == "T":  # (its items are leaves: nested, they are a call's keyword pairs)
+            if len(node) != 2 or type(node[1]) is not list:
+                raise ValueError('an in-place tuple is ["T", [items]]')
+            return tuple([decode_leaf(x, memo, reference) for x in node[1]])
         if tag == "R":
             return memo.originals[node[1]]
         if tag == "b":

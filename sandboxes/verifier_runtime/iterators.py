@@ -94,6 +94,10 @@ def _length_hint(self):
 def _next(self):
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead:
+        value, end = ahead.popleft()  # (`_next_of_buffer` inline: once per item of a chunk)
+        if end is None:
+            return value
+        ahead.appendleft((value, end))
         return _next_of_buffer(self, ahead)
     peek = self.__dict__.get("_rollouts_peeked")
     if peek is not None:
@@ -201,7 +205,7 @@ def _from_chunk(self, plain):
     if ahead is None:
         ahead = collections.deque()
         object.__setattr__(self, "_rollouts_ahead", ahead)
-    ahead.extend((item, None) for item in items)
+    ahead.extend(zip(items, _repeat(None)))  # noqa: B905 - (no `strict` before 3.10)
     if end is not None:
         ahead.append((None, end))
     elif not items:
@@ -249,7 +253,7 @@ def _peeking(self, items, end):
 
 _ASK = object()  # what `_next_of_peek` gives when the items read ahead are used up
 _builtin_next, _length_hint_of = builtins.next, operator.length_hint  # (not a test's patch)
-_islice, _len = itertools.islice, builtins.len
+_islice, _len, _repeat = itertools.islice, builtins.len, itertools.repeat
 
 
 def _next_of_peek(peek):

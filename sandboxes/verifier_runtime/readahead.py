@@ -411,6 +411,9 @@ class ReadAhead:
                 reply["z"] = self.encode_exception(e, out)
                 codec.drain(out, encoder)
                 return
+            if codec.is_own_node(item):  # (most items of a long walk: a number, a text)
+                nodes.append(item)
+                continue
             nodes.append(codec.encode(item, out, reference))
             out.ids.clear()  # the next item's composites are its own copies
             out.described.clear()

@@ -92,6 +92,8 @@ class References:
     # ---- encoding ------------------------------------------------------------------------
 
     def encode(self, v, memo):
+        if codec.is_own_node(v) and not memo.pending:  # (most values: no encoder to make)
+            return v
         return codec.encode(v, memo, self._reference_encoder(memo))
 
     def _reference_encoder(self, memo):
@@ -137,6 +139,8 @@ class References:
     # ---- decoding ------------------------------------------------------------------------
 
     def decode(self, node, memo):
+        if type(node) is not list and type(node) is not dict:  # a JSON scalar is its value
+            return node
         return codec.decode_leaf(node, memo, self._reference_decoder(memo))
 
     def _reference_decoder(self, memo):

@@ -54,6 +54,11 @@ import weakref
 # Bound once: a test may patch os.getpid (mock.patch, patches.py), and the runtime's own
 # checks of which process it is must not see the patch.
 _getpid = os.getpid
+# The forks this process descends through, counted by the interpreter's fork hook: a forked
+# process must not use its parent's channel, and asking os.getpid at every request was a
+# system call each (a trip through the sentry under gVisor).
+_forks = [0]
+os.register_at_fork(after_in_child=lambda: _forks.__setitem__(0, _forks[0] + 1))
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 
@@ -84,6 +89,8 @@ _qualified = proxies.qualified
 remote_name = proxies.remote_name  # also for the trusted side's module proxies (trusted.py)
 
 SAFE_EXCEPTIONS = mirrors.SAFE_EXCEPTIONS
+# Requests that call: where their positional arguments and keyword pairs are (codec.arguments).
+_CALLS = {"call": 1, "callattr": 2}
 _record_kind = records._record_kind  # (trusted.py)
 
 
@@ -113,7 +120,9 @@ class Endpoint(
 
     def __init__(self, sock):
         self.sock = sock
+        self.frames = codec.FrameReader(sock)
         self.pid = _getpid()
+        self.forks = _forks[0]
         self.lock = threading.RLock()
         self.send_lock = threading.Lock()
         self.exports = {}  # oid -> object
@@ -160,7 +169,7 @@ class Endpoint(
         with self.lock:
             if self.broken is not None:
                 raise PeerGone("the channel to the other process failed: %s" % self.broken)
-            if _getpid() != self.pid:
+            if _forks[0] != self.forks:
                 raise PeerGone("a forked process cannot use its parent's channel")
             q = self.next_q
             self.next_q += 1
@@ -170,7 +179,14 @@ class Endpoint(
             memo.op = op
             if self.shares_by_reference(op):
                 memo.shared = self.share_ids
-            msg["a"] = [self.encode(a, memo) for a in args]
+            if op in _CALLS:  # [target, (positional...), ((name, value)...)] (+ name)
+                n = _CALLS[op]
+                head = [self.encode(a, memo) for a in args[:n]]
+                msg["a"] = head + list(
+                    codec.arguments(args[n], args[n + 1], memo, self._reference_encoder(memo))
+                )
+            else:
+                msg["a"] = [self.encode(a, memo) for a in args]
             msg["t"] = memo.table
             self.send_shares(msg, memo)
             self.before_request(msg)
@@ -200,7 +216,7 @@ class Endpoint(
         """(failed, exception or value) of request `q`, serving the other side meanwhile;
         `answer` gets the answer's flags."""
         while True:
-            msg = codec.recv_frame(self.sock)
+            msg = self.frames.frame()
             self.bindings.forget(msg.get("inv"))
             if "r" in msg:
                 if msg["r"] != q:
@@ -269,7 +285,7 @@ class Endpoint(
 
     def serve_forever(self):
         while True:
-            msg = codec.recv_frame(self.sock)
+            msg = self.frames.frame()
             if "q" not in msg:
                 raise ProtocolError("only requests are expected here")
             self.serve_one(msg)
@@ -288,10 +304,13 @@ class Endpoint(
             except (TypeError, ValueError):
                 raise ProtocolError("recipe") from None
         if flat is None:
-            values = [self.decode(node, memo) for node in items]
+            if _leaves_only(items):
+                values = items  # (JSON scalars: each node is its value; most chunks of numbers)
+            else:
+                values = [self.decode(node, memo) for node in items]
         elif flat == "t" and all(type(v) is list for v in items):
             values = [tuple(v) for v in items]
-        elif flat == "s" and not any(type(v) in (list, dict) for v in items):
+        elif flat == "s" and _leaves_only(items):
             values = items
         else:
             raise ProtocolError("chunk")
@@ -446,6 +465,14 @@ class Endpoint(
 
     def dispatch_other(self, op, args):
         raise ProtocolError("unknown request %r" % op)
+
+
+def _leaves_only(nodes):
+    """Whether no node is a list or a JSON object: every one a scalar, its own value."""
+    for node in nodes:
+        if type(node) is list or type(node) is dict:
+            return False
+    return True
 
 
 def _same_entry(new, old):

@@ -49,7 +49,11 @@ import threading
 
 _texts = {}  # a stub's path (as given and resolved) -> the agent's text
 _basenames = set()  # a cheap first test before a path is resolved
-_statements = set()  # ast.dump of each text's top-level statements and of all its definitions
+# Each text's top-level statements and all its definitions, not inert, by `_key`: their trees
+# until a compiled statement of that key comes, then their `ast.dump`s (a dump is a tenth of
+# a millisecond per kilobyte of source, and most keys are never asked: the tests' own
+# functions and classes have names of their own).
+_statements = {}  # key -> [trees not yet dumped, set of dumps]
 _first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
 _reported = set()
 _busy = threading.local()  # our own ast.parse raises "compile" too
@@ -108,7 +112,7 @@ def install(manifest, report, of_tested):
         found = tree.body + [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
         for node in found:
             if not _inert(node):
-                _statements.add(ast.dump(node))
+                _statements.setdefault(_key(node), [[], set()])[0].append(node)
                 _first_lines.add(lines[node.lineno - 1].strip())
     # linecache drops nothing whose mtime is None (checkcache), but clearcache() does: the
     # next lookup of a stub is answered here, not by reading the stub.
@@ -361,11 +365,26 @@ def _runs_text(source, caller):
     if not isinstance(body, list):
         return False
     try:
-        return any(
-            isinstance(s, ast.stmt) and not _inert(s) and ast.dump(s) in _statements for s in body
-        )
+        return any(isinstance(s, ast.stmt) and not _inert(s) and _agents(s) for s in body)
     except (TypeError, ValueError, AttributeError):
         return False  # a tree that cannot be read does not compile either
+
+
+def _key(node):
+    """What two equal statements share, cheap to read: the statement's kind and its name."""
+    name = getattr(node, "name", None)
+    return type(node).__name__, name if isinstance(name, str) else None
+
+
+def _agents(statement):
+    """Whether `statement` is one of the agent's texts' (`_statements`), as `ast.dump` says."""
+    found = _statements.get(_key(statement))
+    if found is None:
+        return False
+    if found[0]:  # (whole, then swapped in: a thread that finds no trees finds every dump)
+        found[1] = found[1] | {ast.dump(tree) for tree in found[0]}
+        found[0] = []
+    return ast.dump(statement) in found[1]
 
 
 def _audit(event, args):

@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.unit.test_verifier_runtime import Layout
 
 SOLUTION = """
+import os
 import random
 
 made = []
@@ -43,6 +44,26 @@ def failing(n):
     for i in range(n):
         yield i
     raise ValueError("at %d" % n)
+
+
+class Text(str):
+    pass
+
+
+def in_a_fork(fn):  # fn() in a forked child: 3 where refused as a fork's, 4 otherwise
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+        except Exception as e:
+            os._exit(3 if "forked" in str(e) else 4)
+        os._exit(4)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def values():
+    yield from [2**53 - 1, -(2**53) + 1, 2**53, -(2**53), True, 0, 1.5, -0.0, "s", None]
+    yield from [Text("t"), (1, 2), b"b", False, 10**5000]
 
 
 def calling_back(fn, n):
@@ -231,6 +252,14 @@ def test_builtins_that_stop_early_or_call_back_take_items_one_by_one():
 
 def test_items_are_taken_as_they_were_yielded():
     assert list(solution.same_list(3)) == [[0], [0, 1], [0, 1, 2]]
+    got = list(solution.values())  # (in a chunk: the plain ones as they are, the rest encoded)
+    assert got[:4] == [2**53 - 1, -(2**53) + 1, 2**53, -(2**53)]
+    assert [type(v).__name__ for v in got] == [
+        "int", "int", "int", "int", "bool", "int", "float", "float", "str", "NoneType",
+        "Text", "tuple", "bytes", "bool", "int",
+    ]  # fmt: skip
+    assert str(got[7]) == "-0.0" and got[10] == "t" and got[11:13] == [(1, 2), b"b"]
+    assert got[14] == 10**5000
 
 
 def test_the_end_of_a_chunk_raises_where_it_did():
@@ -488,6 +517,21 @@ def test_items_of_an_iterator_the_solution_left_alone_are_not_set_aside_again():
     assert next(it) == 2
 
 
+def test_a_forked_process_does_not_use_its_parents_channel():
+    """Either side's fork (multiprocessing's, the solution's) is refused the channel, and the
+    parent's calls go on."""
+    assert solution.in_a_fork(lambda: 1) == 3  # the solution's child calls the tests back
+    pid = os.fork()
+    if pid == 0:
+        try:
+            solution.helper()
+        except Exception as e:
+            os._exit(3 if "forked" in str(e) else 4)
+        os._exit(4)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
+    assert solution.helper() in ("old", "new") and solution.in_a_fork(lambda: 1) == 3
+
+
 def test_a_module_function_is_one_exchange_per_call():
     solution.helper()
     before = requests()
@@ -589,4 +633,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 28)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 29)

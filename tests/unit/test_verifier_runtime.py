@@ -454,6 +454,7 @@ def change():
     os.chdir("/")
 """
 _CARRIED_TEST = """
+import ctypes
 import os
 import sys
 
@@ -470,6 +471,18 @@ def test_the_tests_command_line_and_folder_are_the_solutions(tmp_path, monkeypat
     assert solution.seen() == ([], "/")
     monkeypatch.undo()
     assert solution.seen() == (sys.argv[1:], workspace)
+
+
+def test_a_folder_changed_by_c_code_reaches_the_solution(tmp_path):
+    libc = ctypes.CDLL(None)
+    here = os.getcwd()
+    try:
+        for sub in ("a", "b"):  # (the second call of chdir looks nothing up)
+            (tmp_path / sub).mkdir()
+            assert libc.chdir(str(tmp_path / sub).encode()) == 0
+            assert solution.seen()[1] == str(tmp_path / sub)
+    finally:
+        os.chdir(here)
 """
 
 
@@ -1090,6 +1103,7 @@ def test_frames_are_what_json_writes_and_reads_and_nothing_else() -> None:
     codec = _codec()
     a, b = socket.socketpair()
     with a, b:
+        frames = codec.FrameReader(b)
         msg = {"v": [1, -0.0, 1e308, 2**53 - 1, "é\ud800\n", None, True, {"k": [[]]}]}
         msg["n"] = [float("inf"), float("-inf")]
         codec.send_frame(a, msg)
@@ -1097,16 +1111,69 @@ def test_frames_are_what_json_writes_and_reads_and_nothing_else() -> None:
         data = b.recv(size)
         assert data == json.dumps(msg, separators=(",", ":")).encode()
         a.sendall(size.to_bytes(4, "big") + data)
-        assert json.dumps(codec.recv_frame(b)) == json.dumps(msg)
+        assert json.dumps(frames.frame()) == json.dumps(msg)
         a.sendall(b"\x00\x00\x00\x09" + b'{"x":NaN}')
-        nan = codec.recv_frame(b)["x"]
+        nan = frames.frame()["x"]
         assert nan != nan
         for bad in [b'{"a":1} ', b' {"a":1}', b'{"a":1}{}', b"[1]", b"nul", b"{'a':1}", b"\xff"]:
             a.sendall(len(bad).to_bytes(4, "big") + bad)
             with pytest.raises(codec.ProtocolError):
-                codec.recv_frame(b)
+                frames.frame()
         with pytest.raises(TypeError, match="not JSON serializable"):
             codec.send_frame(a, {"v": object()})
+
+
+def test_frames_are_read_whole_however_they_arrive() -> None:
+    """One recv takes what has come (codec.FrameReader): frames that arrive together are read
+    one by one, a frame that arrives in pieces whole, one larger than a read whole."""
+    import socket
+    import threading
+
+    codec = _codec()
+    a, b = socket.socketpair()
+    with a, b:
+        frames = codec.FrameReader(b)
+        codec.send_frame(a, {"n": 1})
+        codec.send_frame(a, {"n": 2})
+        assert [frames.frame(), frames.frame()] == [{"n": 1}, {"n": 2}]
+        big = {"s": "x" * (3 << 20)}
+        data = json.dumps(big, separators=(",", ":")).encode()
+        raw = len(data).to_bytes(4, "big") + data + len(b"{}").to_bytes(4, "big") + b"{}"
+        pieces = [raw[:2], raw[2:7], raw[7 : 1 << 20], raw[1 << 20 :]]
+        writer = threading.Thread(target=lambda: [a.sendall(p) for p in pieces])
+        writer.start()
+        assert frames.frame() == big and frames.frame() == {}
+        writer.join()
+        a.close()
+        with pytest.raises(codec.PeerGone):
+            frames.frame()
+
+
+def test_a_calls_arguments_travel_in_place() -> None:
+    """A call's positional arguments and keyword pairs are tuples the callee only unpacks:
+    they travel in place (["T", ...]), not as table entries; what they hold is as before."""
+    codec = _codec()
+
+    def refuse(v):
+        raise AssertionError(f"not plain: {v!r}")
+
+    items = [2, 3]
+    memo = codec.Memo()
+    pos, kw = codec.arguments((1, items, items, (4,)), (("k", items), ("m", "x")), memo, refuse)
+    assert pos[0] == "T" and kw[0] == "T" and len(memo.table) == 2  # the list and (4,)
+    msg = json.loads(json.dumps({"a": [pos, kw], "t": memo.table}))
+    back = codec.Memo(msg["t"])
+    codec.build(back, refuse)
+    got_pos, got_kw = (codec.decode_leaf(n, back, refuse) for n in msg["a"])
+    assert got_pos == (1, [2, 3], [2, 3], (4,)) and got_kw == (("k", [2, 3]), ("m", "x"))
+    assert got_pos[1] is got_pos[2] is got_kw[0][1]
+
+
+@pytest.mark.parametrize("node", [["T", {"a": 1}], ["T", 5], ["T", [], 1], ["T"]])
+def test_malformed_in_place_tuples_are_protocol_errors(node: list) -> None:
+    codec = _codec()
+    with pytest.raises(codec.ProtocolError):
+        codec.decode_leaf(node, codec.Memo(), lambda node: None)
 
 
 @pytest.mark.parametrize(
