@@ -17,6 +17,7 @@ Standard library only, Python >= 3.8.
 import os
 import random
 import sys
+import threading
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 colocate = _load("colocate")
@@ -34,6 +35,7 @@ _getcwd = os.getcwd
 # extension of the tests' that changes folder by itself).
 _moved = [True]
 _always = [False]
+_threads = threading.active_count
 _C_CHDIR = frozenset(("chdir", "fchdir"))
 
 
@@ -107,7 +109,9 @@ class Carried:
             msg["argv"] = self.argv_sent
 
     def _send_working_folder(self, msg):
-        if not (_moved[0] or _always[0]):
+        # (with threads, read it always: the audit event comes before the folder moves, so
+        # another thread's request could read the old one and take the event's word with it)
+        if not (_moved[0] or _always[0] or _threads() > 1):
             return
         _moved[0] = False
         try:

@@ -114,19 +114,25 @@ class FrameReader:
         self.pending = b""
 
     def frame(self):
-        size = _HEADER.unpack(self._take(4))[0]
+        data = self._at_least(4)  # (one recv has the whole frame of a call, mostly)
+        size = _HEADER.unpack_from(data)[0]
         if size > MAX_FRAME:
             raise ProtocolError("frame of %d bytes" % size)
+        end = 4 + size
+        if len(data) < end:
+            data = self._at_least(end)
+        self.pending = data[end:]
         try:
             # Our frames are ASCII (ensure_ascii); anything not UTF-8 is a protocol error.
-            msg = _decode(self._take(size).decode())
+            msg = _decode(data[4:end].decode())
         except (ValueError, RecursionError) as e:
             raise ProtocolError("not JSON: %s" % e) from None
         if not isinstance(msg, dict):
             raise ProtocolError("a message must be an object")
         return msg
 
-    def _take(self, n):
+    def _at_least(self, n):
+        """What has come and is not read yet, received until it is at least `n` bytes."""
         data = self.pending
         if len(data) < n:
             chunks, have = [data], len(data)
@@ -136,9 +142,8 @@ class FrameReader:
                     raise PeerGone("the other process closed the channel")
                 chunks.append(chunk)
                 have += len(chunk)
-            data = b"".join(chunks)
-        self.pending = data[n:]
-        return data[:n]
+            data = self.pending = b"".join(chunks)
+        return data
 
 
 # ---- standard library values, by (module, class name): kind, to JSON, from JSON ---------------
@@ -467,7 +472,7 @@ def _entry(memo, key, v, base=None):
 def arguments(pos, kw, memo, reference):
     """The nodes of a call's positional arguments and keyword pairs (tuples made for the call:
     the callee sees only their items), each an ["T", ...] node."""
-    pairs = [["T", [k, leaf(x, memo, reference)]] for k, x in kw]
+    pairs = [["T", [leaf(k, memo, reference), leaf(x, memo, reference)]] for k, x in kw]
     node = ["T", [leaf(x, memo, reference) for x in pos]], ["T", pairs]
     drain(memo, reference)
     return node

@@ -263,6 +263,8 @@ class Shares:
     def heard_shares(self, msg, memo, fresh, sent):
         """Apply an incoming message's shares: `fresh` the "sy" entries built, `sent` the memo
         of our request when the message is its answer."""
+        if not ("sy" in msg or "sk" in msg or "sr" in msg or "sx" in msg):
+            return  # (most messages)
         for i, entry in enumerate(msg.get("sy") or []):
             new, handle = fresh[i], entry[0]
             v = self.shares.get(handle) if type(handle) is int else None

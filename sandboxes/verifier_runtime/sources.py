@@ -53,7 +53,8 @@ _basenames = set()  # a cheap first test before a path is resolved
 # until a compiled statement of that key comes, then their `ast.dump`s (a dump is a tenth of
 # a millisecond per kilobyte of source, and most keys are never asked: the tests' own
 # functions and classes have names of their own).
-_statements = {}  # key -> [trees not yet dumped, set of dumps]
+_statements = {}  # key -> [trees not yet dumped, set of dumps, whether one could not be]
+_dump = ast.dump  # (bound once: a test's patch of ast.dump is not asked)
 _first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
 _reported = set()
 _busy = threading.local()  # our own ast.parse raises "compile" too
@@ -112,7 +113,7 @@ def install(manifest, report, of_tested):
         found = tree.body + [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
         for node in found:
             if not _inert(node):
-                _statements.setdefault(_key(node), [[], set()])[0].append(node)
+                _statements.setdefault(_key(node), [[], set(), False])[0].append(node)
                 _first_lines.add(lines[node.lineno - 1].strip())
     # linecache drops nothing whose mtime is None (checkcache), but clearcache() does: the
     # next lookup of a stub is answered here, not by reading the stub.
@@ -377,14 +378,28 @@ def _key(node):
 
 
 def _agents(statement):
-    """Whether `statement` is one of the agent's texts' (`_statements`), as `ast.dump` says."""
+    """Whether `statement` is one of the agent's texts' (`_statements`), as `ast.dump` says.
+    Closed where a dump cannot be made (a literal past the digits an int may print, a tree
+    too deep): then a statement of that key counts as the agent's, as `install` refused the
+    whole text when it dumped every statement at once."""
     found = _statements.get(_key(statement))
     if found is None:
         return False
     if found[0]:  # (whole, then swapped in: a thread that finds no trees finds every dump)
-        found[1] = found[1] | {ast.dump(tree) for tree in found[0]}
+        dumps = set(found[1])
+        for tree in found[0]:
+            try:
+                dumps.add(_dump(tree))
+            except Exception:  # noqa: BLE001 - ValueError, RecursionError, MemoryError
+                found[2] = True
+        found[1] = dumps
         found[0] = []
-    return ast.dump(statement) in found[1]
+    if found[2]:
+        return True
+    try:
+        return _dump(statement) in found[1]
+    except Exception:  # noqa: BLE001 - as above: closed
+        return True
 
 
 def _audit(event, args):

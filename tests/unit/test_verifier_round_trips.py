@@ -50,6 +50,10 @@ class Text(str):
     pass
 
 
+def key_kinds(**kw):
+    return [type(k).__name__ for k in kw]
+
+
 def in_a_fork(fn):  # fn() in a forked child: 3 where refused as a fork's, 4 otherwise
     pid = os.fork()
     if pid == 0:
@@ -517,6 +521,13 @@ def test_items_of_an_iterator_the_solution_left_alone_are_not_set_aside_again():
     assert next(it) == 2
 
 
+def test_keyword_names_arrive_as_they_were_given():
+    class Name(str):
+        pass
+
+    assert solution.key_kinds(**{Name("a"): 1}, b=2) == ["Name", "str"]
+
+
 def test_a_forked_process_does_not_use_its_parents_channel():
     """Either side's fork (multiprocessing's, the solution's) is refused the channel, and the
     parent's calls go on."""
@@ -633,4 +644,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 29)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 30)

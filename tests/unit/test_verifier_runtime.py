@@ -1400,6 +1400,20 @@ def double(x):
     open(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w").close()
     return x * 2
 """
+# Statements of the same kinds and names whose trees cannot be dumped (a literal past the
+# digits an int may print): the check stays closed for those kinds and names.
+DECOYS = """
+import os
+
+with open(os.devnull):
+    _ = 0x{ones}
+
+
+class _Decoy:
+    def double(self):
+        return 0x{ones}
+
+""".replace("{ones}", "f" * 3600)
 EXEC_TESTS = """
 import ast
 import importlib.util
@@ -1448,14 +1462,16 @@ def test_shapes():
 """
 
 
-def test_the_agents_text_never_runs_in_the_tests_process(layout: Layout) -> None:
+@pytest.mark.parametrize("decoys", [False, True])
+def test_the_agents_text_never_runs_in_the_tests_process(layout: Layout, decoys: bool) -> None:
     """However the tests execute what they read of a workspace module (its file: the stub;
     the text its source lookups give: refused to compile), the agent's code runs only in the
-    tested process."""
+    tested process; also where the agent's text holds statements that cannot be dumped."""
     marks = layout.root / "marks"
     marks.mkdir(mode=0o777)
     marks.chmod(0o777)
-    layout.files("workspace", {"solution.py": RAN_HERE.format(marks=str(marks))})
+    text = RAN_HERE.replace("\n\ndef double", (DECOYS if decoys else "") + "\n\ndef double")
+    layout.files("workspace", {"solution.py": text.format(marks=str(marks))})
     layout.files("tests", {"test_exec.py": EXEC_TESTS.format(marks=str(marks))})
     layout.view()
     run = layout.pytest()
