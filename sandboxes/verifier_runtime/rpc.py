@@ -90,7 +90,7 @@ remote_name = proxies.remote_name  # also for the trusted side's module proxies 
 
 SAFE_EXCEPTIONS = mirrors.SAFE_EXCEPTIONS
 # Requests that call: where their positional arguments and keyword pairs are (codec.arguments).
-_CALLS = {"call": 1, "callattr": 2}
+_CALLING = {"call": 1, "callattr": 2}
 _record_kind = records._record_kind  # (trusted.py)
 
 
@@ -179,8 +179,8 @@ class Endpoint(
             memo.op = op
             if self.shares_by_reference(op):
                 memo.shared = self.share_ids
-            if op in _CALLS:  # [target, (positional...), ((name, value)...)] (+ name)
-                n = _CALLS[op]
+            if op in _CALLING:  # [target, (positional...), ((name, value)...)] (+ name)
+                n = _CALLING[op]
                 head = [self.encode(a, memo) for a in args[:n]]
                 msg["a"] = head + list(
                     codec.arguments(args[n], args[n + 1], memo, self._reference_encoder(memo))
