@@ -94,10 +94,8 @@ def _length_hint(self):
 def _next(self):
     ahead = self.__dict__.get("_rollouts_ahead")
     if ahead:
-        value, end = ahead.popleft()  # (`_next_of_buffer` inline: once per item of a chunk)
-        if end is None:
-            return value
-        ahead.appendleft((value, end))
+        if ahead[0][1] is None:  # (an item, not the end: taken here, once per item of a chunk)
+            return ahead.popleft()[0]
         return _next_of_buffer(self, ahead)
     peek = self.__dict__.get("_rollouts_peeked")
     if peek is not None:
