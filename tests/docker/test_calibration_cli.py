@@ -130,10 +130,6 @@ def test_collect_grades_an_uncalibrated_tasks_samples_in_the_fallback(tmp_path: 
     assert [c["outcome"] for c in cached["calibrations"].values()] == ["uncalibrated"]
 
 
-# more-itertools is left out here: through the boundary its tests run into the verifier's
-# timeout (docs/reliability.md, Calibration), which costs CI two minutes to show again; the
-# benchmark of grading speed (issue 37) is where it belongs.
-CI_PACKAGES = tuple(p for p in PACKAGES if p.task_id != "real-more-itertools")
 # The tasks the boundary cannot grade, each reported by calibration for a reason that is a
 # capability it withholds (docs/reliability.md, Real tasks): their oracles must still score 1
 # in the fallback. Every other real task must calibrate.
@@ -149,11 +145,11 @@ REPORTED = {
 
 def test_real_package_oracles_score_one_unflagged_or_are_reported(tmp_path: Path) -> None:
     try:
-        build_real_tasks(tmp_path / "tasks", CI_PACKAGES)
+        build_real_tasks(tmp_path / "tasks", PACKAGES)
     except DownloadFailed as e:
         unavailable(f"the real-package sdists could not be downloaded: {e}")
     rows, summary, _ = verify(tmp_path / "tasks", tmp_path / "calibration.json")
-    assert set(rows) == {p.task_id for p in CI_PACKAGES}
+    assert set(rows) == {p.task_id for p in PACKAGES}
     for task_id, row in sorted(rows.items()):
         print(task_id, json.dumps(row))  # the outcomes, for the record (pytest -s)
     calibrated = {t: (r["calibration"], r["reward"], r["flags"], r["status"])
