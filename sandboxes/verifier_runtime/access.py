@@ -8,9 +8,12 @@ under a temporary folder crosses to the tested process (an argument, an answer, 
 argument or working folder), `grant` gives the tested user exactly that: read, write and
 search on the folder handed over (the folder of a file handed over), read and write on the
 file itself, and search alone, never a listing, on each folder between it and the temporary
-root. Where the file system has POSIX ACLs the grant names the tested user; where it has none
-(gVisor's) the grant is the folder's "other" bits, and in the verifier container the only user
-besides the tests' own is the tested user.
+root. A file the tests made in the temporary root itself (`tempfile.NamedTemporaryFile`,
+`mkstemp`: mode 0600, in /tmp) is granted alone, read and write: the root is not theirs to
+open up, and everyone may enter it already. Where the file system has POSIX ACLs the grant
+names the tested user; where it has none (gVisor's) the grant is the folder's (or the file's)
+"other" bits, and in the verifier container the only user besides the tests' own is the
+tested user.
 
 Nothing outside a temporary root is ever granted: /tests, /logs and the guard's report stay
 closed whatever path the tests pass; a folder the tests' user does not own is left as it is
@@ -145,7 +148,8 @@ def _allow(fd, uid, perm):
 def grant(path, uid, roots, since):
     """Give user `uid` the use of `path` if it lies under one of `roots` (absolute, without
     links): the folder itself, or the folder holding the file (or the file to be made), if we
-    own it and changed it at `since` or later. Returns the folder granted, or None."""
+    own it and changed it at `since` or later; a file of ours in a root itself, alone.
+    Returns the folder (or that file) granted, or None."""
     if since is None:
         return None
     real = os.path.normpath(os.path.abspath(path))
@@ -165,6 +169,11 @@ def grant(path, uid, roots, since):
                 break  # the last part is a file, or one to be made
         folders = fds[1:]
         if not folders:
+            # A file made in the temporary root itself (`NamedTemporaryFile`, `mkstemp`): the
+            # root is everyone's to enter already and not ours to open up, so the file alone.
+            if len(parts) == 1 and _allow_loose_file(fds[0], parts[0], uid, since):
+                _handed[real] = None
+                return real
             return None
         ours = os.getuid()
         if any(os.fstat(fd).st_uid != ours for fd in folders):
@@ -236,6 +245,31 @@ def _allow_file(folder, name, uid):
             _allow(fd, uid, R | W)
             return True
         return False
+    finally:
+        os.close(fd)
+
+
+def _allow_loose_file(root, name, uid, since):
+    """Let user `uid` read and write the file `name` of ours in the temporary root `root`
+    (open): a regular file with no other name (a hard link would hand over what it names),
+    changed at `since` or later (test.sh's `mktemp` of before stays closed). Whether it did.
+    The root stays as it is: sticky, as /tmp is, so the tests' file cannot be unlinked or
+    replaced by the tested user."""
+    try:
+        fd = os.open(name, _READ, dir_fd=root)
+    except OSError:
+        return False  # none yet: the tested user may make it there itself
+    try:
+        st = os.fstat(fd)
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.getuid()
+            or st.st_nlink != 1
+            or st.st_ctime < since
+        ):
+            return False
+        _allow(fd, uid, R | W)
+        return True
     finally:
         os.close(fd)
 

@@ -446,6 +446,7 @@ if __name__ == "__main__":
         daemon(sys.argv[3])
 """
 _PATHS_TESTS = b"""
+import os
 import shutil
 import subprocess
 import sys
@@ -475,6 +476,31 @@ def test_mkdtemp():
         assert Path(folder, "out.txt").read_text() == "GHI"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_files_tempfile_makes_in_the_temporary_folder_itself():
+    # NamedTemporaryFile and mkstemp make 0600 files in /tmp, not in a folder of their own
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as source:
+        source.write("stu")
+        source.flush()
+        fd, target = tempfile.mkstemp()
+        os.close(fd)
+        try:
+            convert(source.name, target)
+            assert Path(target).read_text() == "STU"
+        finally:
+            os.remove(target)
+
+
+def test_a_program_reads_a_named_temporary_file():
+    out = tempfile.mkdtemp()
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as source:
+        source.write("vwx")
+        source.flush()
+        argv = [sys.executable, "/app/solution.py", source.name, out + "/o.txt"]
+        subprocess.run(argv, check=True)
+    assert Path(out, "o.txt").read_text() == "VWX"
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def test_a_program_writes_its_output_in_app():
@@ -517,7 +543,9 @@ def test_a_command_line_main_run_in_tmp_path(tmp_path, monkeypatch):
 )
 async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_labels, style):
     """Oracle shapes that plain pytest passes: a file the test writes in its tmp_path, tmpdir
-    or mkdtemp folder read by the solution, which writes its output beside it; a program the
+    or mkdtemp folder read by the solution, which writes its output beside it; files that
+    NamedTemporaryFile and mkstemp make in /tmp itself, read and written by the solution and
+    by a program the tests run with one among its arguments; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
     tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
     changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""

@@ -813,6 +813,68 @@ def test_the_tested_user_gets_exactly_the_folders_handed_over() -> None:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="switching to the tested user needs root")
+def test_a_file_the_tests_made_in_the_temporary_folder_itself_is_handed_over_alone() -> None:
+    """`tempfile.NamedTemporaryFile` and `mkstemp` make a 0600 file in /tmp itself: handed
+    over, the tested user may read and write it (as the solution could in one process), but
+    not unlink it (the root stays sticky, and its mode as it was). Not granted: a file made
+    before the tests' process (test.sh's `mktemp`), one with a second name (a hard link), a
+    link, a file another user owns, a name not made yet, a FIFO."""
+    access = _load("access")
+    root = Path(tempfile.mkdtemp(prefix="rollouts-loose-"))
+    try:
+        root.chmod(0o1777)  # as /tmp
+        older = root / "tmp.made-by-test-sh"
+        older.write_text("junit\n")
+        older.chmod(0o600)
+        with subprocess.Popen(["cat"], stdin=subprocess.PIPE) as tests_process:
+            since = access.made_after(tests_process.pid)
+            tests_process.stdin.close()
+        assert older.stat().st_ctime < since
+        fd, made = tempfile.mkstemp(dir=root)
+        os.write(fd, b"input\n")
+        os.close(fd)
+        linked = root / "two-names"
+        linked.write_text("expected\n")
+        os.link(linked, root / "second-name")
+        (root / "a-link").symlink_to(linked)
+        theirs = root / "not-ours"
+        theirs.write_text("x")
+        os.chown(theirs, TESTED_UID + 1, TESTED_UID + 1)
+        fifo = root / "a-fifo"
+        os.mkfifo(fifo)
+        # (`since` is the tests' start plus a clock tick; a real test's file comes long after
+        # it: each mode set again until the file's change time has passed it)
+        deadline = time.monotonic() + 10
+        for path in (made, linked, theirs, fifo):
+            os.chmod(path, 0o600)
+            while os.stat(path).st_ctime < since and time.monotonic() < deadline:
+                os.chmod(path, 0o600)
+            assert os.stat(path).st_ctime >= since and os.stat(path).st_mode & 0o777 == 0o600
+        roots = (str(root),)
+        assert access.grant(made, TESTED_UID, roots, since) == made
+        assert made in access._handed
+        done = _as_tested_user('cat "$1" && echo output > "$1"', made)
+        assert done.returncode == 0 and done.stdout == "input\n", done.stderr
+        assert Path(made).read_text() == "output\n"
+        assert _as_tested_user('rm -f "$1" || exit 1; test ! -e "$1"', made).returncode != 0
+        assert Path(made).exists() and stat.S_IMODE(root.stat().st_mode) == 0o1777
+        refused = [
+            access.grant(str(older), TESTED_UID, roots, since),
+            access.grant(str(linked), TESTED_UID, roots, since),
+            access.grant(str(root / "a-link"), TESTED_UID, roots, since),
+            access.grant(str(theirs), TESTED_UID, roots, since),
+            access.grant(str(root / "to-be-made.txt"), TESTED_UID, roots, since),
+            access.grant(str(fifo), TESTED_UID, roots, since),
+        ]
+        assert refused == [None] * 6
+        for path in (older, linked, theirs):
+            probe = _as_tested_user('cat "$1"', str(path))
+            assert probe.returncode != 0, (path, probe.stdout)
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="switching to the tested user needs root")
 def test_the_tests_process_goes_nowhere_through_what_the_tested_user_made() -> None:
     """The folder of a file handed over is sticky (the tested user cannot unlink the tests'
     file beside it); a folder handed over whole is not. access.check_open refuses the tests'
