@@ -16,6 +16,13 @@ ways (the tests' pure iterators walked item by item by the solution too), callba
 parametrized suite.
 
     python -m benchmarks.boundary_calls [--repeats N] [--only TASK ...] [--json PATH]
+
+`--docker RUNTIME ...` runs the same comparison inside a container of the sandbox base image
+under each OCI runtime named (runc, runsc): what the issue's target asks, the tests phase
+against plain pytest in the same container, with the image's interpreter and pytest, the
+tested process switched to its own user as in a verification, and, under gVisor, every system
+call through the sentry. The tasks' files go in through a mounted folder and this module runs
+there (`--inside`, the repository mounted read-only), so both arms share the container.
 """
 
 from __future__ import annotations
@@ -193,6 +200,8 @@ def lay_out(task: Task, root: Path, runtime: Path = RUNTIME) -> Path:
         shutil.copy(f, root / "lib" / f.name)
     _write(root / "workspace", task.module)
     _write(root / "tests", task.tests)
+    # The tested code's writable view, as the verifier script leaves it (verifier.py)
+    subprocess.run(["chmod", "-R", "a+rwX", root / "workspace"], check=True)
     argv = [root / "workspace", root / "app", root / "tests", root / "view.json"]
     argv.append(root / "logs" / "report.jsonl")
     subprocess.run([sys.executable, "-I", root / "lib" / "view.py", *argv], check=True)
@@ -256,6 +265,9 @@ def measure(
     runs = {t.name: TaskRuns() for t in tasks}
     _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="rollouts-boundary-") as tmp:
+        # (the tested user must reach the runtime and its workspace: where it cannot, the
+        # tested process stays root, which a verification's does not)
+        os.chmod(tmp, 0o755)
         roots = {t.name: lay_out(t, Path(tmp) / t.name, runtime) for t in tasks}
         for r in range(repeats):
             for t in tasks:
@@ -300,6 +312,82 @@ def summarize(runs: dict[str, TaskRuns]) -> dict[str, dict]:
     return out
 
 
+IMAGE = "rollouts-base:bookworm"  # the sandbox base image (`rollouts images build`)
+# As a verifier container gets them (verifier.py): the capabilities to start the tested
+# process as its own user and to end it, no others, and no network.
+_CONTAINER_FLAGS = ["--network", "none", "--cap-drop", "ALL"] + [
+    f"--cap-add={c}" for c in ("SETUID", "SETGID", "KILL")
+]
+
+
+def write_tasks(tasks: list[Task], folder: Path) -> None:
+    """Each task's files as folder/NAME/{workspace,tests}/ (read back by `read_tasks`)."""
+    for t in tasks:
+        _write(folder / t.name / "workspace", t.module)
+        _write(folder / t.name / "tests", t.tests)
+
+
+def read_tasks(folder: Path) -> list[Task]:
+    def files(top: Path) -> dict[str, bytes]:
+        return {str(f.relative_to(top)): f.read_bytes() for f in top.rglob("*") if f.is_file()}
+
+    return [
+        Task(d.name, files(d / "workspace"), files(d / "tests"))
+        for d in sorted(folder.iterdir())
+        if d.is_dir()
+    ]
+
+
+def remove_installed(tasks: list[Task]) -> None:
+    """Inside the benchmark's throwaway container: remove the image's own copy of each task's
+    top-level modules, as the real-package tasks' images do (tests/real_tasks.py). The
+    verifier lays out no stub for a module the tests' interpreter already has (view.py), so
+    the tests would import the image's release instead of the workspace's."""
+    import importlib.util
+
+    tops = {rel.split("/")[0].removesuffix(".py") for t in tasks for rel in t.module}
+    for name in sorted(n for n in tops if n.isidentifier()):
+        spec = importlib.util.find_spec(name)
+        path = spec and (list(spec.submodule_search_locations or [])[:1] or [spec.origin])[0]
+        installed = path and ("/site-packages/" in path or "/dist-packages/" in path)
+        if installed and os.path.exists(path):
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def in_containers(
+    tasks: list[Task],
+    oci_runtimes: list[str],
+    repeats: int,
+    timeout: float,
+    runtime: Path = RUNTIME,
+    image: str = IMAGE,
+) -> dict[str, dict]:
+    """{OCI runtime: {"meta", "tasks"}}: this module's comparison run inside a container of
+    `image` under each runtime, one after the other (never side by side)."""
+    found = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
+    if found.returncode != 0:
+        raise SystemExit(f"error: no image {image}: build it with `rollouts images build`")
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="rollouts-boundary-docker-") as tmp:
+        write_tasks(tasks, Path(tmp) / "tasks")
+        for oci in oci_runtimes:
+            result = Path(tmp) / f"{oci}.json"
+            argv = ["docker", "run", "--rm", "--runtime", oci, *_CONTAINER_FLAGS,
+                    "-v", f"{REPO}:/repo:ro", "-v", f"{runtime.resolve()}:/runtime:ro",
+                    "-v", f"{tmp}:/bench", "-w", "/repo", "-e", "PYTHONPATH=/repo",
+                    "-e", "PYTHONDONTWRITEBYTECODE=1", image,
+                    "python3", "-m", "benchmarks.boundary_calls", "--inside", "/bench/tasks",
+                    "--runtime", "/runtime", "--repeats", str(repeats),
+                    "--timeout", str(timeout), "--json", f"/bench/{oci}.json"]  # fmt: skip
+            limit = 2 * repeats * len(tasks) * timeout + 300
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=limit)
+            if proc.returncode != 0 or not result.exists():
+                raise SystemExit(f"error: the run under {oci} failed (exit {proc.returncode})")
+            out[oci] = json.loads(result.read_text())
+            out[oci]["meta"]["oci_runtime"] = oci
+    return out
+
+
 def render(summary: dict[str, dict]) -> str:
     def num(v, unit=""):
         return "-" if v is None else f"{v:.2f}{unit}"
@@ -327,20 +415,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--runtime", type=Path, default=RUNTIME, help="the verifier runtime folder to measure"
     )
+    parser.add_argument(
+        "--docker",
+        nargs="+",
+        metavar="OCI_RUNTIME",
+        help="run inside a container of the sandbox base image under each runtime (runc runsc)",
+    )
+    parser.add_argument("--image", default=IMAGE, help="the container image (--docker)")
+    parser.add_argument("--inside", type=Path, help=argparse.SUPPRESS)  # (in the container)
     args = parser.parse_args(argv)
-    tasks = real_tasks() + [synthetic_task()]
+    tasks = read_tasks(args.inside) if args.inside else real_tasks() + [synthetic_task()]
     if args.only:
         tasks = [t for t in tasks if t.name in args.only]
         if not tasks:
             print("error: --only names no task", file=sys.stderr)
             return 2
+    if args.docker:
+        found = in_containers(
+            tasks, args.docker, args.repeats, args.timeout, args.runtime, args.image
+        )
+        for oci, r in found.items():
+            print(f"## {oci}\n\n{render(r['tasks'])}\n")
+        if args.json:
+            args.json.write_text(json.dumps({"runtimes": found}, indent=1))
+        return 0
+    load = os.getloadavg()
+    if args.inside:
+        remove_installed(tasks)
     runs = measure(
         tasks, args.repeats, args.timeout, lambda m: print(m, file=sys.stderr), args.runtime
     )
     summary = summarize(runs)
     print(render(summary))
     if args.json:
-        meta = {"load": os.getloadavg(), "cpus": os.cpu_count(), "python": sys.version}
+        meta = {"load": [load, os.getloadavg()], "cpus": os.cpu_count(), "python": sys.version}
         args.json.write_text(json.dumps({"meta": meta, "tasks": summary}, indent=1))
     return 0
 

@@ -1,6 +1,7 @@
 """docs/performance.md's section on the verifier's process boundary, from the committed
 `benchmarks/results/boundary_calls.json` (`python -m benchmarks.boundary_calls`, run once
-with the runtime before a change and once after; see that module)."""
+with the runtime before a change and once after; see that module) and
+`boundary_calls_docker.json` (`--docker runc runsc`: the same inside the sandbox image)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from benchmarks.doc_text import para
 
 RESULTS = Path(__file__).parent / "results" / "boundary_calls.json"
+DOCKER_RESULTS = Path(__file__).parent / "results" / "boundary_calls_docker.json"
 
 
 def _x(v: float | None) -> str:
@@ -62,6 +64,45 @@ def boundary_section(path: Path = RESULTS) -> list[str]:
             "(`tests/real_tasks.py`); `synthetic-calls` makes thousands of small calls, passes",
             "iterators both ways, calls back and runs a parametrized suite. Before: "
             f"{r['before']}; after: {r['after']}.",
+        ),
+        para(r["conditions"]),
+        "\n".join(rows),
+        para(*r["notes"]),
+    ]
+
+
+def _ratio(task: dict[str, Any] | None, key: str = "session_ratio") -> str:
+    return "not run" if task is None else _x(task.get(key))
+
+
+def container_section(path: Path = DOCKER_RESULTS) -> list[str]:
+    """The tests phase against plain pytest inside the sandbox image, under runc and runsc."""
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    runtimes = r["runtimes"]
+    names = list(dict.fromkeys(n for run in runtimes.values() for n in run["tasks"]))
+    head = "| task |"
+    rule = "|---|"
+    for oci in runtimes:
+        head += f" {oci}: plain session | {oci}: boundary / plain (wall, CPU) |"
+        rule += "---|---|"
+    rows = [head, rule]
+    for name in names:
+        row = f"| {name} |"
+        for run in runtimes.values():
+            t = run["tasks"].get(name)
+            row += f" {_s((t or {}).get('plain_session_s'))} | {_cell(t)} |"
+        rows.append(row)
+    return [
+        "### Inside the sandbox image, under runc and runsc",
+        para(
+            "`python -m benchmarks.boundary_calls --docker runc runsc` runs the same comparison",
+            "inside a container of the sandbox base image, one OCI runtime after the other:",
+            "the image's interpreter and pytest, the container's capabilities as a verifier's",
+            "(the tested process switches to its own user), and under gVisor every system",
+            "call of both processes through the sentry. Both arms run in the one container,",
+            "interleaved; a ratio is taken within one runtime's run.",
         ),
         para(r["conditions"]),
         "\n".join(rows),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.doc_admission import admission_section
-from benchmarks.doc_boundary import boundary_section
+from benchmarks.doc_boundary import boundary_section, container_section
 from benchmarks.doc_grader import grader_section
 from benchmarks.doc_gvisor import gvisor_section
 from benchmarks.doc_method import method_sections
@@ -52,6 +52,7 @@ def render_doc(r: dict[str, Any]) -> str:
     blocks += method_sections()
     blocks += results_sections(r)
     blocks += boundary_section()
+    blocks += container_section()
     blocks += grader_section()  # its own results file (benchmarks/grader_cpu.py)
     blocks += targets_section(r)
     blocks += gvisor_section(r)  # and its own results file (benchmarks/gvisor_settings.py)

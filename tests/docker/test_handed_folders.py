@@ -76,6 +76,31 @@ def organize(folder):
     os.replace(fresh, os.path.join(folder, "b.txt"))
 
 
+def loose_file(handed):
+    # handed: a NamedTemporaryFile of the tests, in /tmp itself; the tests' others beside it
+    # are found by listing /tmp, which everyone may
+    found = {"others read": []}
+    with open(handed) as f:
+        found["read"] = f.read()
+    try:
+        os.unlink(handed)
+    except OSError as e:
+        found["unlink"] = type(e).__name__
+    else:
+        found["unlink"] = "done"
+    folder = os.path.dirname(handed)
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if path == handed or not os.path.isfile(path) or os.stat(path).st_uid == os.getuid():
+            continue
+        try:
+            with open(path) as f:
+                found["others read"].append(f.read())
+        except OSError:
+            pass
+    return found
+
+
 def plant_for_write(out):
     with open(out, "w") as f:
         f.write("[]")
@@ -85,6 +110,7 @@ def plant_for_write(out):
 
 _TESTS = r"""
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -161,6 +187,17 @@ def test_a_folder_handed_over_whole_is_the_solutions_to_manage(tmp_path):
     assert (tmp_path / "b.txt").read_text() == "B"
 
 
+def test_a_file_handed_over_from_tmp_itself_is_that_file_alone():
+    with tempfile.NamedTemporaryFile("w") as handed, tempfile.NamedTemporaryFile("w") as other:
+        handed.write("in")
+        handed.flush()
+        other.write("expected")
+        other.flush()
+        found = solution.loose_file(handed.name)
+        assert found == {"read": "in", "unlink": "PermissionError", "others read": []}
+        assert Path(handed.name).read_text() == "in"
+
+
 def test_a_link_to_a_file_it_was_handed_reads(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text("a,b\n")
@@ -182,8 +219,10 @@ async def test_the_tested_user_takes_the_tests_nowhere_through_a_folder_handed_o
     itself (its own file, one it was handed), never /tests (by a link in the folder, or in a
     folder the tested user made there), and writes through none of them. A folder handed
     over whole is the tested code's to manage: it moves, replaces and deletes the tests'
-    files there. Each refusal is reported: the reward (every test passed, the attacks having
-    failed) is flagged `unguarded`."""
+    files there. A file handed over from /tmp itself (a NamedTemporaryFile) is read there,
+    never unlinked (/tmp is sticky), and the tests' other file beside it stays closed. Each
+    refusal is reported: the reward (every test passed, the attacks having failed) is flagged
+    `unguarded`."""
     tests = {
         **example_task.test_files,
         "test_solution.py": _TESTS.encode(),
