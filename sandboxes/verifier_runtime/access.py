@@ -10,10 +10,12 @@ search on the folder handed over (the folder of a file handed over), read and wr
 file itself, and search alone, never a listing, on each folder between it and the temporary
 root. A file the tests made in the temporary root itself (`tempfile.NamedTemporaryFile`,
 `mkstemp`: mode 0600, in /tmp) is granted alone, read and write: the root is not theirs to
-open up, and everyone may enter it already. Where the file system has POSIX ACLs the grant
-names the tested user; where it has none (gVisor's) the grant is the folder's (or the file's)
-"other" bits, and in the verifier container the only user besides the tests' own is the
-tested user.
+open up, and everyone may enter it already. The other way, a file the tested code made for
+itself under a temporary root (`mkstemp`: 0600) is opened up to the tests' process by the
+tested user when the tests open it (`open_for_us`). Where the file system has POSIX ACLs
+the grant names the user; where it has none (gVisor's) the grant is the folder's (or the
+file's) "other" bits, and in the verifier container the only user besides the tests' own is
+the tested user.
 
 Nothing outside a temporary root is ever granted: /tests, /logs and the guard's report stay
 closed whatever path the tests pass; a folder the tests' user does not own is left as it is
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 
 _ACL = "system.posix_acl_access"
 # include/uapi/linux/posix_acl_xattr.h: a version word, then (tag, perm, id) entries sorted by
@@ -371,6 +374,51 @@ def maker_may_open(path, uid, gid):
             pass
 
 
+def open_for_us(path, flags, uid):
+    """Before the tests' process opens `path`, a regular file of the tested user (`uid`) that
+    it may not open so (the solution's `mkstemp` or `NamedTemporaryFile(delete=False)` output,
+    0600, whose path it returned): that user lets it, read (and write, where the open
+    writes), as in one process, where the tests' root has no `CAP_DAC_OVERRIDE`. Done by a
+    fork of this process switched to that user, which opens the file itself (an owner's
+    right: it can only ever open up a file of its own) and adds an entry naming this
+    process's user (or, where the file system has no ACLs, the "other" bits)."""
+    if uid is None or os.getuid() == uid or not isinstance(path, (str, bytes)):
+        return  # (a descriptor: opened already)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    write = bool(flags & _WRITES)
+    if st.st_uid != uid or not stat.S_ISREG(st.st_mode):
+        return
+    if os.access(path, os.R_OK | (os.W_OK if write else 0)):
+        return
+    ours, perm = os.getuid(), R | (W if write else 0)
+    with warnings.catch_warnings():
+        # (Python 3.12 warns of fork() in a process with threads: the fork only makes system
+        # calls and exits, and a warning turned into an error must not fail the tests' open)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(st.st_gid, st.st_gid, st.st_gid)
+            os.setresuid(uid, uid, uid)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            mine = os.fstat(fd)
+            if stat.S_ISREG(mine.st_mode) and mine.st_uid == uid:
+                _allow(fd, ours, perm)
+        finally:
+            os._exit(0)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped already (the tests ignore SIGCHLD)
+        pass
+
+
 def _flags(mode, flags):
     if isinstance(flags, int):
         return flags
@@ -441,12 +489,15 @@ def _named_beyond_its_user(path, uid):
     return "opened %s, a path the tested code named, which its user cannot open" % path
 
 
-def guard_links(report, named, tested_uid):
+def guard_links(report, named, tested_uid, tested_user=None):
     """Install (once) the audit hook that refuses the tests' process the opens `check_open`
     names, and the opens of a path the tested code named (`named(text)`: it sent that text)
     that the tested user (`tested_uid()`, None: no other user) could not open itself: a
     solution that returns the tests' own expected file as its output's path reads nothing of
-    theirs. Each refusal is reported as `open_refused` through `report(event, **fields)`."""
+    theirs. Each refusal is reported as `open_refused` through `report(event, **fields)`.
+    An open it lets through, of a file of the tested user (`tested_user()`, whether or not
+    a tested process runs now: a program's file too) under a temporary root, is opened up
+    to this process first where it could not open it (`open_for_us`)."""
     if _installed:
         return
     _installed.append(report)
@@ -473,8 +524,10 @@ def guard_links(report, named, tested_uid):
             try:
                 why = _named_beyond_its_user(path, tested_uid()) if chosen else None
                 if why is None and not outside:
-                    flags = args[2] if len(args) > 2 else None
+                    flags = _flags(mode, args[2] if len(args) > 2 else None)
                     why = check_open(path, mode, flags, roots, _theirs)
+                    if why is None and tested_user is not None:
+                        open_for_us(path, flags, tested_user())
             except (OSError, ValueError):  # a path the open itself will refuse
                 why = None
             if why is not None and why not in reported and len(reported) < 20:

@@ -1218,12 +1218,18 @@ def watch_sources():
     _load("pickles").install(sources.was_heard, _unpickle, _tested_uid)
     # Links the tested user makes in folders handed over (or anywhere under /tmp) never
     # take this process where that user could not go itself (access.py).
-    access.guard_links(report, sources.was_heard, _tested_uid)
+    access.guard_links(report, sources.was_heard, _tested_uid, _tested_user)
 
 
 def _tested_uid():
     """The tested user's uid (None: the tested process runs as this one, or has not started)."""
     return getattr(_endpoint, "tested_uid", None)
+
+
+def _tested_user():
+    """The user the tested code runs as when this process may switch to it (a program's too,
+    with no tested process of this one's), else None."""
+    return TESTED_UID if os.getuid() == 0 else None
 
 
 def _of_tested(obj):

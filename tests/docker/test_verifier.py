@@ -417,6 +417,16 @@ def convert(source, target):
     return len(list(pathlib.Path(target).parent.iterdir()))
 
 
+def export(text):
+    # Its output in a file of its own that only it may read (mkstemp: 0600), by its path.
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".txt")
+    with open(fd, "w") as f:
+        f.write(text.upper())
+    return path
+
+
 def main():
     # A command line read from sys.argv, relative paths from the working folder.
     source, target = sys.argv[1:3]
@@ -453,7 +463,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from solution import convert
+from solution import convert, export
 
 
 def test_tmp_path(tmp_path):
@@ -490,6 +500,14 @@ def test_files_tempfile_makes_in_the_temporary_folder_itself():
             assert Path(target).read_text() == "STU"
         finally:
             os.remove(target)
+
+
+def test_a_file_the_solution_made_only_for_itself():
+    path = export("yz")
+    assert Path(path).read_text() == "YZ"
+    with open(path, "a") as f:
+        f.write("!")
+    assert Path(path).read_text() == "YZ!"
 
 
 def test_a_program_reads_a_named_temporary_file():
@@ -545,7 +563,8 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     """Oracle shapes that plain pytest passes: a file the test writes in its tmp_path, tmpdir
     or mkdtemp folder read by the solution, which writes its output beside it; files that
     NamedTemporaryFile and mkstemp make in /tmp itself, read and written by the solution and
-    by a program the tests run with one among its arguments; a program the
+    by a program the tests run with one among its arguments; the solution's own `mkstemp`
+    output (0600) read and appended to by the tests; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
     tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
     changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""
