@@ -1,21 +1,22 @@
 """The tested user's access to the folders the tests hand over, and to nothing else of theirs.
 
-A test that writes its input in `tmp_path` (or `tmpdir`, or a `tempfile.mkdtemp()` folder)
-and passes the path to the solution expects the solution to read it there, and to write its
-output beside it. Those folders are the tests' (root's, mode 0700, under 0700 parents such as
+A test that writes its input in `tmp_path` (or `tmpdir`, or a `tempfile.mkdtemp()` folder) and
+passes the path to the solution expects the solution to read it there, and to write its output
+beside it. Those folders are the tests' (root's, mode 0700, under 0700 parents such as
 /tmp/pytest-of-root), so the tested user (trusted.TESTED_UID) cannot enter them. When a path
-under a temporary folder crosses to the tested process (an argument, an answer, a program's
-argument or working folder), `grant` gives the tested user exactly that: read, write and
-search on the folder handed over (the folder of a file handed over), read and write on the
-file itself, and search alone, never a listing, on each folder between it and the temporary
-root. A file the tests made in the temporary root itself (`tempfile.NamedTemporaryFile`,
-`mkstemp`: mode 0600, in /tmp) is granted alone, read and write: the root is not theirs to
-open up, and everyone may enter it already. The other way, a file the tested code made for
-itself under a temporary root (`mkstemp`: 0600) is opened up to the tests' process by the
-tested user when the tests open it (`open_for_us`). Where the file system has POSIX ACLs
-the grant names the user; where it has none (gVisor's) the grant is the folder's (or the
-file's) "other" bits, and in the verifier container the only user besides the tests' own is
-the tested user.
+under a temporary folder crosses to the tested process (an argument, an answer, the
+environment, a program's argument or working folder), `grant` gives the tested user exactly
+that: read, write and search on the folder handed over (the folder of a file handed over), read
+and write on the file itself, and search alone, never a listing, on each folder between it and
+the temporary root. A file the tests made in the temporary root itself
+(`tempfile.NamedTemporaryFile`, `mkstemp`: mode 0600, in /tmp) is granted alone, read and
+write, where the caller says it may go (trusted.py: the tests' own request, never an answer):
+the root is not theirs to open up, and everyone may enter it and list it already. The other
+way, a file the tested code made for itself under a temporary root (`mkstemp`: 0600) is opened
+up to the tests' process by the tested user when the tests open it (`open_for_us`). Where the
+file system has POSIX ACLs the grant names the user; where it has none (gVisor's) the grant is
+the folder's (or the file's) "other" bits, and in the verifier container the only user besides
+the tests' own is the tested user.
 
 Nothing outside a temporary root is ever granted: /tests, /logs and the guard's report stay
 closed whatever path the tests pass; a folder the tests' user does not own is left as it is
@@ -148,11 +149,16 @@ def _allow(fd, uid, perm):
         os.fchmod(fd, stat.S_IMODE(st.st_mode) | perm)
 
 
-def grant(path, uid, roots, since):
+def grant(path, uid, roots, since, loose=None):
     """Give user `uid` the use of `path` if it lies under one of `roots` (absolute, without
     links): the folder itself, or the folder holding the file (or the file to be made), if we
-    own it and changed it at `since` or later; a file of ours in a root itself, alone.
-    Returns the folder (or that file) granted, or None."""
+    own it and changed it at `since` or later; a file of ours in a root itself, alone, where
+    `loose(path)` says so (None: never). Returns the folder (or that file) granted, or None.
+
+    A file in a root itself is anyone's to name: every user may list /tmp. So the caller
+    says which may go (trusted.py): a path in the tests' own request, of a file this process
+    wrote, that the tested code never sent; never one in an answer, since the tested code
+    can have an object of the tests (a `StringIO`) echo any name back to it."""
     if since is None:
         return None
     real = os.path.normpath(os.path.abspath(path))
@@ -174,7 +180,9 @@ def grant(path, uid, roots, since):
         if not folders:
             # A file made in the temporary root itself (`NamedTemporaryFile`, `mkstemp`): the
             # root is everyone's to enter already and not ours to open up, so the file alone.
-            if len(parts) == 1 and _allow_loose_file(fds[0], parts[0], uid, since):
+            if loose is None or len(parts) != 1 or not loose(real):
+                return None
+            if _allow_loose_file(fds[0], parts[0], uid, since):
                 _handed[real] = None
                 return real
             return None
@@ -250,6 +258,12 @@ def _allow_file(folder, name, uid):
         return False
     finally:
         os.close(fd)
+
+
+def written_here(path):
+    """Whether this process opened `path` to write (`check_open` notes it): a file of its own,
+    as a `NamedTemporaryFile` or `mkstemp` of the tests is."""
+    return path in _theirs
 
 
 def _allow_loose_file(root, name, uid, since):

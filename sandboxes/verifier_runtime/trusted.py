@@ -586,12 +586,12 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
     def before_request(self, msg):
         _push_shared(self)
         super().before_request(msg)
-        _grant_handed(self, msg)
         self.carry(msg)
+        _grant_handed(self, msg)  # (the environment carried too)
 
     def before_answer(self, reply):
         super().before_answer(reply)
-        _grant_handed(self, reply)
+        _grant_handed(self, reply, answer=True)
 
     def tested_folder(self, path):
         """Our working folder for the tested process (carried.py): a temporary folder is
@@ -803,21 +803,43 @@ def _kill_tested_user():
     _as_tested_user(_kill_everything_of_mine)
 
 
-def _grant_handed(ep, msg):
+def _environment_paths(env):
+    """The absolute paths among the values of environment `env` (each of a list of them, as
+    `PATH` or `XDG_DATA_DIRS` hold)."""
+    found = []
+    for value in env.values():
+        if isinstance(value, str) and os.sep in value:
+            found += [p for p in value.split(os.pathsep) if p.startswith(os.sep)]
+    return found
+
+
+def _ours_not_heard(path):
+    """A file of the tests in a temporary root itself may be handed over in their request
+    where this process wrote it and the tested code never sent its name (access.grant)."""
+    return access.written_here(path) and not sources.was_heard(path)
+
+
+def _grant_handed(ep, msg, answer=False):
     """The tested user may use what the tests hand over: each path under a temporary folder in
-    a request's arguments or an answer (access.py)."""
+    a request's arguments or an answer (access.py), or in the environment it carries (a test
+    that points `HOME` or a data folder's variable at its `tmp_path`); a file in the
+    temporary root itself only from a request (`_ours_not_heard`)."""
     uid = getattr(ep, "tested_uid", None)
     if uid is None:
         return
     handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z", "sy")]  # "k", "z": a chunk
     paths = access.absolute_strings(handed)
+    env = msg.get("env")
+    if isinstance(env, dict):
+        paths += _environment_paths(env)
     if not paths:  # (most messages: the roots, a few system calls, are not looked up then)
         return
     roots = access.temporary_roots()
+    loose = None if answer else _ours_not_heard
     for path in access.under(paths, roots):
         if path not in ep.granted:
             ep.granted.add(path)
-            access.grant(path, uid, roots, ep.made_after)
+            access.grant(path, uid, roots, ep.made_after, loose)
 
 
 def _owner_and_parent(pid):
@@ -984,6 +1006,7 @@ def endpoint():
     ep.tested_uid, ep.granted = uid, set()
     ep.cwd_seen = _getcwd()  # (the tested process starts there: only a change is handed over)
     ep.made_after = access.made_after(_getpid())
+    _grant_handed(ep, {"env": ep_env})  # (the environment it starts with: carried.py)
     _watch_reseeding(ep)
     atexit.register(_end_tested, ep)
     hello = ep.request("hello", _setup_for_tested(manifest))
@@ -1294,22 +1317,26 @@ def run_main(name):
     /app is copied there first, paths in /app among its arguments name the same files there,
     and when it ends the data files it wrote come back to /app (view.sync: data only, so
     nothing the tests' processes would load). Paths under a temporary folder among its
-    arguments, and its working folder there, are handed over (access.py)."""
+    arguments and in its environment, and its working folder there, are handed over
+    (access.py)."""
     manifest = _manifest()
     app, workspace = manifest["app"], manifest["workspace"]
     setup = _setup_for_tested(manifest)
     args = [_in_workspace(a, app, workspace) for a in sys.argv[1:]]
     view = _load("view")
     view.sync(app, workspace, file_mode=0o666, dir_mode=0o777)
+    env = carried.tested_environment()
     if os.getuid() == 0:
         roots = access.temporary_roots()
         cwd = _getcwd()
         since = access.made_after(_tests_process())
-        for path in [cwd] + access.argument_paths(args, cwd, roots):
-            access.grant(path, TESTED_UID, roots, since)
+        handed = access.argument_paths(args, cwd, roots) + _environment_paths(env)
+        for path in [cwd] + access.under(handed, roots):
+            # (its command line and environment are the tests' own: a loose file too)
+            access.grant(path, TESTED_UID, roots, since, loose=lambda _path: True)
     _not_dumpable()
     argv = _tested_argv("-", "main", json.dumps(setup), _program(name, app, workspace), *args)
-    proc, uid = _spawn(argv, env=carried.tested_environment())
+    proc, uid = _spawn(argv, env=env)
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()
     if uid is not None:

@@ -101,6 +101,43 @@ def loose_file(handed):
     return found
 
 
+def echo_and_read(buf):
+    # The tests' loose files in /tmp, named through a tests' object that echoes what it is
+    # given (their answer carries the name back), then opened
+    found = []
+    for name in sorted(os.listdir("/tmp")):
+        path = os.path.join("/tmp", name)
+        if not os.path.isfile(path) or os.stat(path).st_uid == os.getuid():
+            continue
+        buf.seek(0)
+        buf.truncate()
+        buf.write(path)
+        buf.seek(0)
+        buf.read()
+        try:
+            with open(path) as f:
+                found.append(f.read())
+        except OSError:
+            pass
+    return found
+
+
+def a_name_of_theirs():
+    for name in sorted(os.listdir("/tmp")):
+        path = os.path.join("/tmp", name)
+        if os.path.isfile(path) and os.stat(path).st_uid != os.getuid():
+            return path
+    return None
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        return type(e).__name__
+
+
 def plant_for_write(out):
     with open(out, "w") as f:
         f.write("[]")
@@ -109,6 +146,7 @@ def plant_for_write(out):
 """
 
 _TESTS = r"""
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -198,6 +236,36 @@ def test_a_file_handed_over_from_tmp_itself_is_that_file_alone():
         assert Path(handed.name).read_text() == "in"
 
 
+def test_no_loose_file_of_the_tests_through_an_echo():
+    with tempfile.NamedTemporaryFile("w") as expected:
+        expected.write("expected")
+        expected.flush()
+        assert solution.echo_and_read(io.StringIO()) == []
+
+
+def test_no_loose_file_of_the_tests_by_a_name_it_returned():
+    with tempfile.NamedTemporaryFile("w") as expected:
+        expected.write("expected")
+        expected.flush()
+        name = solution.a_name_of_theirs()
+        assert name == expected.name
+        assert solution.read(name) == "PermissionError"
+
+
+def test_a_loose_file_another_process_of_the_tests_made_stays_closed():
+    # (as test.sh's `mktemp` log, whose change time every write moves past the tests' start)
+    import os
+    import subprocess
+    import uuid
+
+    path = "/tmp/made-by-a-shell-" + uuid.uuid4().hex
+    subprocess.run(["sh", "-c", 'umask 077; echo log > "$1"', "sh", path], check=True)
+    try:
+        assert solution.read(path) == "PermissionError"
+    finally:
+        os.remove(path)
+
+
 def test_a_link_to_a_file_it_was_handed_reads(tmp_path):
     src = tmp_path / "in.csv"
     src.write_text("a,b\n")
@@ -220,7 +288,9 @@ async def test_the_tested_user_takes_the_tests_nowhere_through_a_folder_handed_o
     folder the tested user made there), and writes through none of them. A folder handed
     over whole is the tested code's to manage: it moves, replaces and deletes the tests'
     files there. A file handed over from /tmp itself (a NamedTemporaryFile) is read there,
-    never unlinked (/tmp is sticky), and the tests' other file beside it stays closed. Each
+    never unlinked (/tmp is sticky), and the tests' other file beside it stays closed, as
+    does one whose name the tested code has an object of the tests echo back to it, or
+    returns for the tests to pass on. Each
     refusal is reported: the reward (every test passed, the attacks having failed) is flagged
     `unguarded`."""
     tests = {

@@ -417,6 +417,13 @@ def convert(source, target):
     return len(list(pathlib.Path(target).parent.iterdir()))
 
 
+def configure(text):
+    # Its settings under the user's home folder, as command-line tools keep them.
+    path = pathlib.Path("~/.convert/settings.txt").expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
 def export(text):
     # Its output in a file of its own that only it may read (mkstemp: 0600), by its path.
     import tempfile
@@ -452,7 +459,9 @@ def daemon(pid_file):
 
 if __name__ == "__main__":
     convert(sys.argv[1], sys.argv[2])
-    if len(sys.argv) > 3:
+    if sys.argv[3:] == ["--configure"]:
+        configure(sys.argv[2])
+    elif len(sys.argv) > 3:
         daemon(sys.argv[3])
 """
 _PATHS_TESTS = b"""
@@ -463,7 +472,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from solution import convert, export
+from solution import configure, convert, export
 
 
 def test_tmp_path(tmp_path):
@@ -500,6 +509,22 @@ def test_files_tempfile_makes_in_the_temporary_folder_itself():
             assert Path(target).read_text() == "STU"
         finally:
             os.remove(target)
+
+
+def test_home_pointed_at_tmp_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    configure("on")
+    assert (tmp_path / ".convert" / "settings.txt").read_text() == "on"
+
+
+def test_a_program_given_a_home_in_a_temporary_folder():
+    home = tempfile.mkdtemp()
+    Path(home, "in.txt").write_text("abc")
+    env = {**os.environ, "HOME": home}
+    argv = [sys.executable, "/app/solution.py", home + "/in.txt", home + "/out.txt"]
+    subprocess.run(argv + ["--configure"], env=env, check=True)
+    assert Path(home, ".convert", "settings.txt").read_text() == home + "/out.txt"
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_file_the_solution_made_only_for_itself():
@@ -564,7 +589,9 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     or mkdtemp folder read by the solution, which writes its output beside it; files that
     NamedTemporaryFile and mkstemp make in /tmp itself, read and written by the solution and
     by a program the tests run with one among its arguments; the solution's own `mkstemp`
-    output (0600) read and appended to by the tests; a program the
+    output (0600) read and appended to by the tests; `HOME` pointed at a temporary folder
+    (by `monkeypatch.setenv`, and in the environment of a program the tests run), where the
+    solution keeps its settings; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
     tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
     changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""

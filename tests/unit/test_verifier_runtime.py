@@ -818,7 +818,8 @@ def test_a_file_the_tests_made_in_the_temporary_folder_itself_is_handed_over_alo
     over, the tested user may read and write it (as the solution could in one process), but
     not unlink it (the root stays sticky, and its mode as it was). Not granted: a file made
     before the tests' process (test.sh's `mktemp`), one with a second name (a hard link), a
-    link, a file another user owns, a name not made yet, a FIFO."""
+    link, a file another user owns, a name not made yet, a FIFO; and none unless the caller
+    says a loose file may go (trusted.py: from the tests' own request, never an answer)."""
     access = _load("access")
     root = Path(tempfile.mkdtemp(prefix="rollouts-loose-"))
     try:
@@ -836,7 +837,9 @@ def test_a_file_the_tests_made_in_the_temporary_folder_itself_is_handed_over_alo
         linked = root / "two-names"
         linked.write_text("expected\n")
         os.link(linked, root / "second-name")
-        (root / "a-link").symlink_to(linked)
+        single = root / "one-name"  # what the link below points at: refused as a link only
+        single.write_text("expected\n")
+        (root / "a-link").symlink_to(single)
         theirs = root / "not-ours"
         theirs.write_text("x")
         os.chown(theirs, TESTED_UID + 1, TESTED_UID + 1)
@@ -845,13 +848,18 @@ def test_a_file_the_tests_made_in_the_temporary_folder_itself_is_handed_over_alo
         # (`since` is the tests' start plus a clock tick; a real test's file comes long after
         # it: each mode set again until the file's change time has passed it)
         deadline = time.monotonic() + 10
-        for path in (made, linked, theirs, fifo):
+        for path in (made, linked, theirs, fifo, single):
             os.chmod(path, 0o600)
             while os.stat(path).st_ctime < since and time.monotonic() < deadline:
                 os.chmod(path, 0o600)
             assert os.stat(path).st_ctime >= since and os.stat(path).st_mode & 0o777 == 0o600
         roots = (str(root),)
-        assert access.grant(made, TESTED_UID, roots, since) == made
+        anything = lambda _path: True  # noqa: E731  (the caller's word: trusted.py)
+        # only where the caller says a loose file may go (never from an answer)
+        assert access.grant(made, TESTED_UID, roots, since) is None
+        assert access.grant(made, TESTED_UID, roots, since, lambda _path: False) is None
+        assert _as_tested_user('cat "$1"', made).returncode != 0
+        assert access.grant(made, TESTED_UID, roots, since, anything) == made
         assert made in access._handed
         done = _as_tested_user('cat "$1" && echo output > "$1"', made)
         assert done.returncode == 0 and done.stdout == "input\n", done.stderr
@@ -859,14 +867,11 @@ def test_a_file_the_tests_made_in_the_temporary_folder_itself_is_handed_over_alo
         assert _as_tested_user('rm -f "$1" || exit 1; test ! -e "$1"', made).returncode != 0
         assert Path(made).exists() and stat.S_IMODE(root.stat().st_mode) == 0o1777
         refused = [
-            access.grant(str(older), TESTED_UID, roots, since),
-            access.grant(str(linked), TESTED_UID, roots, since),
-            access.grant(str(root / "a-link"), TESTED_UID, roots, since),
-            access.grant(str(theirs), TESTED_UID, roots, since),
-            access.grant(str(root / "to-be-made.txt"), TESTED_UID, roots, since),
-            access.grant(str(fifo), TESTED_UID, roots, since),
+            access.grant(str(path), TESTED_UID, roots, since, anything)
+            for path in (older, linked, root / "a-link", theirs, root / "to-be-made.txt", fifo)
         ]
         assert refused == [None] * 6
+        assert _as_tested_user('cat "$1"', str(single)).returncode != 0
         for path in (older, linked, theirs):
             probe = _as_tested_user('cat "$1"', str(path))
             assert probe.returncode != 0, (path, probe.stdout)
