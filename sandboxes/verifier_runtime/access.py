@@ -47,6 +47,7 @@ Standard library only: this runs under the task image's Python.
 
 import errno
 import os
+import select
 import stat
 import struct
 import sys
@@ -260,6 +261,25 @@ def _allow_file(folder, name, uid):
         os.close(fd)
 
 
+_named = set()  # the absolute paths the tested code sent (`heard_names`)
+_NAMED_CAP = 100000  # past it, every name counts as sent: no loose file is handed over
+
+
+def heard_names(node):
+    """Note the absolute paths among the strings of a message the tested process sent (an
+    answer, or a request of its own): names it may have had an object of the tests echo."""
+    for path in absolute_strings(node):
+        if len(_named) < _NAMED_CAP:
+            _named.add(path)
+            _named.add(os.path.normpath(path))
+        else:
+            _named.add(None)  # (full: `named_by_tested` says yes to all)
+
+
+def named_by_tested(path):
+    return None in _named or path in _named or os.path.normpath(path) in _named
+
+
 def written_here(path):
     """Whether this process opened `path` to write (`check_open` notes it): a file of its own,
     as a `NamedTemporaryFile` or `mkstemp` of the tests is."""
@@ -355,37 +375,79 @@ def foreign_link(path, flags, roots):
     return None
 
 
-def maker_may_open(path, uid, gid):
-    """Whether user `uid` (group `gid`, no others) can open `path` to read: asked of a fork
-    switched to that user (this process must be root with the capability to switch; else
-    no). It only makes system calls, then exits; the answer comes through a pipe, since the
-    tests may have set SIGCHLD ignored (and with it lost the exit status)."""
+_AS_USER_LIMIT_S = 5.0  # what a fork switched to another user may take
+_select = select.select  # (bound once: a test's patch of select is not this hook's)
+
+
+def _as_user(uid, gid, action):
+    """Run `action()` (system calls only) in a fork of this process switched to user `uid`
+    (group `gid`, no others), and return whether it said yes. The answer comes through a
+    pipe (the tests may have set SIGCHLD ignored, and with it lost the exit status), within
+    _AS_USER_LIMIT_S: that user may stop its own processes, the fork among them, so a fork
+    that does not answer in time is killed and its answer is no."""
     r, w = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return False
+    with warnings.catch_warnings():
+        # (Python 3.12 warns of fork() in a process with threads: the fork only makes system
+        # calls and exits, and a warning turned into an error must not fail the tests' open)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            pid = os.fork()
+        except (OSError, RuntimeError):  # (RuntimeError: the interpreter is shutting down)
+            os.close(r)
+            os.close(w)
+            return False
     if pid == 0:
         try:
             os.close(r)
             os.setgroups([])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
-            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
-            os.write(w, b"1")
+            if action():
+                os.write(w, b"1")
         finally:
             os._exit(0)
     os.close(w)
     try:
-        return os.read(r, 1) == b"1"
+        ready = _select([r], [], [], _AS_USER_LIMIT_S)[0]
+        return bool(ready) and os.read(r, 1) == b"1"
     finally:
         os.close(r)
         try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:  # reaped already (the tests ignore SIGCHLD)
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+        except (ChildProcessError, ProcessLookupError):  # reaped already (SIGCHLD ignored)
             pass
+
+
+def maker_may_open(path, uid, gid):
+    """Whether user `uid` (group `gid`, no others) can open `path` to read: asked of a fork
+    switched to that user (this process must be root with the capability to switch; else
+    no)."""
+
+    def opens():
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        return True
+
+    return _as_user(uid, gid, opens)
+
+
+def _chain(path):
+    """What each step of `path` is now (lstat of every prefix: device, inode, mode, owner, and
+    change time but for folders), to tell whether anything on it changed while another user
+    was asked."""
+    out, at = [], os.sep
+    for part in [p for p in path.split(os.sep) if p]:
+        at = os.path.join(at, part)
+        try:
+            st = os.lstat(at)
+        except OSError:
+            out.append(None)
+            break
+        # (a folder's change time moves with every name made in it: left out, its inode is it)
+        when = None if stat.S_ISDIR(st.st_mode) else st.st_ctime_ns
+        out.append((st.st_dev, st.st_ino, st.st_mode, st.st_uid, when))
+    return out
 
 
 def open_for_us(path, flags, uid):
@@ -408,29 +470,18 @@ def open_for_us(path, flags, uid):
     if os.access(path, os.R_OK | (os.W_OK if write else 0)):
         return
     ours, perm = os.getuid(), R | (W if write else 0)
-    with warnings.catch_warnings():
-        # (Python 3.12 warns of fork() in a process with threads: the fork only makes system
-        # calls and exits, and a warning turned into an error must not fail the tests' open)
-        warnings.simplefilter("ignore", DeprecationWarning)
+
+    def allow():
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            pid = os.fork()
-        except OSError:
-            return
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setresgid(st.st_gid, st.st_gid, st.st_gid)
-            os.setresuid(uid, uid, uid)
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             mine = os.fstat(fd)
             if stat.S_ISREG(mine.st_mode) and mine.st_uid == uid:
                 _allow(fd, ours, perm)
         finally:
-            os._exit(0)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:  # reaped already (the tests ignore SIGCHLD)
-        pass
+            os.close(fd)
+        return True
+
+    _as_user(uid, st.st_gid, allow)
 
 
 def _flags(mode, flags):
@@ -483,8 +534,14 @@ def check_open(path, mode, flags, roots, written=None):
     link, st = found
     if flags & _WRITES:
         return "written through %s, a link of user %d" % (link, st.st_uid)
+    before = _chain(path)
     if not maker_may_open(path, st.st_uid, st.st_gid):
         return "read through %s, a link of user %d, which that user cannot read" % (
+            link,
+            st.st_uid,
+        )
+    if _chain(path) != before:  # (its maker may stop the fork that asked, and swap a link)
+        return "read through %s, a link of user %d, changed while it was checked" % (
             link,
             st.st_uid,
         )
@@ -498,9 +555,12 @@ def _named_beyond_its_user(path, uid):
         return None
     if not path.startswith(os.sep):
         path = os.path.join(os.getcwd(), path)
-    if maker_may_open(path, uid, uid):
-        return None
-    return "opened %s, a path the tested code named, which its user cannot open" % path
+    before = _chain(path)
+    if not maker_may_open(path, uid, uid):
+        return "opened %s, a path the tested code named, which its user cannot open" % path
+    if _chain(path) != before:  # (that user may stop the fork that asked, and swap a link)
+        return "opened %s, a path the tested code named, changed while it was checked" % path
+    return None
 
 
 def guard_links(report, named, tested_uid, tested_user=None):
@@ -536,12 +596,13 @@ def guard_links(report, named, tested_uid, tested_user=None):
         try:
             mode = args[1] if len(args) > 1 else None
             try:
+                flags = _flags(mode, args[2] if len(args) > 2 else None)
+                if not outside and tested_user is not None:
+                    # First: what follows checks the path as it is once the fork is done.
+                    open_for_us(path, flags, tested_user())
                 why = _named_beyond_its_user(path, tested_uid()) if chosen else None
                 if why is None and not outside:
-                    flags = _flags(mode, args[2] if len(args) > 2 else None)
                     why = check_open(path, mode, flags, roots, _theirs)
-                    if why is None and tested_user is not None:
-                        open_for_us(path, flags, tested_user())
             except (OSError, ValueError):  # a path the open itself will refuse
                 why = None
             if why is not None and why not in reported and len(reported) < 20:

@@ -598,13 +598,19 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         handed over as a program's working folder is (access.py)."""
         path = _tested_path(self.manifest, path)
         uid = getattr(self, "tested_uid", None)
-        if uid is not None and path not in self.granted and not _holds_loaded_code(path):
+        roots = access.temporary_roots()
+        if uid is not None and path not in self.granted and not _near_loaded_code(path, roots):
             self.granted.add(path)
-            access.grant(path, uid, access.temporary_roots(), self.made_after)
+            access.grant(path, uid, roots, self.made_after)
         return path
 
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))
+        access.heard_names([msg.get(k) for k in ("v", "t", "u", "k", "z", "sy", "e")])
+
+    def on_request(self, msg):
+        access.heard_names([msg.get("a"), msg.get("t")])  # (a request of the tested code's)
+        super().on_request(msg)
 
     def heard_text(self, value):
         sources.heard(value)
@@ -803,20 +809,37 @@ def _kill_tested_user():
     _as_tested_user(_kill_everything_of_mine)
 
 
+# The shell's own record of where it is (and was): the tests' folder, never one they hand over.
+_SHELL_VARIABLES = ("PWD", "OLDPWD", "_")
+
+
 def _environment_paths(env):
     """The absolute paths among the values of environment `env` (each of a list of them, as
-    `PATH` or `XDG_DATA_DIRS` hold)."""
+    `PATH` or `XDG_DATA_DIRS` hold), but the shell's record of its folders and any path the
+    tested code sent (it may change a tests' mapping handed to it: `os.environ` itself)."""
     found = []
-    for value in env.values():
-        if isinstance(value, str) and os.sep in value:
-            found += [p for p in value.split(os.pathsep) if p.startswith(os.sep)]
-    return found
+    for name, value in env.items():
+        if name in _SHELL_VARIABLES or not isinstance(value, str) or os.sep not in value:
+            continue
+        found += [p for p in value.split(os.pathsep) if p.startswith(os.sep)]
+    return [p for p in found if not access.named_by_tested(p)]
 
 
 def _ours_not_heard(path):
     """A file of the tests in a temporary root itself may be handed over in their request
     where this process wrote it and the tested code never sent its name (access.grant)."""
-    return access.written_here(path) and not sources.was_heard(path)
+    return access.written_here(path) and not access.named_by_tested(path)
+
+
+def _near_loaded_code(path, roots):
+    """Whether the top folder of `path` below its temporary root holds a module this process
+    loaded (the tests run from a copy under /tmp): a grant there would let the tested user
+    search that folder, and open the tests' files in it by name."""
+    real = os.path.normpath(os.path.abspath(path))
+    root = next((r for r in roots if real.startswith(r + os.sep)), None)
+    if root is None:
+        return False
+    return _holds_loaded_code(os.path.join(root, real[len(root) + 1 :].split(os.sep)[0]))
 
 
 def _grant_handed(ep, msg, answer=False):
@@ -839,7 +862,8 @@ def _grant_handed(ep, msg, answer=False):
     for path in access.under(paths, roots):
         if path not in ep.granted:
             ep.granted.add(path)
-            access.grant(path, uid, roots, ep.made_after, loose)
+            if not _near_loaded_code(path, roots):
+                access.grant(path, uid, roots, ep.made_after, loose)
 
 
 def _owner_and_parent(pid):
@@ -1332,8 +1356,9 @@ def run_main(name):
         since = access.made_after(_tests_process())
         handed = access.argument_paths(args, cwd, roots) + _environment_paths(env)
         for path in [cwd] + access.under(handed, roots):
-            # (its command line and environment are the tests' own: a loose file too)
-            access.grant(path, TESTED_UID, roots, since, loose=lambda _path: True)
+            if not _near_loaded_code(path, roots):
+                # (its command line and environment are the tests' own: a loose file too)
+                access.grant(path, TESTED_UID, roots, since, loose=lambda _path: True)
     _not_dumpable()
     argv = _tested_argv("-", "main", json.dumps(setup), _program(name, app, workspace), *args)
     proc, uid = _spawn(argv, env=env)

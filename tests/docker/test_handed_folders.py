@@ -304,3 +304,76 @@ async def test_the_tested_user_takes_the_tests_nowhere_through_a_folder_handed_o
         result.output
     )
     assert "the tested code put in its way" in result.output, result.output
+
+
+_PEEK_SOLUTION = r"""
+import os
+
+
+def peek_at(folder):
+    try:
+        with open(os.path.join(folder, "helpers.py")) as f:
+            return f.read()
+    except OSError as e:
+        return type(e).__name__
+
+
+def peek(*names):
+    # Each folder the environment names (the shell's PWD and OLDPWD, a variable of the
+    # tests'): the tests' own module there, read as the tested user
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(os.environ.get(name) or "/nowhere", "helpers.py")) as f:
+                found.append(f.read())
+        except OSError:
+            pass
+    return found
+"""
+
+_PEEK_TESTS = r"""
+import os
+
+import helpers
+import solution
+
+
+def test_the_shells_folder_is_not_handed_over():
+    assert os.environ["PWD"] == os.path.dirname(helpers.__file__)
+    assert solution.peek("PWD", "OLDPWD") == []
+
+
+def test_nor_as_an_argument():
+    assert solution.peek_at(os.path.dirname(helpers.__file__)) == "PermissionError"
+
+
+def test_nor_the_tests_own_folder_in_a_variable(monkeypatch):
+    monkeypatch.setenv("PROBE_DIR", os.path.dirname(helpers.__file__))
+    assert solution.peek("PROBE_DIR") == []
+"""
+
+# A helper module of the tests' run from a folder test.sh made with mktemp -d, its working
+# folder (pytest writes the module's bytecode there: the folder is newer than the tests).
+_PEEK_SH = (
+    "#!/bin/bash\nmkdir -p /logs/verifier\nT=$(mktemp -d)\n"
+    'echo "EXPECTED = 42" > "$T/helpers.py"\ncd "$T"\nexport PYTHONPATH="/app:$T"\n'
+    "python3 -m pytest -q -p no:cacheprovider /tests/test_solution.py\nrc=$?\n"
+    'if [ "$rc" -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; '
+    "else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
+
+
+@both_runtimes
+async def test_folders_the_environment_names_that_hold_the_tests_stay_closed(
+    backend, example_task, run_labels
+):
+    """The tests import a module of theirs from a folder under /tmp that is also their working
+    folder: the shell's `PWD` (and a variable the tests set to that folder) names it in the
+    environment the tested process gets, but a folder that holds a module the tests' process
+    loaded is never handed over, nor as an argument: the tested code reads nothing of theirs
+    there."""
+    tests = {"test.sh": _PEEK_SH.encode(), "test_solution.py": _PEEK_TESTS.encode()}
+    task = replace(example_task, test_files=tests)
+    workspace = build_tar({"solution.py": _PEEK_SOLUTION.encode()})
+    result = await backend.verify(task, workspace, run_labels)
+    assert (result.verdict, result.reward, result.flags) == (Verdict.graded, 1.0, []), result.output
