@@ -34,12 +34,20 @@ def _cell(task: dict[str, Any] | None) -> str:
     )
 
 
-def boundary_section(path: Path = RESULTS) -> list[str]:
+def _read(path: Path, key: str) -> tuple[dict[str, Any], dict[str, Any], list[str]] | None:
+    """(the results, its runs under `key`, the task names of all runs in order), or None."""
     if not path.exists():
-        return []
+        return None
     r = json.loads(path.read_text())
-    runs = r["runs"]
-    names = list(dict.fromkeys(n for run in runs.values() for n in run["tasks"]))
+    runs = r[key]
+    return r, runs, list(dict.fromkeys(n for run in runs.values() for n in run["tasks"]))
+
+
+def boundary_section(path: Path = RESULTS) -> list[str]:
+    found = _read(path, "runs")
+    if found is None:
+        return []
+    r, runs, names = found
     rows = [
         "| task | plain pytest, session | before: boundary / plain | after: boundary / plain "
         "| after: boundary outcome |",
@@ -71,17 +79,12 @@ def boundary_section(path: Path = RESULTS) -> list[str]:
     ]
 
 
-def _ratio(task: dict[str, Any] | None, key: str = "session_ratio") -> str:
-    return "not run" if task is None else _x(task.get(key))
-
-
 def container_section(path: Path = DOCKER_RESULTS) -> list[str]:
     """The tests phase against plain pytest inside the sandbox image, under runc and runsc."""
-    if not path.exists():
+    found = _read(path, "runtimes")
+    if found is None:
         return []
-    r = json.loads(path.read_text())
-    runtimes = r["runtimes"]
-    names = list(dict.fromkeys(n for run in runtimes.values() for n in run["tasks"]))
+    r, runtimes, names = found
     head = "| task |"
     rule = "|---|"
     for oci in runtimes:
