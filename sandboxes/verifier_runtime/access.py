@@ -262,22 +262,30 @@ def _allow_file(folder, name, uid):
 
 
 _named = set()  # the absolute paths the tested code sent (`heard_names`)
-_NAMED_CAP = 100000  # past it, every name counts as sent: no loose file is handed over
+_NAMED_CAP = 100000  # past it, every name counts as sent: nothing more is handed over
+_NAME_MAX = 4096  # (PATH_MAX: a longer string names no file)
 
 
-def heard_names(node):
-    """Note the absolute paths among the strings of a message the tested process sent (an
-    answer, or a request of its own): names it may have had an object of the tests echo."""
+def heard_names(node, roots):
+    """Note the paths under `roots` among the strings of a message the tested process sent (an
+    answer, or a request of its own): names it may have had an object of the tests echo, or
+    the tests pass on."""
+    prefixes = tuple(r + os.sep for r in roots)
     for path in absolute_strings(node):
+        if len(path) > _NAME_MAX:
+            continue
+        path = os.path.normpath(path)
+        if not path.startswith(prefixes):
+            continue
         if len(_named) < _NAMED_CAP:
             _named.add(path)
-            _named.add(os.path.normpath(path))
         else:
             _named.add(None)  # (full: `named_by_tested` says yes to all)
 
 
 def named_by_tested(path):
-    return None in _named or path in _named or os.path.normpath(path) in _named
+    """Whether the tested code sent `path` (as spelled, or normalised) in any message."""
+    return None in _named or os.path.normpath(path) in _named
 
 
 def written_here(path):
@@ -375,8 +383,8 @@ def foreign_link(path, flags, roots):
     return None
 
 
-_AS_USER_LIMIT_S = 5.0  # what a fork switched to another user may take
-_select = select.select  # (bound once: a test's patch of select is not this hook's)
+_AS_USER_LIMIT_S = 30.0  # what a fork switched to another user may take (a large process)
+_poll = select.poll  # (bound once: a test's patch of select is not this hook's)
 
 
 def _as_user(uid, gid, action):
@@ -384,8 +392,12 @@ def _as_user(uid, gid, action):
     (group `gid`, no others), and return whether it said yes. The answer comes through a
     pipe (the tests may have set SIGCHLD ignored, and with it lost the exit status), within
     _AS_USER_LIMIT_S: that user may stop its own processes, the fork among them, so a fork
-    that does not answer in time is killed and its answer is no."""
-    r, w = os.pipe()
+    that does not answer in time is killed and its answer is no (as where no fork or pipe
+    can be made)."""
+    try:
+        r, w = os.pipe()
+    except OSError:  # (no descriptor left: the answer is no)
+        return False
     with warnings.catch_warnings():
         # (Python 3.12 warns of fork() in a process with threads: the fork only makes system
         # calls and exits, and a warning turned into an error must not fail the tests' open)
@@ -408,7 +420,9 @@ def _as_user(uid, gid, action):
             os._exit(0)
     os.close(w)
     try:
-        ready = _select([r], [], [], _AS_USER_LIMIT_S)[0]
+        waiting = _poll()
+        waiting.register(r, select.POLLIN)
+        ready = waiting.poll(_AS_USER_LIMIT_S * 1000)
         return bool(ready) and os.read(r, 1) == b"1"
     finally:
         os.close(r)
@@ -430,6 +444,18 @@ def maker_may_open(path, uid, gid):
         return True
 
     return _as_user(uid, gid, opens)
+
+
+def _where(path):
+    """The steps of `path` (`_chain`) and where it leads once every link is followed (its real
+    path and what is there), to tell whether anything on the way changed meanwhile."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+        there = (st.st_dev, st.st_ino, st.st_mode)
+    except OSError:
+        there = None
+    return _chain(path), real, there
 
 
 def _chain(path):
@@ -534,13 +560,13 @@ def check_open(path, mode, flags, roots, written=None):
     link, st = found
     if flags & _WRITES:
         return "written through %s, a link of user %d" % (link, st.st_uid)
-    before = _chain(path)
+    before = _where(path)
     if not maker_may_open(path, st.st_uid, st.st_gid):
         return "read through %s, a link of user %d, which that user cannot read" % (
             link,
             st.st_uid,
         )
-    if _chain(path) != before:  # (its maker may stop the fork that asked, and swap a link)
+    if _where(path) != before:  # (its maker may stop the fork that asked, or swap a link)
         return "read through %s, a link of user %d, changed while it was checked" % (
             link,
             st.st_uid,
@@ -555,10 +581,10 @@ def _named_beyond_its_user(path, uid):
         return None
     if not path.startswith(os.sep):
         path = os.path.join(os.getcwd(), path)
-    before = _chain(path)
+    before = _where(path)
     if not maker_may_open(path, uid, uid):
         return "opened %s, a path the tested code named, which its user cannot open" % path
-    if _chain(path) != before:  # (that user may stop the fork that asked, and swap a link)
+    if _where(path) != before:  # (that user may stop the fork that asked, or swap a link)
         return "opened %s, a path the tested code named, changed while it was checked" % path
     return None
 

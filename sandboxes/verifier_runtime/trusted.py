@@ -340,6 +340,7 @@ def _resolvable(module_name, qualname):
 
 class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rpc.Endpoint):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
+    roots = access.temporary_roots()  # where the tests' temporary files are (access.py)
 
     def __init__(self, sock, manifest):
         super().__init__(sock)
@@ -606,10 +607,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))
-        access.heard_names([msg.get(k) for k in ("v", "t", "u", "k", "z", "sy", "e")])
+        access.heard_names([msg.get(k) for k in _SENT_KEYS], self.roots)
 
-    def on_request(self, msg):
-        access.heard_names([msg.get("a"), msg.get("t")])  # (a request of the tested code's)
+    def on_request(self, msg):  # (a request of the tested code's own)
+        access.heard_names([msg.get(k) for k in _SENT_KEYS], self.roots)
         super().on_request(msg)
 
     def heard_text(self, value):
@@ -809,6 +810,9 @@ def _kill_tested_user():
     _as_tested_user(_kill_everything_of_mine)
 
 
+# What a message of the tested process may carry strings in: its arguments, value, table,
+# copy-backs, a chunk and its end, a recipe, shared containers, an exception.
+_SENT_KEYS = ("a", "v", "t", "u", "k", "z", "b", "sy", "e")
 # The shell's own record of where it is (and was): the tests' folder, never one they hand over.
 _SHELL_VARIABLES = ("PWD", "OLDPWD", "_")
 
@@ -832,14 +836,25 @@ def _ours_not_heard(path):
 
 
 def _near_loaded_code(path, roots):
-    """Whether the top folder of `path` below its temporary root holds a module this process
-    loaded (the tests run from a copy under /tmp): a grant there would let the tested user
-    search that folder, and open the tests' files in it by name."""
+    """Whether handing `path` over (access.grant: the folder, or a file's folder, whole, and
+    search on each folder above it below its temporary root) would reach a module this
+    process loaded (the tests' helpers in a folder under /tmp, their copy of the tests): one
+    below the path, or right in a folder on its way, whose files the tested user could then
+    open by name."""
     real = os.path.normpath(os.path.abspath(path))
     root = next((r for r in roots if real.startswith(r + os.sep)), None)
     if root is None:
         return False
-    return _holds_loaded_code(os.path.join(root, real[len(root) + 1 :].split(os.sep)[0]))
+    parts = real[len(root) + 1 :].split(os.sep)
+    on_the_way = {os.path.join(root, *parts[:i]) for i in range(1, len(parts) + 1)}
+    below = os.path.join(real, "")
+    for module in list(sys.modules.values()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str):
+            where = os.path.abspath(where)
+            if where == real or where.startswith(below) or os.path.dirname(where) in on_the_way:
+                return True
+    return False
 
 
 def _grant_handed(ep, msg, answer=False):
@@ -862,7 +877,9 @@ def _grant_handed(ep, msg, answer=False):
     for path in access.under(paths, roots):
         if path not in ep.granted:
             ep.granted.add(path)
-            if not _near_loaded_code(path, roots):
+            # Never a name the tested code sent (a tests' object may echo it back, the tests
+            # may pass it on), nor where the tests' own modules lie.
+            if not access.named_by_tested(path) and not _near_loaded_code(path, roots):
                 access.grant(path, uid, roots, ep.made_after, loose)
 
 
@@ -962,18 +979,6 @@ def _not_dumpable():
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     except Exception:
         pass
-
-
-def _holds_loaded_code(folder):
-    """Whether a module this process loaded lies in `folder` or below: a test module or
-    conftest run from a copy of the tests under /tmp, whose folder is no working folder to
-    hand over (its ctime may be newer than this process: pytest wrote its bytecode there)."""
-    root = os.path.join(os.path.abspath(folder), "")
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if isinstance(path, str) and os.path.abspath(path).startswith(root):
-            return True
-    return False
 
 
 def _tested_path(manifest, path):
@@ -1341,27 +1346,25 @@ def run_main(name):
     /app is copied there first, paths in /app among its arguments name the same files there,
     and when it ends the data files it wrote come back to /app (view.sync: data only, so
     nothing the tests' processes would load). Paths under a temporary folder among its
-    arguments and in its environment, and its working folder there, are handed over
-    (access.py)."""
+    arguments, and its working folder there, are handed over (access.py): this process has
+    no record of what the tested code sent, nor of the tests' modules (stated limits)."""
     manifest = _manifest()
     app, workspace = manifest["app"], manifest["workspace"]
     setup = _setup_for_tested(manifest)
     args = [_in_workspace(a, app, workspace) for a in sys.argv[1:]]
     view = _load("view")
     view.sync(app, workspace, file_mode=0o666, dir_mode=0o777)
-    env = carried.tested_environment()
     if os.getuid() == 0:
         roots = access.temporary_roots()
         cwd = _getcwd()
         since = access.made_after(_tests_process())
-        handed = access.argument_paths(args, cwd, roots) + _environment_paths(env)
-        for path in [cwd] + access.under(handed, roots):
+        for path in [cwd] + access.argument_paths(args, cwd, roots):
             if not _near_loaded_code(path, roots):
                 # (its command line and environment are the tests' own: a loose file too)
                 access.grant(path, TESTED_UID, roots, since, loose=lambda _path: True)
     _not_dumpable()
     argv = _tested_argv("-", "main", json.dumps(setup), _program(name, app, workspace), *args)
-    proc, uid = _spawn(argv, env=env)
+    proc, uid = _spawn(argv, env=carried.tested_environment())
     report("isolated", mode="main", tested_pid=proc.pid, uid=uid)
     status = proc.wait()
     if uid is not None:

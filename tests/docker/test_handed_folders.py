@@ -122,6 +122,26 @@ def echo_and_read(buf):
     return found
 
 
+def echo_folders(buf):
+    # The tests' folders in /tmp, named through a tests' object that echoes what it is given
+    found = []
+    for name in sorted(os.listdir("/tmp")):
+        path = os.path.join("/tmp", name)
+        if not os.path.isdir(path) or os.stat(path).st_uid == os.getuid():
+            continue
+        buf.seek(0)
+        buf.truncate()
+        buf.write(path)
+        buf.seek(0)
+        buf.read()
+        try:
+            with open(os.path.join(path, "expected.json")) as f:
+                found.append(f.read())
+        except OSError:
+            pass
+    return found
+
+
 def a_name_of_theirs():
     for name in sorted(os.listdir("/tmp")):
         path = os.path.join("/tmp", name)
@@ -243,6 +263,12 @@ def test_no_loose_file_of_the_tests_through_an_echo():
         assert solution.echo_and_read(io.StringIO()) == []
 
 
+def test_no_folder_of_the_tests_through_an_echo():
+    folder = Path(tempfile.mkdtemp())
+    (folder / "expected.json").write_text("[1]")
+    assert solution.echo_folders(io.StringIO()) == []
+
+
 def test_no_loose_file_of_the_tests_by_a_name_it_returned():
     with tempfile.NamedTemporaryFile("w") as expected:
         expected.write("expected")
@@ -290,7 +316,7 @@ async def test_the_tested_user_takes_the_tests_nowhere_through_a_folder_handed_o
     files there. A file handed over from /tmp itself (a NamedTemporaryFile) is read there,
     never unlinked (/tmp is sticky), and the tests' other file beside it stays closed, as
     does one whose name the tested code has an object of the tests echo back to it, or
-    returns for the tests to pass on. Each
+    returns for the tests to pass on; so does a folder of theirs named by an echo. Each
     refusal is reported: the reward (every test passed, the attacks having failed) is flagged
     `unguarded`."""
     tests = {

@@ -459,9 +459,7 @@ def daemon(pid_file):
 
 if __name__ == "__main__":
     convert(sys.argv[1], sys.argv[2])
-    if sys.argv[3:] == ["--configure"]:
-        configure(sys.argv[2])
-    elif len(sys.argv) > 3:
+    if len(sys.argv) > 3:
         daemon(sys.argv[3])
 """
 _PATHS_TESTS = b"""
@@ -515,16 +513,6 @@ def test_home_pointed_at_tmp_path(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     configure("on")
     assert (tmp_path / ".convert" / "settings.txt").read_text() == "on"
-
-
-def test_a_program_given_a_home_in_a_temporary_folder():
-    home = tempfile.mkdtemp()
-    Path(home, "in.txt").write_text("abc")
-    env = {**os.environ, "HOME": home}
-    argv = [sys.executable, "/app/solution.py", home + "/in.txt", home + "/out.txt"]
-    subprocess.run(argv + ["--configure"], env=env, check=True)
-    assert Path(home, ".convert", "settings.txt").read_text() == home + "/out.txt"
-    shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_file_the_solution_made_only_for_itself():
@@ -590,8 +578,7 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     NamedTemporaryFile and mkstemp make in /tmp itself, read and written by the solution and
     by a program the tests run with one among its arguments; the solution's own `mkstemp`
     output (0600) read and appended to by the tests; `HOME` pointed at a temporary folder
-    (by `monkeypatch.setenv`, and in the environment of a program the tests run), where the
-    solution keeps its settings; a program the
+    by `monkeypatch.setenv`, where the solution keeps its settings; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
     tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
     changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""

@@ -500,14 +500,32 @@ def test_the_tests_command_line_and_working_folder_reach_the_solution(layout: La
 
 
 def test_a_folder_the_tests_loaded_code_from_is_never_handed_over(tmp_path: Path) -> None:
-    """The tests' working folder goes to the tested user (trusted.py `tested_folder`) unless a
-    module of the tests' process lies there: tests copied under /tmp and run from there (their
-    bytecode written after the tests' process started, so the folder looks new) stay closed."""
+    """No path is handed over (trusted.py `_near_loaded_code`) whose grant would reach a module
+    of the tests' process: one below it, or right in a folder on its way (the tested user
+    could search that folder and open the module by name): a helper of the tests under /tmp,
+    their copy of the tests, their working folder there. A module in another test's folder
+    beside it does not close it (a test that imported a plugin it made in its tmp_path)."""
     from sandboxes.verifier_runtime import trusted
 
-    assert trusted._holds_loaded_code(os.path.dirname(pytest.__file__))
-    assert trusted._holds_loaded_code(os.path.dirname(os.path.dirname(__file__)))
-    assert not trusted._holds_loaded_code(str(tmp_path))
+    root = tmp_path / "tmp"
+    (root / "run" / "helpers").mkdir(parents=True)
+    (root / "run" / "other").mkdir()
+    module_file = root / "run" / "helpers" / "expected_values.py"
+    module_file.write_text("EXPECTED = 42\n")
+    spec = importlib.util.spec_from_file_location("_rollouts_probe_helpers", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module
+    try:
+        roots = (str(root),)
+        helpers = root / "run" / "helpers"
+        for closed in (helpers, helpers / "out.txt", helpers / "deeper" / "out", root / "run"):
+            assert trusted._near_loaded_code(str(closed), roots), closed
+        for open_ in (root / "run" / "other", root / "run" / "other" / "in.txt", root / "x"):
+            assert not trusted._near_loaded_code(str(open_), roots), open_
+        assert not trusted._near_loaded_code("/tests/test_solution.py", roots)  # (no root)
+    finally:
+        del sys.modules[spec.name]
 
 
 # ---- value hacks ----------------------------------------------------------------------------
