@@ -4,19 +4,20 @@ A test that writes its input in `tmp_path` (or `tmpdir`, or a `tempfile.mkdtemp(
 passes the path to the solution expects the solution to read it there, and to write its output
 beside it. Those folders are the tests' (root's, mode 0700, under 0700 parents such as
 /tmp/pytest-of-root), so the tested user (trusted.TESTED_UID) cannot enter them. When a path
-under a temporary folder crosses to the tested process (an argument, an answer, the
-environment, a program's argument or working folder), `grant` gives the tested user exactly
-that: read, write and search on the folder handed over (the folder of a file handed over), read
-and write on the file itself, and search alone, never a listing, on each folder between it and
-the temporary root. A file the tests made in the temporary root itself
-(`tempfile.NamedTemporaryFile`, `mkstemp`: mode 0600, in /tmp) is granted alone, read and
-write, where the caller says it may go (trusted.py: the tests' own request, never an answer):
-the root is not theirs to open up, and everyone may enter it and list it already. The other
-way, a file the tested code made for itself under a temporary root (`mkstemp`: 0600) is opened
-up to the tests' process by the tested user when the tests open it (`open_for_us`). Where the
-file system has POSIX ACLs the grant names the user; where it has none (gVisor's) the grant is
-the folder's (or the file's) "other" bits, and in the verifier container the only user besides
-the tests' own is the tested user.
+under a temporary folder crosses to the tested process in a request of the tests (an argument,
+the environment, a program's argument or working folder; never an answer of theirs, which the
+tested code can have echo any name), `grant` gives the tested user exactly that: read, write
+and search on the folder handed over (the folder of a file handed over), read and write on the
+file itself, and search alone, never a listing, on each folder between it and the temporary
+root. A file the tests made in the temporary root itself (`tempfile.NamedTemporaryFile`,
+`mkstemp`: mode 0600, in /tmp) is granted alone, read and write, where the caller says it may
+go (trusted.py: the tests' own request, never an answer): the root is not theirs to open up,
+and everyone may enter it and list it already. The other way, a file the tested code made for
+itself under a temporary root (`mkstemp`: 0600) is opened up to the tests' process by the
+tested user when the tests open it (`open_for_us`). Where the file system has POSIX ACLs the
+grant names the user; where it has none (gVisor's) the grant is the folder's (or the file's)
+"other" bits, and in the verifier container the only user besides the tests' own is the tested
+user.
 
 Nothing outside a temporary root is ever granted: /tests, /logs and the guard's report stay
 closed whatever path the tests pass; a folder the tests' user does not own is left as it is
@@ -75,10 +76,16 @@ _moved = {}  # folders where a file of the tests was handed over: never sticky
 _THEIRS_CAP, _FOLDER_CAP = 10000, 1000
 
 
+_roots_for = {}  # tempfile.tempdir -> its roots (a test may set tempdir)
+
+
 def temporary_roots():
     """The folders whose insides the tests may hand over: where temporary files go."""
-    roots = {"/tmp", "/var/tmp", "/dev/shm", os.path.realpath(tempfile.gettempdir())}
-    return tuple(sorted(r for r in roots if r != os.sep))
+    key = tempfile.tempdir
+    if key not in _roots_for:
+        roots = {"/tmp", "/var/tmp", "/dev/shm", os.path.realpath(tempfile.gettempdir())}
+        _roots_for[key] = tuple(sorted(r for r in roots if r != os.sep))
+    return _roots_for[key]
 
 
 def started(pid):
@@ -113,6 +120,27 @@ def _entries(fd, mode):
         (tag, uid): perm
         for tag, perm, uid in (struct.unpack_from("<HHI", raw, i) for i in range(4, len(raw), 8))
     }
+
+
+def lets_search(path, uid):
+    """Whether user `uid` (not its owner, in no group of it) may search the folder `path`: its
+    "other" bits, or an ACL entry naming it (within the mask)."""
+    try:
+        fd = os.open(path, _DIR)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & stat.S_IXOTH:
+            return True
+        try:
+            entries = _entries(fd, st.st_mode)
+        except OSError:
+            return False
+        mask = entries.get((_MASK, _NO_ID), X)
+        return bool(entries.get((_USER, uid), 0) & mask & X)
+    finally:
+        os.close(fd)
 
 
 def _allow(fd, uid, perm):
@@ -160,7 +188,7 @@ def grant(path, uid, roots, since, loose=None):
     says which may go (trusted.py): a path in the tests' own request, of a file this process
     wrote, that the tested code never sent; never one in an answer, since the tested code
     can have an object of the tests (a `StringIO`) echo any name back to it."""
-    if since is None:
+    if since is None or "\0" in path:
         return None
     real = os.path.normpath(os.path.abspath(path))
     root = next((r for r in roots if real.startswith(r + os.sep)), None)
@@ -266,21 +294,24 @@ _NAMED_CAP = 100000  # past it, every name counts as sent: nothing more is hande
 _NAME_MAX = 4096  # (PATH_MAX: a longer string names no file)
 
 
-def heard_names(node, roots):
-    """Note the paths under `roots` among the strings of a message the tested process sent (an
-    answer, or a request of its own): names it may have had an object of the tests echo, or
-    the tests pass on."""
-    prefixes = tuple(r + os.sep for r in roots)
-    for path in absolute_strings(node):
-        if len(path) > _NAME_MAX:
+def heard_names(node):
+    """Note the paths under the temporary roots among the strings of a message the tested
+    process sent (an answer, or a request of its own), each part of a `PATH`-like list too:
+    names the tests may pass on (trusted.py hands over none of them)."""
+    prefixes = tuple(r + os.sep for r in temporary_roots())
+    for text in _strings(node):
+        if os.sep not in text:
             continue
-        path = os.path.normpath(path)
-        if not path.startswith(prefixes):
-            continue
-        if len(_named) < _NAMED_CAP:
-            _named.add(path)
-        else:
-            _named.add(None)  # (full: `named_by_tested` says yes to all)
+        for path in text.split(os.pathsep) if os.pathsep in text else (text,):
+            if not path.startswith(os.sep):
+                continue
+            path = os.path.normpath(path[: _NAME_MAX * 4])
+            if not path.startswith(prefixes) or len(path) > _NAME_MAX:
+                continue
+            if len(_named) < _NAMED_CAP:
+                _named.add(path)
+            else:
+                _named.add(None)  # (full: `named_by_tested` says yes to all)
 
 
 def named_by_tested(path):
@@ -317,6 +348,20 @@ def _allow_loose_file(root, name, uid, since):
         return True
     finally:
         os.close(fd)
+
+
+def _strings(node):
+    """The strings of a decoded-as-JSON message `node`."""
+    found, stack = [], [node]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            found.append(x)
+        elif isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return found
 
 
 def absolute_strings(node):
@@ -621,11 +666,14 @@ def guard_links(report, named, tested_uid, tested_user=None):
         _busy.on = True
         try:
             mode = args[1] if len(args) > 1 else None
-            try:
-                flags = _flags(mode, args[2] if len(args) > 2 else None)
-                if not outside and tested_user is not None:
-                    # First: what follows checks the path as it is once the fork is done.
+            flags = _flags(mode, args[2] if len(args) > 2 else None)
+            if not outside and tested_user is not None:
+                # First: what follows checks the path as it is once the fork is done.
+                try:
                     open_for_us(path, flags, tested_user())
+                except (OSError, ValueError):  # (then the open may fail, as it would have)
+                    pass
+            try:
                 why = _named_beyond_its_user(path, tested_uid()) if chosen else None
                 if why is None and not outside:
                     why = check_open(path, mode, flags, roots, _theirs)

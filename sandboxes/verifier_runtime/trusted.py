@@ -340,7 +340,7 @@ def _resolvable(module_name, qualname):
 
 class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rpc.Endpoint):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
-    roots = access.temporary_roots()  # where the tests' temporary files are (access.py)
+    environ_handed = False  # the tests handed their os.environ over: no path of it is handed
 
     def __init__(self, sock, manifest):
         super().__init__(sock)
@@ -369,6 +369,8 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
     # it, and the runner's config, hooks and reports stay out of reach.
 
     def export(self, obj, value=True):
+        if obj is os.environ or obj is getattr(os.environ, "_data", None):
+            self.environ_handed = True  # (its values are the tested code's to set from now)
         oid = super().export(obj)
         if (value or _tests_own_class(obj)) and not _forbidden(obj):
             self.values.add(oid)
@@ -590,10 +592,6 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         self.carry(msg)
         _grant_handed(self, msg)  # (the environment carried too)
 
-    def before_answer(self, reply):
-        super().before_answer(reply)
-        _grant_handed(self, reply, answer=True)
-
     def tested_folder(self, path):
         """Our working folder for the tested process (carried.py): a temporary folder is
         handed over as a program's working folder is (access.py)."""
@@ -607,10 +605,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))
-        access.heard_names([msg.get(k) for k in _SENT_KEYS], self.roots)
+        access.heard_names([msg.get(k) for k in _SENT_KEYS])
 
     def on_request(self, msg):  # (a request of the tested code's own)
-        access.heard_names([msg.get(k) for k in _SENT_KEYS], self.roots)
+        access.heard_names([msg.get(k) for k in _SENT_KEYS])
         super().on_request(msg)
 
     def heard_text(self, value):
@@ -625,6 +623,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
             return
         text = text[: self.output_left]
         self.output_left -= len(text)
+        _heard_printed(text)
         stream = sys.stdout if msg.get("w") == 1 else sys.stderr
         try:
             if not raw:
@@ -645,6 +644,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
             self.output_left -= len(text) + 1
             if self.output_left < 0:
                 return
+            _heard_printed(text)
             logger = logging.getLogger(str(name)) if name else logging.getLogger()
             if isinstance(level, int) and logger.isEnabledFor(level):
                 record = logger.makeRecord(
@@ -835,52 +835,81 @@ def _ours_not_heard(path):
     return access.written_here(path) and not access.named_by_tested(path)
 
 
+def _heard_printed(text):
+    """The paths in what the tested code printed or logged, word by word: names it sent (the
+    tests may read them back through capsys or caplog, and pass them on or open them)."""
+    if os.sep not in text:
+        return
+    words = [w.strip("'\".,;:()[]{}<>") for w in text.split() if os.sep in w]
+    access.heard_names(words)
+    for word in words:
+        if word.startswith(os.sep):
+            sources.heard(word)
+
+
 def _near_loaded_code(path, roots):
     """Whether handing `path` over (access.grant: the folder, or a file's folder, whole, and
-    search on each folder above it below its temporary root) would reach a module this
-    process loaded (the tests' helpers in a folder under /tmp, their copy of the tests): one
-    below the path, or right in a folder on its way, whose files the tested user could then
-    open by name."""
+    search on each folder above it below its temporary root) would let the tested user reach a
+    module this process loaded (the tests' helpers in a folder under /tmp, their copy of the
+    tests): one below the path, or below a folder on its way by folders that user may search
+    (0755, as a copy makes them); not one behind a folder closed to it (each test's own under
+    pytest's, 0700)."""
     real = os.path.normpath(os.path.abspath(path))
     root = next((r for r in roots if real.startswith(r + os.sep)), None)
     if root is None:
         return False
     parts = real[len(root) + 1 :].split(os.sep)
-    on_the_way = {os.path.join(root, *parts[:i]) for i in range(1, len(parts) + 1)}
-    below = os.path.join(real, "")
+    on_the_way = [os.path.join(root, *parts[:i]) for i in range(1, len(parts) + 1)]
     for module in list(sys.modules.values()):
         where = getattr(module, "__file__", None)
-        if isinstance(where, str):
-            where = os.path.abspath(where)
-            if where == real or where.startswith(below) or os.path.dirname(where) in on_the_way:
+        if not isinstance(where, str):
+            continue
+        where = os.path.abspath(where)
+        if where == real or where.startswith(os.path.join(real, "")):
+            return True
+        for folder in on_the_way:
+            if where.startswith(os.path.join(folder, "")) and _searchable_down(folder, where):
                 return True
     return False
 
 
-def _grant_handed(ep, msg, answer=False):
-    """The tested user may use what the tests hand over: each path under a temporary folder in
-    a request's arguments or an answer (access.py), or in the environment it carries (a test
-    that points `HOME` or a data folder's variable at its `tmp_path`); a file in the
-    temporary root itself only from a request (`_ours_not_heard`)."""
+def _searchable_down(folder, where):
+    """Whether the tested user may search every folder between `folder` and the file `where`
+    (a grant of before included: access.lets_search)."""
+    rest = os.path.dirname(where)[len(folder) :].strip(os.sep)
+    at = folder
+    for part in [p for p in rest.split(os.sep) if p]:
+        at = os.path.join(at, part)
+        if not access.lets_search(at, TESTED_UID):
+            return False
+    return True
+
+
+def _grant_handed(ep, msg):
+    """The tested user may use what the tests hand over in a request of theirs: each path under
+    a temporary folder in its arguments (access.py), or in the environment it carries (a test
+    that points `HOME` or a data folder's variable at its `tmp_path`). Never from an answer
+    of theirs to the tested code: any object of the tests that gives back what it was given
+    (a `StringIO`, a list, a lambda) would answer with a name the tested code chose, in
+    pieces or shifted by a character as well as whole, and every user may list /tmp."""
     uid = getattr(ep, "tested_uid", None)
     if uid is None:
         return
-    handed = [msg.get(k) for k in ("a", "v", "t", "u", "k", "z", "sy")]  # "k", "z": a chunk
+    handed = [msg.get(k) for k in ("a", "t", "u", "sy")]
     paths = access.absolute_strings(handed)
     env = msg.get("env")
-    if isinstance(env, dict):
+    if isinstance(env, dict) and not ep.environ_handed:
         paths += _environment_paths(env)
     if not paths:  # (most messages: the roots, a few system calls, are not looked up then)
         return
     roots = access.temporary_roots()
-    loose = None if answer else _ours_not_heard
     for path in access.under(paths, roots):
-        if path not in ep.granted:
-            ep.granted.add(path)
-            # Never a name the tested code sent (a tests' object may echo it back, the tests
-            # may pass it on), nor where the tests' own modules lie.
-            if not access.named_by_tested(path) and not _near_loaded_code(path, roots):
-                access.grant(path, uid, roots, ep.made_after, loose)
+        # Never a name the tested code sent (the tests may pass it on), nor where the tests'
+        # own modules lie; a path refused now may be asked again (made, or handed, later).
+        if path in ep.granted or access.named_by_tested(path) or _near_loaded_code(path, roots):
+            continue
+        ep.granted.add(path)
+        access.grant(path, uid, roots, ep.made_after, _ours_not_heard)
 
 
 def _owner_and_parent(pid):

@@ -111,8 +111,8 @@ def echo_and_read(buf):
             continue
         buf.seek(0)
         buf.truncate()
-        buf.write(path)
-        buf.seek(0)
+        buf.write("Z" + path)  # (read back from the second character: a name it never sent)
+        buf.seek(1)
         buf.read()
         try:
             with open(path) as f:
@@ -131,8 +131,8 @@ def echo_folders(buf):
             continue
         buf.seek(0)
         buf.truncate()
-        buf.write(path)
-        buf.seek(0)
+        buf.write("Z" + path)  # (read back from the second character: a name it never sent)
+        buf.seek(1)
         buf.read()
         try:
             with open(os.path.join(path, "expected.json")) as f:

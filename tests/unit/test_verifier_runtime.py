@@ -500,32 +500,50 @@ def test_the_tests_command_line_and_working_folder_reach_the_solution(layout: La
 
 
 def test_a_folder_the_tests_loaded_code_from_is_never_handed_over(tmp_path: Path) -> None:
-    """No path is handed over (trusted.py `_near_loaded_code`) whose grant would reach a module
-    of the tests' process: one below it, or right in a folder on its way (the tested user
-    could search that folder and open the module by name): a helper of the tests under /tmp,
-    their copy of the tests, their working folder there. A module in another test's folder
-    beside it does not close it (a test that imported a plugin it made in its tmp_path)."""
+    """No path is handed over (trusted.py `_near_loaded_code`) whose grant would let the tested
+    user reach a module of the tests' process: one below it, or below a folder on its way
+    through folders that user may search (a helper of the tests under /tmp, their copy of the
+    tests, a folder beside it in a 0755 tree). A module in another test's folder beside it,
+    behind pytest's 0700 folders, does not close it (a test that imported a plugin it made in
+    its tmp_path)."""
     from sandboxes.verifier_runtime import trusted
 
     root = tmp_path / "tmp"
     (root / "run" / "helpers").mkdir(parents=True)
     (root / "run" / "other").mkdir()
+    for folder in (root, root / "run", root / "run" / "helpers", root / "run" / "other"):
+        folder.chmod(0o755)  # (as a copy of the tests makes them: others may search)
+    (root / "pytest-of-root" / "pytest-0" / "test_b0").mkdir(parents=True)
+    for folder in (root / "pytest-of-root", root / "pytest-of-root" / "pytest-0"):
+        folder.chmod(0o700)  # (as pytest makes them, each test's folder too)
+    (root / "pytest-of-root" / "pytest-0" / "test_a0").mkdir(mode=0o700)
+    plugin = root / "pytest-of-root" / "pytest-0" / "test_b0" / "made_plugin.py"
+    plugin.write_text("X = 1\n")
+    (root / "pytest-of-root" / "pytest-0" / "test_b0").chmod(0o700)
     module_file = root / "run" / "helpers" / "expected_values.py"
     module_file.write_text("EXPECTED = 42\n")
-    spec = importlib.util.spec_from_file_location("_rollouts_probe_helpers", module_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[spec.name] = module
+    names = []
+    for name, where in (("_rollouts_probe_helpers", module_file), ("_rollouts_probe_made", plugin)):
+        spec = importlib.util.spec_from_file_location(name, where)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+        names.append(name)
     try:
         roots = (str(root),)
         helpers = root / "run" / "helpers"
-        for closed in (helpers, helpers / "out.txt", helpers / "deeper" / "out", root / "run"):
-            assert trusted._near_loaded_code(str(closed), roots), closed
-        for open_ in (root / "run" / "other", root / "run" / "other" / "in.txt", root / "x"):
-            assert not trusted._near_loaded_code(str(open_), roots), open_
+        closed = (helpers, helpers / "out.txt", helpers / "deeper" / "out", root / "run")
+        # (a sibling of the helpers' folder: /tmp/A/work beside /tmp/A/tests, both 0755)
+        closed += (root / "run" / "other", root / "run" / "other" / "in.txt")
+        for path in closed:
+            assert trusted._near_loaded_code(str(path), roots), path
+        mine = root / "pytest-of-root" / "pytest-0" / "test_a0"
+        for path in (root / "x", mine, mine / "in.txt"):
+            assert not trusted._near_loaded_code(str(path), roots), path
         assert not trusted._near_loaded_code("/tests/test_solution.py", roots)  # (no root)
     finally:
-        del sys.modules[spec.name]
+        for name in names:
+            del sys.modules[name]
 
 
 # ---- value hacks ----------------------------------------------------------------------------
