@@ -4,20 +4,21 @@ A test that writes its input in `tmp_path` (or `tmpdir`, or a `tempfile.mkdtemp(
 passes the path to the solution expects the solution to read it there, and to write its output
 beside it. Those folders are the tests' (root's, mode 0700, under 0700 parents such as
 /tmp/pytest-of-root), so the tested user (trusted.TESTED_UID) cannot enter them. When a path
-under a temporary folder crosses to the tested process in a request of the tests (an argument,
-the environment, a program's argument or working folder; never an answer of theirs, which the
-tested code can have echo any name), `grant` gives the tested user exactly that: read, write
-and search on the folder handed over (the folder of a file handed over), read and write on the
-file itself, and search alone, never a listing, on each folder between it and the temporary
-root. A file the tests made in the temporary root itself (`tempfile.NamedTemporaryFile`,
-`mkstemp`: mode 0600, in /tmp) is granted alone, read and write, where the caller says it may
-go (trusted.py: the tests' own request, never an answer): the root is not theirs to open up,
-and everyone may enter it and list it already. The other way, a file the tested code made for
-itself under a temporary root (`mkstemp`: 0600) is opened up to the tests' process by the
-tested user when the tests open it (`open_for_us`). Where the file system has POSIX ACLs the
-grant names the user; where it has none (gVisor's) the grant is the folder's (or the file's)
-"other" bits, and in the verifier container the only user besides the tests' own is the tested
-user.
+under a temporary folder crosses to the tested process (a request's argument, a variable of the
+environment the tests change, a program's argument or working folder; from an answer of the
+tests, only below a folder the tested user may not list, since the tested code can have a
+tests' object echo any name, and the names right in /tmp are anyone's to list), `grant` gives
+the tested user exactly that: read, write and search on the folder handed over (the folder of a
+file handed over), read and write on the file itself, and search alone, never a listing, on
+each folder between it and the temporary root. A file the tests made in the temporary root
+itself (`tempfile.NamedTemporaryFile`, `mkstemp`: mode 0600, in /tmp) is granted alone, read
+and write, where the caller says it may go (trusted.py: the tests' own request, never an
+answer): the root is not theirs to open up, and everyone may enter it and list it already. The
+other way, a file the tested code made for itself under a temporary root (`mkstemp`: 0600) is
+opened up to the tests' process by the tested user when the tests open it (`open_for_us`).
+Where the file system has POSIX ACLs the grant names the user; where it has none (gVisor's) the
+grant is the folder's (or the file's) "other" bits, and in the verifier container the only user
+besides the tests' own is the tested user.
 
 Nothing outside a temporary root is ever granted: /tests, /logs and the guard's report stay
 closed whatever path the tests pass; a folder the tests' user does not own is left as it is
@@ -350,6 +351,36 @@ def _allow_loose_file(root, name, uid, since):
         os.close(fd)
 
 
+def unlisted(path, roots, uid):
+    """Whether the names below the top folder of `path` under its root are hidden from user
+    `uid` (it may not list that folder: pytest's 0700 `pytest-of-root`), so that user can
+    only guess them; a name right in the root (`mkdtemp()`'s, `NamedTemporaryFile`'s) is
+    anyone's to read from a listing of /tmp."""
+    real = os.path.normpath(os.path.abspath(path))
+    root = next((r for r in roots if real.startswith(r + os.sep)), None)
+    if root is None:
+        return False
+    parts = real[len(root) + 1 :].split(os.sep)
+    if len(parts) < 2:
+        return False
+    try:
+        fd = os.open(os.path.join(root, parts[0]), _DIR)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & stat.S_IROTH:
+            return False
+        try:
+            entries = _entries(fd, st.st_mode)
+        except OSError:
+            return True
+        mask = entries.get((_MASK, _NO_ID), R)
+        return not entries.get((_USER, uid), 0) & mask & R
+    finally:
+        os.close(fd)
+
+
 def _strings(node):
     """The strings of a decoded-as-JSON message `node`."""
     found, stack = [], [node]
@@ -402,6 +433,17 @@ def argument_paths(args, cwd, roots):
 _WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _installed = []
 _busy = threading.local()  # the hook's own opens (the report, the fork's check)
+
+
+def unchecked(action):
+    """`action()` with this thread's opens left unchecked by the hook: the runtime's own (the
+    guard's report, which a name the tested code sent must never close to the tests)."""
+    was = getattr(_busy, "on", False)
+    _busy.on = True
+    try:
+        return action()
+    finally:
+        _busy.on = was
 
 
 def foreign_link(path, flags, roots):

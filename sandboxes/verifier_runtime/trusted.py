@@ -341,6 +341,7 @@ def _resolvable(module_name, qualname):
 class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rpc.Endpoint):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
     environ_handed = False  # the tests handed their os.environ over: no path of it is handed
+    env_at_start = None  # the environment the tested process started with
 
     def __init__(self, sock, manifest):
         super().__init__(sock)
@@ -592,6 +593,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         self.carry(msg)
         _grant_handed(self, msg)  # (the environment carried too)
 
+    def before_answer(self, reply):
+        super().before_answer(reply)
+        _grant_handed(self, reply, answer=True)
+
     def tested_folder(self, path):
         """Our working folder for the tested process (carried.py): a temporary folder is
         handed over as a program's working folder is (access.py)."""
@@ -694,12 +699,17 @@ def report(event, **fields):
     if not path:
         return
     fields.update(event=event, pid=_getpid())
-    try:
+    line = (json.dumps(fields) + "\n").encode()
+
+    def write():
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, (json.dumps(fields) + "\n").encode())
+            os.write(fd, line)
         finally:
             os.close(fd)
+
+    try:
+        access.unchecked(write)  # (our own open: never refused for a name the tested code sent)
     except OSError:
         pass
 
@@ -837,14 +847,12 @@ def _ours_not_heard(path):
 
 def _heard_printed(text):
     """The paths in what the tested code printed or logged, word by word: names it sent (the
-    tests may read them back through capsys or caplog, and pass them on or open them)."""
+    tests may read them back through capsys or caplog and pass them on: none is handed over).
+    (Not texts it sent for the tests' opens, `guard_links`: a path it printed that the tests
+    then make, or write, is the tests' own to open.)"""
     if os.sep not in text:
         return
-    words = [w.strip("'\".,;:()[]{}<>") for w in text.split() if os.sep in w]
-    access.heard_names(words)
-    for word in words:
-        if word.startswith(os.sep):
-            sources.heard(word)
+    access.heard_names([w.strip("'\".,;:()[]{}<>") for w in text.split() if os.sep in w])
 
 
 def _near_loaded_code(path, roots):
@@ -885,31 +893,42 @@ def _searchable_down(folder, where):
     return True
 
 
-def _grant_handed(ep, msg):
-    """The tested user may use what the tests hand over in a request of theirs: each path under
-    a temporary folder in its arguments (access.py), or in the environment it carries (a test
-    that points `HOME` or a data folder's variable at its `tmp_path`). Never from an answer
-    of theirs to the tested code: any object of the tests that gives back what it was given
-    (a `StringIO`, a list, a lambda) would answer with a name the tested code chose, in
-    pieces or shifted by a character as well as whole, and every user may list /tmp."""
+def _grant_handed(ep, msg, answer=False):
+    """The tested user may use what the tests hand over: each path under a temporary folder in
+    a request's arguments (access.py), in the environment variables it changes (a test that
+    points `HOME` or a data folder's variable at its `tmp_path`), or in an answer of theirs
+    (a tests' dataclass or fake holding `tmp_path`, a `glob` of it walked by the solution).
+    From an answer, only below a folder the tested user may not list (pytest's): any object
+    of the tests that gives back what it was given (a `StringIO`, a list, a lambda) answers
+    with a name the tested code chose, shifted or pieced together as well as whole, and the
+    names right in /tmp are anyone's to list."""
     uid = getattr(ep, "tested_uid", None)
     if uid is None:
         return
-    handed = [msg.get(k) for k in ("a", "t", "u", "sy")]
+    handed = [msg.get(k) for k in (_ANSWER_KEYS if answer else _REQUEST_KEYS)]
     paths = access.absolute_strings(handed)
     env = msg.get("env")
     if isinstance(env, dict) and not ep.environ_handed:
-        paths += _environment_paths(env)
+        start = ep.env_at_start or {}
+        paths += _environment_paths({k: v for k, v in env.items() if start.get(k) != v})
     if not paths:  # (most messages: the roots, a few system calls, are not looked up then)
         return
     roots = access.temporary_roots()
     for path in access.under(paths, roots):
         # Never a name the tested code sent (the tests may pass it on), nor where the tests'
-        # own modules lie; a path refused now may be asked again (made, or handed, later).
+        # own modules lie; a path refused may be asked again (made, or handed, later).
         if path in ep.granted or access.named_by_tested(path) or _near_loaded_code(path, roots):
             continue
-        ep.granted.add(path)
-        access.grant(path, uid, roots, ep.made_after, _ours_not_heard)
+        if answer and not access.unlisted(path, roots, uid):
+            continue
+        if access.grant(path, uid, roots, ep.made_after, None if answer else _ours_not_heard):
+            ep.granted.add(path)
+
+
+# What a request of the tests, or an answer of theirs, carries paths in (an answer's chunk in
+# "k" and "z", copy-backs in "u", shared containers in "sy").
+_REQUEST_KEYS = ("a", "t", "u", "sy")
+_ANSWER_KEYS = ("v", "t", "u", "k", "z", "sy")
 
 
 def _owner_and_parent(pid):
@@ -1064,7 +1083,7 @@ def endpoint():
     ep.tested_uid, ep.granted = uid, set()
     ep.cwd_seen = _getcwd()  # (the tested process starts there: only a change is handed over)
     ep.made_after = access.made_after(_getpid())
-    _grant_handed(ep, {"env": ep_env})  # (the environment it starts with: carried.py)
+    ep.env_at_start = dict(ep_env)  # (test.sh's: its paths are never handed over)
     _watch_reseeding(ep)
     atexit.register(_end_tested, ep)
     hello = ep.request("hello", _setup_for_tested(manifest))
@@ -1299,7 +1318,13 @@ def watch_sources():
     _load("pickles").install(sources.was_heard, _unpickle, _tested_uid)
     # Links the tested user makes in folders handed over (or anywhere under /tmp) never
     # take this process where that user could not go itself (access.py).
-    access.guard_links(report, sources.was_heard, _tested_uid, _tested_user)
+    access.guard_links(report, _named_for_opens, _tested_uid, _tested_user)
+
+
+def _named_for_opens(text):
+    """Whether the tested code sent `text` (sources.py), for the tests' opens (access.py):
+    never the guard's report, which our own writes open."""
+    return sources.was_heard(text) and text != _manifest_cached().get("report")
 
 
 def _tested_uid():
