@@ -4,10 +4,9 @@ A test that writes its input in `tmp_path` (or `tmpdir`, or a `tempfile.mkdtemp(
 passes the path to the solution expects the solution to read it there, and to write its output
 beside it. Those folders are the tests' (root's, mode 0700, under 0700 parents such as
 /tmp/pytest-of-root), so the tested user (trusted.TESTED_UID) cannot enter them. When a path
-under a temporary folder crosses to the tested process (a request's argument, a variable of the
-environment the tests change, a program's argument or working folder; from an answer of the
-tests, only below a folder the tested user may not list, since the tested code can have a
-tests' object echo any name, and the names right in /tmp are anyone's to list), `grant` gives
+under a temporary folder crosses to the tested process in a request of the tests (an argument,
+a variable of the environment they change, a program's argument or working folder; never in an
+answer of theirs, since the tested code can have a tests' object echo any name), `grant` gives
 the tested user exactly that: read, write and search on the folder handed over (the folder of a
 file handed over), read and write on the file itself, and search alone, never a listing, on
 each folder between it and the temporary root. A file the tests made in the temporary root
@@ -123,25 +122,32 @@ def _entries(fd, mode):
     }
 
 
-def lets_search(path, uid):
-    """Whether user `uid` (not its owner, in no group of it) may search the folder `path`: its
-    "other" bits, or an ACL entry naming it (within the mask)."""
+def _may(path, uid, perm):
+    """Whether user `uid` (neither the owner nor in a group of it) has `perm` (R, X) on the
+    folder `path`: its "other" bits, or an ACL entry naming it within the mask. None where the
+    folder cannot be opened; where its ACL cannot be read (but for a file system without
+    ACLs), as if it had."""
     try:
         fd = os.open(path, _DIR)
     except OSError:
-        return False
+        return None
     try:
         st = os.fstat(fd)
-        if st.st_mode & stat.S_IXOTH:
+        if st.st_mode & perm:  # (R and X are the "other" bits S_IROTH and S_IXOTH)
             return True
         try:
             entries = _entries(fd, st.st_mode)
-        except OSError:
-            return False
-        mask = entries.get((_MASK, _NO_ID), X)
-        return bool(entries.get((_USER, uid), 0) & mask & X)
+        except OSError as e:
+            return e.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP)
+        mask = entries.get((_MASK, _NO_ID), perm)
+        return bool(entries.get((_USER, uid), 0) & mask & perm)
     finally:
         os.close(fd)
+
+
+def lets_search(path, uid):
+    """Whether user `uid` may (or might) search the folder `path`."""
+    return _may(path, uid, X) is not False
 
 
 def _allow(fd, uid, perm):
@@ -351,36 +357,6 @@ def _allow_loose_file(root, name, uid, since):
         os.close(fd)
 
 
-def unlisted(path, roots, uid):
-    """Whether the names below the top folder of `path` under its root are hidden from user
-    `uid` (it may not list that folder: pytest's 0700 `pytest-of-root`), so that user can
-    only guess them; a name right in the root (`mkdtemp()`'s, `NamedTemporaryFile`'s) is
-    anyone's to read from a listing of /tmp."""
-    real = os.path.normpath(os.path.abspath(path))
-    root = next((r for r in roots if real.startswith(r + os.sep)), None)
-    if root is None:
-        return False
-    parts = real[len(root) + 1 :].split(os.sep)
-    if len(parts) < 2:
-        return False
-    try:
-        fd = os.open(os.path.join(root, parts[0]), _DIR)
-    except OSError:
-        return False
-    try:
-        st = os.fstat(fd)
-        if st.st_mode & stat.S_IROTH:
-            return False
-        try:
-            entries = _entries(fd, st.st_mode)
-        except OSError:
-            return True
-        mask = entries.get((_MASK, _NO_ID), R)
-        return not entries.get((_USER, uid), 0) & mask & R
-    finally:
-        os.close(fd)
-
-
 def _strings(node):
     """The strings of a decoded-as-JSON message `node`."""
     found, stack = [], [node]
@@ -397,17 +373,7 @@ def _strings(node):
 
 def absolute_strings(node):
     """The strings of a decoded-as-JSON message `node` that are absolute paths."""
-    found, stack = [], [node]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, str):
-            if x.startswith(os.sep):
-                found.append(x)
-        elif isinstance(x, list):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-    return found
+    return [x for x in _strings(node) if x.startswith(os.sep)]
 
 
 def under(paths, roots):

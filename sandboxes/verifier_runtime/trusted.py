@@ -593,10 +593,6 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         self.carry(msg)
         _grant_handed(self, msg)  # (the environment carried too)
 
-    def before_answer(self, reply):
-        super().before_answer(reply)
-        _grant_handed(self, reply, answer=True)
-
     def tested_folder(self, path):
         """Our working folder for the tested process (carried.py): a temporary folder is
         handed over as a program's working folder is (access.py)."""
@@ -847,12 +843,15 @@ def _ours_not_heard(path):
 
 def _heard_printed(text):
     """The paths in what the tested code printed or logged, word by word: names it sent (the
-    tests may read them back through capsys or caplog and pass them on: none is handed over).
-    (Not texts it sent for the tests' opens, `guard_links`: a path it printed that the tests
-    then make, or write, is the tests' own to open.)"""
+    tests may read them back through capsys or caplog, and pass them on, which hands nothing
+    over, or open them, which its user must be able to do: `guard_links`)."""
     if os.sep not in text:
         return
-    access.heard_names([w.strip("'\".,;:()[]{}<>") for w in text.split() if os.sep in w])
+    words = [w.strip("'\".,;:()[]{}<>") for w in text.split() if os.sep in w]
+    access.heard_names(words)
+    for word in words:
+        if word.startswith(os.sep):
+            sources.heard(word)
 
 
 def _near_loaded_code(path, roots):
@@ -893,20 +892,18 @@ def _searchable_down(folder, where):
     return True
 
 
-def _grant_handed(ep, msg, answer=False):
-    """The tested user may use what the tests hand over: each path under a temporary folder in
-    a request's arguments (access.py), in the environment variables it changes (a test that
-    points `HOME` or a data folder's variable at its `tmp_path`), or in an answer of theirs
-    (a tests' dataclass or fake holding `tmp_path`, a `glob` of it walked by the solution).
-    From an answer, only below a folder the tested user may not list (pytest's): any object
+def _grant_handed(ep, msg):
+    """The tested user may use what the tests hand over in a request of theirs: each path under
+    a temporary folder in its arguments (access.py), or in the environment variables they
+    changed since the tested process started (a test that points `HOME` or a data folder's
+    variable at its `tmp_path`). Never from an answer of theirs to the tested code: any object
     of the tests that gives back what it was given (a `StringIO`, a list, a lambda) answers
-    with a name the tested code chose, shifted or pieced together as well as whole, and the
-    names right in /tmp are anyone's to list."""
+    with a name the tested code chose, shifted or pieced together as well as whole, and a name
+    asked for that does not exist yet hands over the folder it would be made in."""
     uid = getattr(ep, "tested_uid", None)
     if uid is None:
         return
-    handed = [msg.get(k) for k in (_ANSWER_KEYS if answer else _REQUEST_KEYS)]
-    paths = access.absolute_strings(handed)
+    paths = access.absolute_strings([msg.get(k) for k in ("a", "t", "u", "sy")])
     env = msg.get("env")
     if isinstance(env, dict) and not ep.environ_handed:
         start = ep.env_at_start or {}
@@ -919,16 +916,8 @@ def _grant_handed(ep, msg, answer=False):
         # own modules lie; a path refused may be asked again (made, or handed, later).
         if path in ep.granted or access.named_by_tested(path) or _near_loaded_code(path, roots):
             continue
-        if answer and not access.unlisted(path, roots, uid):
-            continue
-        if access.grant(path, uid, roots, ep.made_after, None if answer else _ours_not_heard):
+        if access.grant(path, uid, roots, ep.made_after, _ours_not_heard):
             ep.granted.add(path)
-
-
-# What a request of the tests, or an answer of theirs, carries paths in (an answer's chunk in
-# "k" and "z", copy-backs in "u", shared containers in "sy").
-_REQUEST_KEYS = ("a", "t", "u", "sy")
-_ANSWER_KEYS = ("v", "t", "u", "k", "z", "sy")
 
 
 def _owner_and_parent(pid):
@@ -1318,13 +1307,7 @@ def watch_sources():
     _load("pickles").install(sources.was_heard, _unpickle, _tested_uid)
     # Links the tested user makes in folders handed over (or anywhere under /tmp) never
     # take this process where that user could not go itself (access.py).
-    access.guard_links(report, _named_for_opens, _tested_uid, _tested_user)
-
-
-def _named_for_opens(text):
-    """Whether the tested code sent `text` (sources.py), for the tests' opens (access.py):
-    never the guard's report, which our own writes open."""
-    return sources.was_heard(text) and text != _manifest_cached().get("report")
+    access.guard_links(report, sources.was_heard, _tested_uid, _tested_user)
 
 
 def _tested_uid():

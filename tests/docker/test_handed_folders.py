@@ -101,13 +101,14 @@ def loose_file(handed):
     return found
 
 
-def echo_and_read(buf):
-    # The tests' loose files in /tmp, named through a tests' object that echoes what it is
-    # given (their answer carries the name back), then opened
+def echo_and_read(buf, inside=""):
+    # The tests' files (or folders, reading `inside` them) in /tmp, named through a tests'
+    # object that echoes what it is given (their answer carries the name back), then opened
     found = []
     for name in sorted(os.listdir("/tmp")):
         path = os.path.join("/tmp", name)
-        if not os.path.isfile(path) or os.stat(path).st_uid == os.getuid():
+        kind = os.path.isdir(path) if inside else os.path.isfile(path)
+        if not kind or os.stat(path).st_uid == os.getuid():
             continue
         buf.seek(0)
         buf.truncate()
@@ -115,27 +116,7 @@ def echo_and_read(buf):
         buf.seek(1)
         buf.read()
         try:
-            with open(path) as f:
-                found.append(f.read())
-        except OSError:
-            pass
-    return found
-
-
-def echo_folders(buf):
-    # The tests' folders in /tmp, named through a tests' object that echoes what it is given
-    found = []
-    for name in sorted(os.listdir("/tmp")):
-        path = os.path.join("/tmp", name)
-        if not os.path.isdir(path) or os.stat(path).st_uid == os.getuid():
-            continue
-        buf.seek(0)
-        buf.truncate()
-        buf.write("Z" + path)  # (read back from the second character: a name it never sent)
-        buf.seek(1)
-        buf.read()
-        try:
-            with open(os.path.join(path, "expected.json")) as f:
+            with open(os.path.join(path, inside) if inside else path) as f:
                 found.append(f.read())
         except OSError:
             pass
@@ -266,7 +247,7 @@ def test_no_loose_file_of_the_tests_through_an_echo():
 def test_no_folder_of_the_tests_through_an_echo():
     folder = Path(tempfile.mkdtemp())
     (folder / "expected.json").write_text("[1]")
-    assert solution.echo_folders(io.StringIO()) == []
+    assert solution.echo_and_read(io.StringIO(), "expected.json") == []
 
 
 def test_no_loose_file_of_the_tests_by_a_name_it_returned():

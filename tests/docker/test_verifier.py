@@ -424,15 +424,6 @@ def configure(text):
     path.write_text(text)
 
 
-def convert_job(job):
-    # A job object of the tests' own, holding the paths.
-    convert(job.source, job.target)
-
-
-def read_all(paths):
-    return [pathlib.Path(p).read_text() for p in paths]
-
-
 def export(text):
     # Its output in a file of its own that only it may read (mkstemp: 0600), by its path.
     import tempfile
@@ -472,7 +463,6 @@ if __name__ == "__main__":
         daemon(sys.argv[3])
 """
 _PATHS_TESTS = b"""
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -480,7 +470,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from solution import configure, convert, convert_job, export, read_all
+from solution import configure, convert, export
 
 
 def test_tmp_path(tmp_path):
@@ -517,24 +507,6 @@ def test_files_tempfile_makes_in_the_temporary_folder_itself():
             assert Path(target).read_text() == "STU"
         finally:
             os.remove(target)
-
-
-@dataclasses.dataclass
-class Job:
-    source: str
-    target: str
-
-
-def test_a_tests_object_holding_the_paths(tmp_path):
-    (tmp_path / "in.txt").write_text("job")
-    convert_job(Job(str(tmp_path / "in.txt"), str(tmp_path / "out.txt")))
-    assert (tmp_path / "out.txt").read_text() == "JOB"
-
-
-def test_a_glob_the_solution_walks(tmp_path):
-    (tmp_path / "a.txt").write_text("a")
-    (tmp_path / "b.txt").write_text("b")
-    assert sorted(read_all(tmp_path.glob("*.txt"))) == ["a", "b"]
 
 
 def test_home_pointed_at_tmp_path(tmp_path, monkeypatch):
@@ -606,9 +578,7 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     NamedTemporaryFile and mkstemp make in /tmp itself, read and written by the solution and
     by a program the tests run with one among its arguments; the solution's own `mkstemp`
     output (0600) read and appended to by the tests; `HOME` pointed at a temporary folder
-    by `monkeypatch.setenv`, where the solution keeps its settings; a tests' own object
-    holding the paths, and a `glob` of `tmp_path`, that the solution reads (their paths come
-    in answers of the tests); a program the
+    by `monkeypatch.setenv`, where the solution keeps its settings; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
     tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
     changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""
