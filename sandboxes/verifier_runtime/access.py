@@ -358,17 +358,16 @@ def _allow_loose_file(root, name, uid, since):
 
 
 def _strings(node):
-    """The strings of a decoded-as-JSON message `node`."""
-    found, stack = [], [node]
+    """The strings of a decoded-as-JSON message `node`, one by one."""
+    stack = [node]
     while stack:
         x = stack.pop()
         if isinstance(x, str):
-            found.append(x)
+            yield x
         elif isinstance(x, list):
             stack.extend(x)
         elif isinstance(x, dict):
             stack.extend(x.values())
-    return found
 
 
 def absolute_strings(node):

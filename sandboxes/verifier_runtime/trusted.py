@@ -825,14 +825,13 @@ _SHELL_VARIABLES = ("PWD", "OLDPWD", "_")
 
 def _environment_paths(env):
     """The absolute paths among the values of environment `env` (each of a list of them, as
-    `PATH` or `XDG_DATA_DIRS` hold), but the shell's record of its folders and any path the
-    tested code sent (it may change a tests' mapping handed to it: `os.environ` itself)."""
+    `PATH` or `XDG_DATA_DIRS` hold), but the shell's record of its folders."""
     found = []
     for name, value in env.items():
         if name in _SHELL_VARIABLES or not isinstance(value, str) or os.sep not in value:
             continue
         found += [p for p in value.split(os.pathsep) if p.startswith(os.sep)]
-    return [p for p in found if not access.named_by_tested(p)]
+    return found
 
 
 def _ours_not_heard(path):
@@ -1397,7 +1396,7 @@ def run_main(name):
         since = access.made_after(_tests_process())
         for path in [cwd] + access.argument_paths(args, cwd, roots):
             if not _near_loaded_code(path, roots):
-                # (its command line and environment are the tests' own: a loose file too)
+                # (its command line is the tests' own: a loose file too)
                 access.grant(path, TESTED_UID, roots, since, loose=lambda _path: True)
     _not_dumpable()
     argv = _tested_argv("-", "main", json.dumps(setup), _program(name, app, workspace), *args)
