@@ -305,10 +305,12 @@ def heard_names(node):
     """Note the paths under the temporary roots among the strings of a message the tested
     process sent (an answer, or a request of its own), each part of a `PATH`-like list too:
     names the tests may pass on (trusted.py hands over none of them)."""
-    prefixes = tuple(r + os.sep for r in temporary_roots())
+    prefixes = None  # (most messages hold no path: nothing more to do for them)
     for text in _strings(node):
         if os.sep not in text:
             continue
+        if prefixes is None:
+            prefixes = tuple(r + os.sep for r in temporary_roots())
         for path in text.split(os.pathsep) if os.pathsep in text else (text,):
             if not path.startswith(os.sep):
                 continue

@@ -606,10 +606,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
     def after_answer(self, msg):
         self.heard_text(msg.get("v"))
-        access.heard_names([msg.get(k) for k in _SENT_KEYS])
+        access.heard_names(msg)  # (all of it: whatever a key, it is the tested code's)
 
     def on_request(self, msg):  # (a request of the tested code's own)
-        access.heard_names([msg.get(k) for k in _SENT_KEYS])
+        access.heard_names(msg)
         super().on_request(msg)
 
     def heard_text(self, value):
@@ -816,9 +816,6 @@ def _kill_tested_user():
     _as_tested_user(_kill_everything_of_mine)
 
 
-# What a message of the tested process may carry strings in: its arguments, value, table,
-# copy-backs, a chunk and its end, a recipe, shared containers, an exception.
-_SENT_KEYS = ("a", "v", "t", "u", "k", "z", "b", "sy", "e")
 # The shell's own record of where it is (and was): the tests' folder, never one they hand over.
 _SHELL_VARIABLES = ("PWD", "OLDPWD", "_")
 
