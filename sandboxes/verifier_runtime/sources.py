@@ -54,6 +54,9 @@ _basenames = set()  # a cheap first test before a path is resolved
 # a millisecond per kilobyte of source, and most keys are never asked: the tests' own
 # functions and classes have names of their own).
 _statements = {}  # key -> [trees not yet dumped, set of dumps, whether one could not be]
+_pending = []  # (text, whether it is ASCII) of the agent's texts not parsed yet (`_parse_for`)
+_all_lines = []  # [every stripped line of the texts pending when first asked] (`_pending_lines`)
+_lock = threading.Lock()  # `_pending` and `_statements`
 _dump = ast.dump  # (bound once: a test's patch of ast.dump is not asked)
 _first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
 _reported = set()
@@ -65,6 +68,10 @@ _heard_size = 0
 _HEARD_CAP = 64 << 20  # characters kept; past it the oldest go
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# What holds statements (`_definitions`): a statement, an `except` clause, a `case` (3.10+).
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler) + (
+    (ast.match_case,) if hasattr(ast, "match_case") else ()
+)
 _PROGRAM_EVENTS = {
     "subprocess.Popen": (1, 2),  # (executable, args, cwd, env): where argv and cwd are
     "os.exec": (1, None),
@@ -105,16 +112,8 @@ def install(manifest, report, of_tested):
             _basenames.add(os.path.basename(path))
             if text is not None:
                 linecache.cache[path] = (len(text), None, text.splitlines(True), path)
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, TypeError):
-            continue
-        lines = _LINES.split(text)  # as the parser counts them (not str.splitlines)
-        found = tree.body + [n for n in ast.walk(tree) if isinstance(n, _DEFS)]
-        for node in found:
-            if not _inert(node):
-                _statements.setdefault(_key(node), [[], set(), False])[0].append(node)
-                _first_lines.add(lines[node.lineno - 1].strip())
+        if text is not None:
+            _pending.append((text, text.isascii()))
     # linecache drops nothing whose mtime is None (checkcache), but clearcache() does: the
     # next lookup of a stub is answered here, not by reading the stub.
     original = linecache.updatecache
@@ -129,6 +128,94 @@ def install(manifest, report, of_tested):
 
     linecache.updatecache = updatecache
     sys.addaudithook(_audit)
+
+
+def _parse_for(statements):
+    """Parse the agent's texts not parsed yet that may hold one of `statements` (a compiled
+    tree's), adding theirs to `_statements`. Most verifications compile nothing after the
+    stubs are in place but the tests' own modules, whose statements name what no text of the
+    agent's holds: parsing every text at the start cost a verification up to 0.1 CPU-s (a
+    package with data tables, as idna's). A text stays unparsed only where it cannot hold any
+    of them: it is ASCII, so every identifier of its tree is written in it as it is (a
+    non-ASCII identifier is normalised by the parser), and each statement has an identifier
+    it does not contain (`_identifiers`). Anything else parses it, as install did."""
+    if not _pending:
+        return
+    names = [_identifiers(s) for s in statements]
+    left = []
+    for text, ascii in _pending:
+        if ascii and all(ns and not all(n in text for n in ns) for ns in names):
+            left.append((text, ascii))
+            continue
+        _busy.on = True  # our own parse raises "compile" too
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, TypeError):
+            continue
+        finally:
+            _busy.on = False
+        lines = _LINES.split(text)  # as the parser counts them (not str.splitlines)
+        for node in tree.body + _definitions(tree):
+            if not _inert(node):
+                _statements.setdefault(_key(node), [[], set(), False])[0].append(node)
+                _first_lines.add(lines[node.lineno - 1].strip())
+    _pending[:] = left
+
+
+def _pending_lines():
+    """A superset of the first lines of the pending texts' statements (`_first_lines`, once
+    they are parsed): every line of theirs, stripped (made once; it holds the lines of texts
+    parsed since, whose first lines are in `_first_lines` too)."""
+    if not _all_lines:
+        _all_lines.append({line.strip() for text, _ in _pending for line in _LINES.split(text)})
+    return _all_lines[0]
+
+
+# Where a tree holds an identifier as the parser read it, one name token each (not an import's
+# dotted name, which may be spelt with spaces).
+_IDENTIFIER_OF = {
+    ast.Name: "id", ast.Attribute: "attr", ast.arg: "arg", ast.keyword: "arg",
+    ast.FunctionDef: "name", ast.AsyncFunctionDef: "name", ast.ClassDef: "name",
+}  # fmt: skip
+_IDENTIFIERS_MAX = 16
+_NODES_MAX = 4096  # (a table of constants in a test module holds none: not walked whole)
+
+
+def _identifiers(statement):
+    """Some identifiers of `statement` (up to _IDENTIFIERS_MAX, the statement's own name
+    first), each of which an equal statement holds too; empty where none was met among its
+    first _NODES_MAX nodes (then every text is parsed)."""
+    found = []
+    for n, node in enumerate(ast.walk(statement)):
+        field = _IDENTIFIER_OF.get(type(node))
+        value = getattr(node, field, None) if field is not None else None
+        if type(value) is str and value not in found:
+            found.append(value)
+            if len(found) >= _IDENTIFIERS_MAX:
+                break
+        if n >= _NODES_MAX:
+            break
+    return found
+
+
+def _definitions(tree):
+    """Every function and class definition in `tree`, however deeply nested. A definition is a
+    statement, and statements sit only in the statement lists of other statements (and of an
+    `except` clause or a `case`), never inside an expression; so only those lists are walked,
+    not the expressions, which in a module of data tables are nearly all of its nodes
+    (`ast.walk` over idna's tables took half as long again as parsing them)."""
+    found, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        for _field, value in ast.iter_fields(node):
+            if type(value) is not list:
+                continue
+            for item in value:
+                if isinstance(item, _DEFS):
+                    found.append(item)
+                if isinstance(item, _HOLDS_STATEMENTS):
+                    stack.append(item)
+    return found
 
 
 def heard(value):
@@ -349,7 +436,9 @@ def _runs_text(source, caller):
         if caller is not None and caller.f_code is ast.parse.__code__:
             return False
         text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
-        if not any(line.strip() in _first_lines for line in _LINES.split(text)):
+        with _lock:
+            first = _first_lines if not _pending else _pending_lines()
+        if not any(line.strip() in first for line in _LINES.split(text)):
             return False
         _busy.on = True
         try:
@@ -366,7 +455,10 @@ def _runs_text(source, caller):
     if not isinstance(body, list):
         return False
     try:
-        return any(isinstance(s, ast.stmt) and not _inert(s) and _agents(s) for s in body)
+        statements = [s for s in body if isinstance(s, ast.stmt) and not _inert(s)]
+        with _lock:  # (texts parsed by one thread while another reads `_statements`)
+            _parse_for(statements)
+            return any(_agents(s) for s in statements)
     except (TypeError, ValueError, AttributeError):
         return False  # a tree that cannot be read does not compile either
 
@@ -417,7 +509,7 @@ def _audit(event, args):
                 "text the tested code chose (an answer, a docstring) is not run in the tests' "
                 "process: the agent's code runs in a process of its own"
             )
-        if _statements and args and _runs_text(args[0], sys._getframe(1)):
+        if (_statements or _pending) and args and _runs_text(args[0], sys._getframe(1)):
             _stub_read(str(args[1]) if len(args) > 1 else "", "compiled")  # its filename
             raise RuntimeError(
                 "the agent's code runs in a process of its own: its source is not compiled in "

@@ -1528,8 +1528,11 @@ import textwrap
 
 import solution
 
-open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()
-SHAPES = {{
+{mark_at_collection}SHAPES = {{
+    # (first: where the texts are not parsed yet, the definition alone is what a parse needs)
+    "exec of a definition": lambda: exec(
+        inspect.getsource(solution).split("\\n\\n\\n")[-1] + "\\nfound = double(2)\\n", {{}}
+    ),
     "exec of the file": lambda: exec(open(solution.__file__).read(), {{}}),
     "exec of getsource": lambda: exec(inspect.getsource(solution), {{}}),
     "exec of linecache": lambda: exec("".join(linecache.getlines(solution.__file__)), {{}}),
@@ -1539,9 +1542,6 @@ SHAPES = {{
     ),
     "exec with the tests' own lines": lambda: exec(
         "import os\\n" + inspect.getsource(solution) + "\\nfound = double(2)\\n", {{}}
-    ),
-    "exec of a definition": lambda: exec(
-        inspect.getsource(solution).split("\\n\\n\\n")[-1] + "\\nfound = double(2)\\n", {{}}
     ),
     "exec of one statement": lambda: exec(
         textwrap.dedent("".join(inspect.getsourcelines(solution)[0][2:5])), {{}}
@@ -1556,6 +1556,7 @@ SHAPES = {{
 
 
 def test_shapes():
+    {mark_in_test}
     for run in SHAPES.values():
         try:
             run()
@@ -1565,17 +1566,41 @@ def test_shapes():
 """
 
 
-@pytest.mark.parametrize("decoys", [False, True])
-def test_the_agents_text_never_runs_in_the_tests_process(layout: Layout, decoys: bool) -> None:
+@pytest.mark.parametrize(
+    "decoys, parsed_first, name",
+    [
+        (False, True, "double"),
+        (True, True, "double"),
+        (False, False, "double"),
+        (True, False, "double"),
+        # Spelt with a compatibility character, which the parser reads as "double": the
+        # tests' compiled tree then names what the text does not hold as written.
+        (False, False, "\uff44ouble"),
+    ],
+)
+def test_the_agents_text_never_runs_in_the_tests_process(
+    layout: Layout, decoys: bool, parsed_first: bool, name: str
+) -> None:
     """However the tests execute what they read of a workspace module (its file: the stub;
     the text its source lookups give: refused to compile), the agent's code runs only in the
-    tested process; also where the agent's text holds statements that cannot be dumped."""
+    tested process; also where the agent's text holds statements that cannot be dumped. The
+    texts are parsed once a compiled statement may be one of theirs (sources.py `_parse_for`):
+    at the collection (`parsed_first`: the test module holds a statement whose every name the
+    text holds), or only at the first exec."""
     marks = layout.root / "marks"
     marks.mkdir(mode=0o777)
     marks.chmod(0o777)
     text = RAN_HERE.replace("\n\ndef double", (DECOYS if decoys else "") + "\n\ndef double")
+    text = text.replace("def double", "def " + name)
+    mark = 'open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()'
+    mark = mark.format(marks=str(marks))
+    tests = EXEC_TESTS.format(
+        marks=str(marks),
+        mark_at_collection=mark + "\n" if parsed_first else "",
+        mark_in_test="pass" if parsed_first else mark,
+    )
     layout.files("workspace", {"solution.py": text.format(marks=str(marks))})
-    layout.files("tests", {"test_exec.py": EXEC_TESTS.format(marks=str(marks))})
+    layout.files("tests", {"test_exec.py": tests})
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
