@@ -49,10 +49,11 @@ import threading
 
 _texts = {}  # a stub's path (as given and resolved) -> the agent's text
 _basenames = set()  # a cheap first test before a path is resolved
-# Each text's top-level statements and all its definitions, not inert, by `_key`: their trees
-# until a compiled statement of that key comes, then their `ast.dump`s (a dump is a tenth of
-# a millisecond per kilobyte of source, and most keys are never asked: the tests' own
-# functions and classes have names of their own).
+# Each parsed text's top-level statements and all its definitions, not inert, by `_key`: their
+# trees until a compiled statement of that key comes, then their `ast.dump`s (a dump is a
+# tenth of a millisecond per kilobyte of source, and most keys are never asked: the tests' own
+# functions and classes have names of their own). A text is parsed only once a compiled
+# statement may be one of its own (`_parse_for`).
 _statements = {}  # key -> [trees not yet dumped, set of dumps, whether one could not be]
 _pending = []  # (text, whether it is ASCII) of the agent's texts not parsed yet (`_parse_for`)
 _all_lines = []  # [every stripped line of the texts pending when first asked] (`_pending_lines`)
@@ -375,9 +376,35 @@ def adopt(module):
     spec.loader = TextLoader(loader.name, loader.path)
     module.__loader__ = spec.loader
     try:
-        module.__doc__ = ast.get_docstring(ast.parse(text), clean=False)
+        module.__doc__ = ast.get_docstring(ast.parse(_first_statement(text)), clean=False)
     except (SyntaxError, ValueError):
+        try:
+            module.__doc__ = ast.get_docstring(ast.parse(text), clean=False)
+        except (SyntaxError, ValueError):
+            pass
+
+
+def _first_statement(text):
+    """The lines of `text` up to the end of its first logical line: where they parse alone,
+    their first statement is the text's, and so is the docstring (parsing a module of the
+    agent's whole for it cost the tests' import of it some 0.2 ms per kilobyte)."""
+    import io
+    import tokenize  # (pytest's assertion rewriting has imported it already)
+
+    read = []
+    lines = io.StringIO(text).readline
+
+    def readline():
+        read.append(lines())
+        return read[-1]
+
+    try:
+        for token in tokenize.generate_tokens(readline):
+            if token.type == tokenize.NEWLINE:
+                return "".join(read[: token.end[0]])
+    except (tokenize.TokenError, SyntaxError):
         pass
+    return text
 
 
 def _stub_read(path, how):

@@ -2363,3 +2363,31 @@ def subclassed(tmp_path_factory: pytest.TempPathFactory) -> Run:
 @pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", SUBCLASSED_TESTS, re.M))
 def test_the_tests_subclasses_of_the_solutions_classes(subclassed: Run, case: str) -> None:
     assert _outcome(subclassed, case) == "PASSED", subclassed.output[-4000:]
+
+
+# Module docstrings, as the tests' stub module carries them (sources.py `adopt`, which reads the
+# text's first statement alone where it parses alone).
+DOCSTRING_SHAPES = {
+    "after a comment and an encoding line": (
+        '# -*- coding: utf-8 -*-\n# Copyright\n\n"""Tools.\n\n    Indented."""\nx = 1\n',
+        "Tools.\n\n    Indented.",
+    ),
+    "parenthesized, over two lines": ('("Parts "\n "joined.")\nx = 1\n', "Parts joined."),
+    "with a statement after it on its line": ('"Short."; x = 1\n', "Short."),
+    "after a line continuation": ('"Split " \\\n"here."\nx = 1\n', "Split here."),
+    "none: the first statement is compound": ('if True:\n    """Not one."""\nx = 1\n', None),
+    "none: the first statement is decorated": (
+        '@staticmethod\ndef f():\n    """Not one."""\nx = 1\n',
+        None,
+    ),
+    "none: bytes": ('b"Not one."\nx = 1\n', None),
+    "none: an f-string": ('f"Not {1}."\nx = 1\n', None),
+}
+
+
+@pytest.mark.parametrize("shape", list(DOCSTRING_SHAPES))
+def test_a_workspace_modules_docstring_is_its_texts(tmp_path: Path, shape: str) -> None:
+    text, doc = DOCSTRING_SHAPES[shape]
+    tests = f"import solution\n\n\ndef test_doc():\n    assert solution.__doc__ == {doc!r}\n"
+    run = _graded(tmp_path, text, "test_doc.py", tests)
+    assert run.rc == 0, run.output
