@@ -1567,19 +1567,24 @@ def test_shapes():
 
 
 @pytest.mark.parametrize(
-    "decoys, parsed_first, name",
+    "decoys, parsed_first, name, guard",
     [
-        (False, True, "double"),
-        (True, True, "double"),
-        (False, False, "double"),
-        (True, False, "double"),
+        (False, True, "double", False),
+        (True, True, "double", False),
+        (False, False, "double", False),
+        (True, False, "double", False),
         # Spelt with a compatibility character, which the parser reads as "double": the
         # tests' compiled tree then names what the text does not hold as written.
-        (False, False, "\uff44ouble"),
+        (False, False, "\uff44ouble", False),
+        # The pytest guard, as a verification has it: the texts are watched before the test
+        # module is compiled.
+        (False, True, "double", True),
+        (False, False, "double", True),
+        (False, False, "\uff44ouble", True),
     ],
 )
 def test_the_agents_text_never_runs_in_the_tests_process(
-    layout: Layout, decoys: bool, parsed_first: bool, name: str
+    layout: Layout, decoys: bool, parsed_first: bool, name: str, guard: bool
 ) -> None:
     """However the tests execute what they read of a workspace module (its file: the stub;
     the text its source lookups give: refused to compile), the agent's code runs only in the
@@ -1601,6 +1606,8 @@ def test_the_agents_text_never_runs_in_the_tests_process(
     )
     layout.files("workspace", {"solution.py": text.format(marks=str(marks))})
     layout.files("tests", {"test_exec.py": tests})
+    if guard:
+        layout.files("tests", {"conftest.py": (RUNTIME / "pytest_guard.py").read_text()})
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
