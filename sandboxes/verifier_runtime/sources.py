@@ -57,7 +57,8 @@ _basenames = set()  # a cheap first test before a path is resolved
 _statements = {}  # key -> [trees not yet dumped, set of dumps, whether one could not be]
 _pending = []  # (text, whether it is ASCII) of the agent's texts not parsed yet (`_parse_for`)
 _all_lines = []  # [every stripped line of the texts pending when first asked] (`_pending_lines`)
-_lock = threading.Lock()  # `_pending` and `_statements`
+_lock = threading.Lock()  # `_pending` and `_statements` (`_checking`)
+_holding = threading.local()
 _dump = ast.dump  # (bound once: a test's patch of ast.dump is not asked)
 _first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
 _reported = set()
@@ -142,7 +143,10 @@ def _parse_for(statements):
     it does not contain (`_identifiers`). Anything else parses it, as install did."""
     if not _pending:
         return
-    names = [_identifiers(s) for s in statements]
+    try:
+        names = [_identifiers(s) for s in statements]
+    except Exception:  # noqa: BLE001 - closed: every text is parsed
+        names = [[]]
     left = []
     for text, ascii in _pending:
         if ascii and all(ns and not all(n in text for n in ns) for ns in names):
@@ -163,10 +167,30 @@ def _parse_for(statements):
     _pending[:] = left
 
 
+class _Checking:
+    """`_lock` for one check at a time. A compile asked for in the same thread while it is
+    held (by a finalizer the collector runs, a signal handler, a `repr` that `ast.dump` calls
+    on a tree the tests built) is refused, not waited for: the lock is not re-entrant, and a
+    check within a check would find `_pending` half done."""
+
+    def __enter__(self):
+        if getattr(_holding, "on", False):
+            raise RuntimeError("a compile while the tests' process checks another one")
+        _lock.acquire()
+        _holding.on = True
+
+    def __exit__(self, *exc):
+        _holding.on = False
+        _lock.release()
+
+
+_checking = _Checking()
+
+
 def _pending_lines():
-    """A superset of the first lines of the pending texts' statements (`_first_lines`, once
-    they are parsed): every line of theirs, stripped (made once; it holds the lines of texts
-    parsed since, whose first lines are in `_first_lines` too)."""
+    """A superset of the first lines of the pending texts' statements: every line of theirs,
+    stripped (made once, from the texts pending then; texts parsed before have theirs in
+    `_first_lines`, which is asked too)."""
     if not _all_lines:
         _all_lines.append({line.strip() for text, _ in _pending for line in _LINES.split(text)})
     return _all_lines[0]
@@ -182,20 +206,46 @@ _IDENTIFIERS_MAX = 16
 _NODES_MAX = 4096  # (a table of constants in a test module holds none: not walked whole)
 
 
+# The parser's own node classes (by id: a class's hash or equality could be anyone's code).
+_NODE_CLASSES = {
+    id(c) for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.AST)
+}
+
+
 def _identifiers(statement):
     """Some identifiers of `statement` (up to _IDENTIFIERS_MAX, the statement's own name
-    first), each of which an equal statement holds too; empty where none was met among its
-    first _NODES_MAX nodes (then every text is parsed)."""
-    found = []
-    for n, node in enumerate(ast.walk(statement)):
-        field = _IDENTIFIER_OF.get(type(node))
-        value = getattr(node, field, None) if field is not None else None
+    first), each of which an equal statement holds too. Empty (then every text is parsed)
+    where none was met among its first _NODES_MAX nodes, or where the tree is not made of the
+    parser's own node classes and plain lists, as a tree the tests build by hand may not be:
+    what `ast.dump` shows of such a tree (Python 3.13 leaves out a field equal to `[]`) need
+    not be what a walk finds."""
+    found, stack, seen = [], [statement], 0
+    while stack and len(found) < _IDENTIFIERS_MAX and seen < _NODES_MAX:
+        node = stack.pop()
+        seen += 1
+        cls = type(node)
+        if id(cls) not in _NODE_CLASSES:
+            return []
+        own = node.__dict__
+        if "_fields" in own:
+            return []
+        for name in cls._fields:
+            value = own.get(name)
+            if type(value) is list:
+                children = value
+            elif issubclass(type(value), ast.AST):
+                children = [value]
+            else:
+                # (a name, a constant's value; or anything else a hand-built tree holds, whose
+                # identifiers are left out: what is not walked names nothing here)
+                continue
+            for child in reversed(children):
+                if issubclass(type(child), ast.AST):
+                    stack.append(child)
+        field = _IDENTIFIER_OF.get(cls)
+        value = own.get(field) if field is not None else None
         if type(value) is str and value not in found:
             found.append(value)
-            if len(found) >= _IDENTIFIERS_MAX:
-                break
-        if n >= _NODES_MAX:
-            break
     return found
 
 
@@ -463,9 +513,10 @@ def _runs_text(source, caller):
         if caller is not None and caller.f_code is ast.parse.__code__:
             return False
         text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
-        with _lock:
-            first = _first_lines if not _pending else _pending_lines()
-        if not any(line.strip() in first for line in _LINES.split(text)):
+        with _checking:
+            pending = _pending_lines() if _pending else ()
+        stripped = [line.strip() for line in _LINES.split(text)]
+        if not any(line in _first_lines or line in pending for line in stripped):
             return False
         _busy.on = True
         try:
@@ -483,7 +534,7 @@ def _runs_text(source, caller):
         return False
     try:
         statements = [s for s in body if isinstance(s, ast.stmt) and not _inert(s)]
-        with _lock:  # (texts parsed by one thread while another reads `_statements`)
+        with _checking:  # (texts parsed by one thread while another reads `_statements`)
             _parse_for(statements)
             return any(_agents(s) for s in statements)
     except (TypeError, ValueError, AttributeError):

@@ -1614,3 +1614,122 @@ def test_the_agents_text_never_runs_in_the_tests_process(
     tests = {p.name.split("-")[1] for p in marks.glob("tests-*")}
     ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
     assert tests and ran and not tests & ran, (tests, ran, run.output)
+
+
+# Two texts of the agent's: the tests' module names everything a comment of solution.py names,
+# so its compile parses that text; helper.py stays unparsed (its lines are all it shares).
+PARSED_EARLY = """
+import os
+
+# sys.path.insert
+
+
+def double(x):
+    import os
+
+    open(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w").close()
+    return x * 2
+"""
+PARSED_EARLY_TESTS = """
+import inspect
+import os
+import sys
+
+import solution
+
+sys.path.insert(0, "/app")
+
+
+def test_exec_of_the_text_parsed_at_collection():
+    open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()
+    found = {{}}
+    try:
+        exec(inspect.getsource(solution), found)
+    except RuntimeError:
+        pass
+    assert "double" not in found
+    assert solution.double(2) == 4
+"""
+
+
+def test_a_text_parsed_at_collection_stays_refused_while_another_waits(layout: Layout) -> None:
+    """A compiled string is first checked against the lines of the texts still unparsed and
+    the first lines of those parsed (sources.py `_runs_text`). With only the former, the text
+    a test module's compile had parsed was in neither once another text waited: exec of its
+    source ran the agent's code in the tests' process (a review found it; the runtime's
+    modules load from bytecode, as in a verification, so no compile builds the lines first)."""
+    import py_compile
+
+    marks = layout.root / "marks"
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)
+    solution = PARSED_EARLY.format(marks=str(marks))
+    layout.files("workspace", {"solution.py": solution, "helper.py": "def helper():\n    return 1"})
+    guard = (RUNTIME / "pytest_guard.py").read_text()
+    tests = PARSED_EARLY_TESTS.format(marks=str(marks))
+    layout.files("tests", {"conftest.py": guard, "test_exec.py": tests})
+    checked = py_compile.PycInvalidationMode.CHECKED_HASH  # (as verifier.runtime_bytecode)
+    for f in (layout.root / "lib").glob("*.py"):
+        py_compile.compile(str(f), invalidation_mode=checked, doraise=True)
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    tests_pids = {p.name.split("-")[1] for p in marks.glob("tests-*")}
+    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
+    assert tests_pids and ran and not tests_pids & ran, (tests_pids, ran, run.output)
+
+
+# Trees the tests build by hand around the agent's statements, compiled in a process of their
+# own that watches one text (sources.py loaded by path, as the runtime loads it).
+HAND_BUILT = """
+import ast, importlib.util, linecache, sys, threading
+
+spec = importlib.util.spec_from_file_location("_rollouts_sources", sys.argv[1])
+sources = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sources)
+sources.install({{"sources": {{sys.argv[2]: sys.argv[3]}}}}, lambda *a, **k: None, lambda o: False)
+text = "".join(linecache.getlines(sys.argv[2]))
+shape = sys.argv[4]
+if shape == "a node whose fields are its own":
+    tree = ast.parse(text)
+    odd = ast.Expr(ast.Call(ast.Name("len", ast.Load()), [ast.Constant("")], []))
+    tree.body.append(odd)
+    ast.fix_missing_locations(tree)
+    odd._fields = 1  # (compile reads a node's fields by their C names)
+else:  # a repr that compiles, called by the check's own dump while it holds its lock
+    class Compiles:
+        def __repr__(self):
+            eval("1 + 1")
+            return "Compiles()"
+
+    call = ast.Call(ast.Name("double", ast.Load()), [ast.Constant(Compiles())], [])
+    tree = ast.fix_missing_locations(ast.Module([ast.Expr(call)], []))
+found = {{}}
+
+
+def run():
+    try:
+        exec(compile(tree, "t", "exec"), found)
+    except Exception as e:  # noqa: BLE001
+        found["refused"] = type(e).__name__
+
+
+thread = threading.Thread(target=run, daemon=True)
+thread.start()
+thread.join(20)
+print("hung" if thread.is_alive() else "ran" if "double" in found else found.get("refused"))
+"""
+
+
+@pytest.mark.parametrize("shape", ["a node whose fields are its own", "a repr that compiles"])
+def test_hand_built_trees_around_the_agents_statements(tmp_path: Path, shape: str) -> None:
+    """A review's finds: a node with `_fields` of its own made the walk for names raise, and
+    the raise let the agent's definition compile; a compile asked for by code the check itself
+    runs (a repr) waited for ever on the check's lock. Both are refused now."""
+    copy = tmp_path / "solution.py"
+    copy.write_text("def double(x):\n    return x * 2\n\n\nprint('a statement')\n")
+    script = tmp_path / "compile.py"
+    script.write_text(HAND_BUILT.format())
+    argv = [sys.executable, "-I", script, RUNTIME / "sources.py", tmp_path / "app.py", copy, shape]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "RuntimeError", out.stdout + out.stderr
