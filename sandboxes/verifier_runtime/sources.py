@@ -434,24 +434,34 @@ def adopt(module):
             pass
 
 
+_FIRST_STATEMENT_CHARACTERS = 1 << 14  # read for it at most: past them, the whole text
+_FIRST_STATEMENT_TOKENS = 1000
+
+
 def _first_statement(text):
     """The lines of `text` up to the end of its first logical line: where they parse alone,
     their first statement is the text's, and so is the docstring (parsing a module of the
-    agent's whole for it cost the tests' import of it some 0.2 ms per kilobyte)."""
+    agent's whole for it cost the tests' import of it some 0.2 ms per kilobyte). The whole
+    text where that line is long (a table of data first): tokenizing it would cost more."""
     import io
     import tokenize  # (pytest's assertion rewriting has imported it already)
 
     read = []
+    left = [_FIRST_STATEMENT_CHARACTERS]
     lines = io.StringIO(text).readline
 
     def readline():
-        read.append(lines())
+        line = lines()
+        left[0] -= len(line)
+        read.append(line if left[0] >= 0 else "")
         return read[-1]
 
     try:
-        for token in tokenize.generate_tokens(readline):
-            if token.type == tokenize.NEWLINE:
+        for n, token in enumerate(tokenize.generate_tokens(readline)):
+            if token.type == tokenize.NEWLINE and left[0] >= 0:
                 return "".join(read[: token.end[0]])
+            if n >= _FIRST_STATEMENT_TOKENS:
+                break
     except (tokenize.TokenError, SyntaxError):
         pass
     return text
