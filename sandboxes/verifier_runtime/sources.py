@@ -46,6 +46,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 
 _texts = {}  # a stub's path (as given and resolved) -> the agent's text
 _basenames = set()  # a cheap first test before a path is resolved
@@ -57,7 +58,7 @@ _basenames = set()  # a cheap first test before a path is resolved
 _statements = {}  # key -> [trees not yet dumped, set of dumps, whether one could not be]
 _pending = []  # (text, whether it is ASCII) of the agent's texts not parsed yet (`_parse_for`)
 _all_lines = []  # [every stripped line of the texts pending when first asked] (`_pending_lines`)
-_lock = threading.Lock()  # `_pending` and `_statements` (`_checking`)
+_lock = threading.Lock()  # `_pending` and `_statements` (`_checked`)
 _holding = threading.local()
 _dump = ast.dump  # (bound once: a test's patch of ast.dump is not asked)
 _first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
@@ -154,9 +155,9 @@ def _parse_for(statements):
             continue
         _busy.on = True  # our own parse raises "compile" too
         try:
-            tree = ast.parse(text)
+            tree = _parse_quietly(text)
         except (SyntaxError, ValueError, TypeError):
-            continue
+            continue  # (as install did: a text that does not parse holds no statement)
         finally:
             _busy.on = False
         lines = _LINES.split(text)  # as the parser counts them (not str.splitlines)
@@ -167,24 +168,36 @@ def _parse_for(statements):
     _pending[:] = left
 
 
-class _Checking:
-    """`_lock` for one check at a time. A compile asked for in the same thread while it is
-    held (by a finalizer the collector runs, a signal handler, a `repr` that `ast.dump` calls
-    on a tree the tests built) is refused, not waited for: the lock is not re-entrant, and a
-    check within a check would find `_pending` half done."""
-
-    def __enter__(self):
-        if getattr(_holding, "on", False):
-            raise RuntimeError("a compile while the tests' process checks another one")
-        _lock.acquire()
-        _holding.on = True
-
-    def __exit__(self, *exc):
-        _holding.on = False
-        _lock.release()
+def _checked(check, *args):
+    """`check(*args)` holding `_lock`. A compile asked for in the same thread meanwhile (by a
+    finalizer the collector runs, a signal handler, a `repr` that `ast.dump` calls on a tree the
+    tests built) is refused, not waited for: the lock is not re-entrant, and a check within a
+    check would find `_pending` half done."""
+    if getattr(_holding, "on", False):
+        raise RuntimeError("a compile while the tests' process checks another one")
+    with _lock:  # (released however the check ends, a signal's exception too)
+        try:
+            _holding.on = True
+            return check(*args)
+        finally:
+            _holding.on = False
 
 
-_checking = _Checking()
+def _new_lock():
+    global _lock
+    _lock = threading.Lock()  # (a fork's child: another thread may have held it at the fork)
+
+
+os.register_at_fork(after_in_child=_new_lock)
+
+
+def _parse_quietly(text):
+    """`ast.parse(text)` with the parser's warnings (an invalid escape) ignored: a test that
+    turns warnings into errors would make the text not parse, and so hold no statement, and a
+    test's record of warnings would get the agent's (this runs during a test, at a compile)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text)
 
 
 def _pending_lines():
@@ -432,9 +445,15 @@ def adopt(module):
             module.__doc__ = ast.get_docstring(ast.parse(text), clean=False)
         except (SyntaxError, ValueError):
             pass
+    # Its examples are the agent's as its functions' docstrings are (sent by the tested
+    # process, so heard): a doctest of them is refused here. The text holds them only as
+    # written, escapes and all, so a search of the text missed them.
+    heard(module.__doc__)
 
 
-_FIRST_STATEMENT_CHARACTERS = 1 << 14  # read for it at most: past them, the whole text
+# Read for it at most: past them, the whole text (CPython 3.12.0 to 3.12.3 tokenize a long line
+# in time that grows with its square).
+_FIRST_STATEMENT_CHARACTERS = 1 << 13
 _FIRST_STATEMENT_TOKENS = 1000
 
 
@@ -523,8 +542,7 @@ def _runs_text(source, caller):
         if caller is not None and caller.f_code is ast.parse.__code__:
             return False
         text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
-        with _checking:
-            pending = _pending_lines() if _pending else ()
+        pending = _checked(_pending_lines) if _pending else ()
         stripped = [line.strip() for line in _LINES.split(text)]
         if not any(line in _first_lines or line in pending for line in stripped):
             return False
@@ -544,11 +562,17 @@ def _runs_text(source, caller):
         return False
     try:
         statements = [s for s in body if isinstance(s, ast.stmt) and not _inert(s)]
-        with _checking:  # (texts parsed by one thread while another reads `_statements`)
-            _parse_for(statements)
-            return any(_agents(s) for s in statements)
+        # (texts parsed by one thread while another reads `_statements`: one at a time)
+        return _checked(_agents_among, statements)
     except (TypeError, ValueError, AttributeError):
         return False  # a tree that cannot be read does not compile either
+
+
+def _agents_among(statements):
+    """Whether one of `statements` is one of the agent's texts' (the texts parsed first that
+    may hold them)."""
+    _parse_for(statements)
+    return any(_agents(s) for s in statements)
 
 
 def _key(node):

@@ -1721,15 +1721,95 @@ print("hung" if thread.is_alive() else "ran" if "double" in found else found.get
 """
 
 
-@pytest.mark.parametrize("shape", ["a node whose fields are its own", "a repr that compiles"])
-def test_hand_built_trees_around_the_agents_statements(tmp_path: Path, shape: str) -> None:
+@pytest.mark.parametrize(
+    "shape, ends",
+    [
+        ("a node whose fields are its own", ("RuntimeError",)),
+        # (the repr's own compile is checked, or refused where it needs the lock; then the
+        # compiler refuses a constant of that type)
+        ("a repr that compiles", ("RuntimeError", "TypeError")),
+    ],
+)
+def test_hand_built_trees_around_the_agents_statements(
+    tmp_path: Path, shape: str, ends: tuple[str, ...]
+) -> None:
     """A review's finds: a node with `_fields` of its own made the walk for names raise, and
     the raise let the agent's definition compile; a compile asked for by code the check itself
-    runs (a repr) waited for ever on the check's lock. Both are refused now."""
+    runs (a repr) waited for ever on the check's lock. Neither runs or hangs now."""
     copy = tmp_path / "solution.py"
     copy.write_text("def double(x):\n    return x * 2\n\n\nprint('a statement')\n")
     script = tmp_path / "compile.py"
     script.write_text(HAND_BUILT.format())
     argv = [sys.executable, "-I", script, RUNTIME / "sources.py", tmp_path / "app.py", copy, shape]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "RuntimeError", out.stdout + out.stderr
+    assert out.stdout.strip() in ends, out.stdout + out.stderr
+
+
+# The agent's text with an invalid escape (a warning when parsed) and a module docstring whose
+# example is written with escapes (so the text does not hold it as the docstring reads).
+WARNS_WHEN_PARSED = '''"""Doubles.
+
+>>> import os; open(os.path.join({marks!r}, "ran\\x2d%d" % os.getpid()), "w").close()
+"""
+import os
+
+PATTERN = "\\d+"
+
+
+def double(x):
+    import os
+
+    open(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w").close()
+    return x * 2
+'''
+WARNINGS_AS_ERRORS_TESTS = """
+import doctest
+import inspect
+import os
+
+import pytest
+
+import solution
+
+
+@pytest.mark.filterwarnings("error")
+def test_exec_of_a_definition_with_warnings_as_errors():
+    open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()
+    found = {{}}
+    try:
+        exec(inspect.getsource(solution).split("\\n\\n\\n")[-1], found)
+    except RuntimeError:
+        pass
+    assert "double" not in found
+    assert solution.double(2) == 4
+
+
+def test_a_doctest_of_the_modules_docstring():
+    assert "ran-" in solution.__doc__
+    try:
+        doctest.run_docstring_examples(solution, {{}}, name="solution")
+    except RuntimeError:
+        pass
+"""
+
+
+def test_warnings_as_errors_and_escaped_docstrings_leave_the_agents_text_refused(
+    layout: Layout,
+) -> None:
+    """Review finds: a test that turns warnings into errors made the agent's text fail to
+    parse when its parse was put off to that test's compile, so its statements were never
+    refused (it is parsed with the parser's warnings ignored now); and a doctest of the stub
+    module's docstring ran its example here where the text spelt it with escapes (the
+    docstring adopted is heard now, as its functions' are)."""
+    marks = layout.root / "marks"
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)
+    layout.files("workspace", {"solution.py": WARNS_WHEN_PARSED.format(marks=str(marks))})
+    tests = WARNINGS_AS_ERRORS_TESTS.format(marks=str(marks))
+    layout.files("tests", {"test_warned.py": tests})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    tests_pids = {p.name.split("-")[1] for p in marks.glob("tests-*")}
+    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
+    assert tests_pids and ran and not tests_pids & ran, (tests_pids, ran, run.output)
