@@ -1489,6 +1489,21 @@ def test_running_a_stub_is_no_read(layout: Layout) -> None:
     assert run.rc == 0 and not run.named("stub_read"), run.output
 
 
+def _marks(layout: Layout) -> Path:
+    """A folder both processes may write their marks in (RAN_HERE, the tests' files)."""
+    marks = layout.root / "marks"
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)
+    return marks
+
+
+def _ran_only_in_the_tested_process(marks: Path, run: Run) -> None:
+    """The agent's code ran (its marks), and never in a process of the tests' (theirs)."""
+    tests = {p.name.split("-")[1] for p in marks.glob("tests-*")}
+    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
+    assert tests and ran and not tests & ran, (tests, ran, run.output)
+
+
 # The agent's module, wherever it runs, leaves its process id; the tests leave theirs.
 RAN_HERE = """
 import os
@@ -1592,9 +1607,7 @@ def test_the_agents_text_never_runs_in_the_tests_process(
     texts are parsed once a compiled statement may be one of theirs (sources.py `_parse_for`):
     at the collection (`parsed_first`: the test module holds a statement whose every name the
     text holds), or only at the first exec."""
-    marks = layout.root / "marks"
-    marks.mkdir(mode=0o777)
-    marks.chmod(0o777)
+    marks = _marks(layout)
     text = RAN_HERE.replace("\n\ndef double", (DECOYS if decoys else "") + "\n\ndef double")
     text = text.replace("def double", "def " + name)
     mark = 'open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()'
@@ -1611,9 +1624,7 @@ def test_the_agents_text_never_runs_in_the_tests_process(
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    tests = {p.name.split("-")[1] for p in marks.glob("tests-*")}
-    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
-    assert tests and ran and not tests & ran, (tests, ran, run.output)
+    _ran_only_in_the_tested_process(marks, run)
 
 
 # Two texts of the agent's: the tests' module names everything a comment of solution.py names,
@@ -1660,9 +1671,7 @@ def test_a_text_parsed_at_collection_stays_refused_while_another_waits(layout: L
     modules load from bytecode, as in a verification, so no compile builds the lines first)."""
     import py_compile
 
-    marks = layout.root / "marks"
-    marks.mkdir(mode=0o777)
-    marks.chmod(0o777)
+    marks = _marks(layout)
     solution = PARSED_EARLY.format(marks=str(marks))
     layout.files("workspace", {"solution.py": solution, "helper.py": "def helper():\n    return 1"})
     guard = (RUNTIME / "pytest_guard.py").read_text()
@@ -1674,9 +1683,7 @@ def test_a_text_parsed_at_collection_stays_refused_while_another_waits(layout: L
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    tests_pids = {p.name.split("-")[1] for p in marks.glob("tests-*")}
-    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
-    assert tests_pids and ran and not tests_pids & ran, (tests_pids, ran, run.output)
+    _ran_only_in_the_tested_process(marks, run)
 
 
 # Trees the tests build by hand around the agent's statements, compiled in a process of their
@@ -1801,15 +1808,11 @@ def test_warnings_as_errors_and_escaped_docstrings_leave_the_agents_text_refused
     refused (it is parsed with the parser's warnings ignored now); and a doctest of the stub
     module's docstring ran its example here where the text spelt it with escapes (the
     docstring adopted is heard now, as its functions' are)."""
-    marks = layout.root / "marks"
-    marks.mkdir(mode=0o777)
-    marks.chmod(0o777)
+    marks = _marks(layout)
     layout.files("workspace", {"solution.py": WARNS_WHEN_PARSED.format(marks=str(marks))})
     tests = WARNINGS_AS_ERRORS_TESTS.format(marks=str(marks))
     layout.files("tests", {"test_warned.py": tests})
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
-    tests_pids = {p.name.split("-")[1] for p in marks.glob("tests-*")}
-    ran = {p.name.split("-")[1] for p in marks.glob("ran-*")}
-    assert tests_pids and ran and not tests_pids & ran, (tests_pids, ran, run.output)
+    _ran_only_in_the_tested_process(marks, run)
