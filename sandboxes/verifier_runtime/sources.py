@@ -61,6 +61,12 @@ _all_lines = []  # [every stripped line of the texts pending when first asked] (
 _lock = threading.Lock()  # `_pending` and `_statements` (`_checked`)
 _holding = threading.local()
 _dump = ast.dump  # (bound once: a test's patch of ast.dump is not asked)
+# (bound once too: a test's patch of ast.parse, compile or warnings is not ours)
+_compile = compile
+_AST_ONLY = ast.PyCF_ONLY_AST
+_AST_PARSE_CODE = ast.parse.__code__
+_catch_warnings, _simplefilter = warnings.catch_warnings, warnings.simplefilter
+_warnings = warnings
 _first_lines = set()  # their first lines, stripped: a cheap first test of a compiled string
 _reported = set()
 _busy = threading.local()  # our own ast.parse raises "compile" too
@@ -156,7 +162,7 @@ def _parse_for(statements):
         _busy.on = True  # our own parse raises "compile" too
         try:
             tree = _parse_quietly(text)
-        except (SyntaxError, ValueError, TypeError):
+        except (SyntaxError, ValueError):
             continue  # (as install did: a text that does not parse holds no statement)
         finally:
             _busy.on = False
@@ -191,22 +197,49 @@ def _new_lock():
 os.register_at_fork(after_in_child=_new_lock)
 
 
+# What may make the parser warn: an escape that is not one (`"\d"`; in bytes, `\N`, `\u`,
+# `\U` too), a number run into a keyword (`1if`).
+_MAY_WARN = re.compile(r"\\[^\\'\"abfnrtv0-7x\r\n]|[0-9](?:and|else|for|if|in|is|not|or)\b")
+
+
 def _parse_quietly(text):
-    """`ast.parse(text)` with the parser's warnings (an invalid escape) ignored: a test that
-    turns warnings into errors would make the text not parse, and so hold no statement, and a
-    test's record of warnings would get the agent's (this runs during a test, at a compile)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(text)
+    """The tree of the agent's `text`, with the parser's warnings ignored: a test that turns
+    warnings into errors would make the text not parse, and so hold no statement, and a test's
+    record of warnings would get the agent's (this runs during a test, at a compile). Ignoring
+    them changes the warnings filters of the whole process for a moment (another thread's
+    warning meanwhile is lost), so only for a text that may warn; a SyntaxError of any other
+    is asked again that way (a warning `_MAY_WARN` did not foresee)."""
+    if not _MAY_WARN.search(text):
+        try:
+            return _compile(text, "<unknown>", "exec", _AST_ONLY)
+        except SyntaxError:
+            pass
+    with _catch_warnings(module=_warnings):
+        _simplefilter("ignore")
+        return _compile(text, "<unknown>", "exec", _AST_ONLY)
 
 
 def _pending_lines():
-    """A superset of the first lines of the pending texts' statements: every line of theirs,
-    stripped (made once, from the texts pending then; texts parsed before have theirs in
-    `_first_lines`, which is asked too)."""
+    """A superset of the first lines of the pending texts' statements (made once, from the
+    texts pending then; texts parsed before have theirs in `_first_lines`, which is asked
+    too): their lines, stripped, that a top-level statement or a definition may start on. A
+    top-level statement starts where its line does; a definition's line (the `def` line of a
+    decorated one) starts with its keyword; none is blank or a comment. (Every line would let
+    nearly every compiled string through, to a parse of its own, warnings and all.)"""
     if not _all_lines:
-        _all_lines.append({line.strip() for text, _ in _pending for line in _LINES.split(text)})
+        found = set()
+        for text, _ in _pending:
+            for line in _LINES.split(text):
+                stripped = line.strip()
+                if not stripped or stripped[0] == "#":
+                    continue
+                if line[0] not in " \t" or stripped.startswith(_DEF_WORDS):
+                    found.add(stripped)
+        _all_lines.append(found)
     return _all_lines[0]
+
+
+_DEF_WORDS = ("def", "async", "class")
 
 
 # Where a tree holds an identifier as the parser read it, one name token each (not an import's
@@ -439,7 +472,10 @@ def adopt(module):
     spec.loader = TextLoader(loader.name, loader.path)
     module.__loader__ = spec.loader
     try:
-        module.__doc__ = ast.get_docstring(ast.parse(_first_statement(text)), clean=False)
+        first = ast.parse(_first_statement(text))
+        if not first.body:  # (3.11's tokenizer ends a line at a lone backslash: not one)
+            raise SyntaxError("no statement")
+        module.__doc__ = ast.get_docstring(first, clean=False)
     except (SyntaxError, ValueError):
         try:
             module.__doc__ = ast.get_docstring(ast.parse(text), clean=False)
@@ -539,7 +575,7 @@ def _runs_text(source, caller):
     one of its text's (a definition anywhere in it, as `inspect.getsource` gives one), not
     inert. `ast.parse` (the caller given) makes only a tree, which is checked if compiled."""
     if isinstance(source, (str, bytes)):
-        if caller is not None and caller.f_code is ast.parse.__code__:
+        if caller is not None and caller.f_code is _AST_PARSE_CODE:
             return False
         text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
         pending = _checked(_pending_lines) if _pending else ()
@@ -570,8 +606,13 @@ def _runs_text(source, caller):
 
 def _agents_among(statements):
     """Whether one of `statements` is one of the agent's texts' (the texts parsed first that
-    may hold them)."""
-    _parse_for(statements)
+    may hold them). Where a text could not be read (its parse failed but for its syntax), the
+    compile is refused: `_runs_text` lets a compile through on some errors of its own."""
+    try:
+        _parse_for(statements)
+    except Exception as e:  # noqa: BLE001 - closed
+        reason = "the agent's texts could not be read to check a compile: %r" % (e,)
+        raise RuntimeError(reason) from None
     return any(_agents(s) for s in statements)
 
 

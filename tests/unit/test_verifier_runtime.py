@@ -1703,6 +1703,20 @@ if shape == "a node whose fields are its own":
     tree.body.append(odd)
     ast.fix_missing_locations(tree)
     odd._fields = 1  # (compile reads a node's fields by their C names)
+elif shape in ("the warnings module hidden", "ast.parse patched to fail"):
+    from unittest import mock
+
+    tree = ast.parse(text)
+    patch = (
+        mock.patch.dict(sys.modules, {{"warnings": None}})
+        if shape == "the warnings module hidden"
+        else mock.patch("ast.parse", side_effect=SyntaxError("patched"))
+    )
+    with patch:
+        try:
+            compile(tree, "t", "exec")
+        except RuntimeError:
+            pass
 else:  # a repr that compiles, called by the check's own dump while it holds its lock
     class Compiles:
         def __repr__(self):
@@ -1732,6 +1746,9 @@ print("hung" if thread.is_alive() else "ran" if "double" in found else found.get
     "shape, ends",
     [
         ("a node whose fields are its own", ("RuntimeError",)),
+        # (a test's patch, and then the agent's text: never dropped, never read through it)
+        ("the warnings module hidden", ("RuntimeError",)),
+        ("ast.parse patched to fail", ("RuntimeError",)),
         # (the repr's own compile is checked, or refused where it needs the lock; then the
         # compiler refuses a constant of that type)
         ("a repr that compiles", ("RuntimeError", "TypeError")),
@@ -1740,11 +1757,14 @@ print("hung" if thread.is_alive() else "ran" if "double" in found else found.get
 def test_hand_built_trees_around_the_agents_statements(
     tmp_path: Path, shape: str, ends: tuple[str, ...]
 ) -> None:
-    """A review's finds: a node with `_fields` of its own made the walk for names raise, and
-    the raise let the agent's definition compile; a compile asked for by code the check itself
-    runs (a repr) waited for ever on the check's lock. Neither runs or hangs now."""
+    """Review finds: a node with `_fields` of its own made the walk for names raise, and the
+    raise let the agent's definition compile; a compile asked for by code the check itself
+    runs (a repr) waited for ever on the check's lock; a test that hid the warnings module let
+    a compile of the agent's definition through, and one that patched `ast.parse` to fail had
+    the agent's text dropped for good. None runs or hangs now."""
     copy = tmp_path / "solution.py"
-    copy.write_text("def double(x):\n    return x * 2\n\n\nprint('a statement')\n")
+    # (an escape that is none: the text may warn when parsed)
+    copy.write_text("def double(x):\n    return x * 2\n\n\nprint('a statement \\d')\n")
     script = tmp_path / "compile.py"
     script.write_text(HAND_BUILT.format())
     argv = [sys.executable, "-I", script, RUNTIME / "sources.py", tmp_path / "app.py", copy, shape]
@@ -1816,3 +1836,28 @@ def test_warnings_as_errors_and_escaped_docstrings_leave_the_agents_text_refused
     run = layout.pytest()
     assert run.rc == 0, run.output
     _ran_only_in_the_tested_process(marks, run)
+
+
+WARNING_ONCE_TESTS = """
+import pytest
+
+from solution import double
+
+
+def test_a_compile_of_the_tests_warns_once_and_as_theirs():
+    with pytest.warns(Warning) as record:
+        compile('s = "\\\\d"\\n', "generated.py", "exec")
+    assert [r.filename for r in record] == ["generated.py"]
+    assert double(2) == 4
+"""
+
+
+def test_a_compile_of_the_tests_is_not_parsed_again_while_the_texts_wait(layout: Layout) -> None:
+    """A review find: while the agent's texts waited to be parsed, every compiled string with
+    a blank line passed the first test (every line of theirs, the blank one too) and was
+    parsed again in the hook, so its warning came twice, once from `<unknown>`."""
+    layout.files("workspace", {"solution.py": "def double(x):\n\n    return x * 2\n"})
+    layout.files("tests", {"test_warns.py": WARNING_ONCE_TESTS})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
