@@ -223,18 +223,20 @@ def _pending_lines():
     """A superset of the first lines of the pending texts' statements (made once, from the
     texts pending then; texts parsed before have theirs in `_first_lines`, which is asked
     too): their lines, stripped, that a top-level statement or a definition may start on. A
-    top-level statement starts where its line does; a definition's line (the `def` line of a
-    decorated one) starts with its keyword; none is blank or a comment. (Every line would let
+    top-level statement starts where its line does, or on a line that goes on from one ending
+    in a backslash (`x = 1; \\`); a definition's line (the `def` line of a decorated one)
+    starts with its keyword; none is blank or a comment. (Every line would let
     nearly every compiled string through, to a parse of its own, warnings and all.)"""
     if not _all_lines:
         found = set()
         for text, _ in _pending:
+            joined = False  # (the line before ended in a backslash: this one goes on with it)
             for line in _LINES.split(text):
                 stripped = line.strip()
-                if not stripped or stripped[0] == "#":
-                    continue
-                if line[0] not in " \t" or stripped.startswith(_DEF_WORDS):
-                    found.add(stripped)
+                if stripped and stripped[0] != "#":
+                    if joined or line[0] not in " \t" or stripped.startswith(_DEF_WORDS):
+                        found.add(stripped)
+                joined = line.endswith("\\")
         _all_lines.append(found)
     return _all_lines[0]
 
