@@ -222,26 +222,19 @@ def _parse_quietly(text):
 def _pending_lines():
     """A superset of the first lines of the pending texts' statements (made once, from the
     texts pending then; texts parsed before have theirs in `_first_lines`, which is asked
-    too): their lines, stripped, that a top-level statement or a definition may start on. A
-    top-level statement starts where its line does, or on a line that goes on from one ending
-    in a backslash (`x = 1; \\`); a definition's line (the `def` line of a decorated one)
-    starts with its keyword; none is blank or a comment. (Every line would let
-    nearly every compiled string through, to a parse of its own, warnings and all.)"""
+    too): every line of theirs, stripped, but the blank ones and the comments, which no
+    statement starts on. (With the blank one, nearly every compiled string went on to a parse
+    of its own. Fewer lines, by where a statement may start, missed statements a form feed
+    in the indentation puts at the top level.)"""
     if not _all_lines:
         found = set()
         for text, _ in _pending:
-            joined = False  # (the line before ended in a backslash: this one goes on with it)
             for line in _LINES.split(text):
                 stripped = line.strip()
                 if stripped and stripped[0] != "#":
-                    if joined or line[0] not in " \t" or stripped.startswith(_DEF_WORDS):
-                        found.add(stripped)
-                joined = line.endswith("\\")
+                    found.add(stripped)
         _all_lines.append(found)
     return _all_lines[0]
-
-
-_DEF_WORDS = ("def", "async", "class")
 
 
 # Where a tree holds an identifier as the parser read it, one name token each (not an import's
@@ -586,7 +579,7 @@ def _runs_text(source, caller):
             return False
         _busy.on = True
         try:
-            tree = ast.parse(text)
+            tree = _parse_quietly(text)  # (its warnings are the compile's own to give)
         except (SyntaxError, ValueError):
             return False
         finally:

@@ -1703,6 +1703,8 @@ if shape == "a node whose fields are its own":
     tree.body.append(odd)
     ast.fix_missing_locations(tree)
     odd._fields = 1  # (compile reads a node's fields by their C names)
+elif shape == "a text whose every line a form feed puts at the top level":
+    tree = text  # (compiled as it is, as `exec(inspect.getsource(solution))` would)
 elif shape in ("the warnings module hidden", "ast.parse patched to fail"):
     from unittest import mock
 
@@ -1749,6 +1751,7 @@ print("hung" if thread.is_alive() else "ran" if "double" in found else found.get
         # (a test's patch, and then the agent's text: never dropped, never read through it)
         ("the warnings module hidden", ("RuntimeError",)),
         ("ast.parse patched to fail", ("RuntimeError",)),
+        ("a text whose every line a form feed puts at the top level", ("RuntimeError",)),
         # (the repr's own compile is checked, or refused where it needs the lock; then the
         # compiler refuses a constant of that type)
         ("a repr that compiles", ("RuntimeError", "TypeError")),
@@ -1761,10 +1764,15 @@ def test_hand_built_trees_around_the_agents_statements(
     raise let the agent's definition compile; a compile asked for by code the check itself
     runs (a repr) waited for ever on the check's lock; a test that hid the warnings module let
     a compile of the agent's definition through, and one that patched `ast.parse` to fail had
-    the agent's text dropped for good. None runs or hangs now."""
+    the agent's text dropped for good; a text indented by form feeds (at the top level all
+    the same) had none of its lines among those its statements were thought to start on.
+    None runs or hangs now."""
     copy = tmp_path / "solution.py"
     # (an escape that is none: the text may warn when parsed)
-    copy.write_text("def double(x):\n    return x * 2\n\n\nprint('a statement \\d')\n")
+    text = "def double(x):\n    return x * 2\n\n\nprint('a statement \\d')\n"
+    if shape.startswith("a text whose every line"):
+        text = " \x0cdouble = lambda x: 2 * x\n \x0cprint('a statement')\n"
+    copy.write_text(text)
     script = tmp_path / "compile.py"
     script.write_text(HAND_BUILT.format())
     argv = [sys.executable, "-I", script, RUNTIME / "sources.py", tmp_path / "app.py", copy, shape]
