@@ -41,6 +41,7 @@ Standard library only: this runs under the task image's Python.
 import ast
 import importlib.machinery
 import importlib.util
+import io
 import linecache
 import os
 import re
@@ -120,7 +121,7 @@ def install(manifest, report, of_tested):
             _texts[path] = text
             _basenames.add(os.path.basename(path))
             if text is not None:
-                linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+                linecache.cache[path] = (len(text), None, _lines_of(text), path)
         if text is not None:
             _pending.append((text, text.isascii()))
     # linecache drops nothing whose mtime is None (checkcache), but clearcache() does: the
@@ -131,12 +132,20 @@ def install(manifest, report, of_tested):
         text = text_of(filename)
         if text is None:
             return original(filename, module_globals)
-        lines = text.splitlines(True)
+        lines = _lines_of(text)
         linecache.cache[filename] = (len(text), None, lines, filename)
         return lines
 
     linecache.updatecache = updatecache
     sys.addaudithook(_audit)
+
+
+def _lines_of(text):
+    """The text's lines as the parser numbers them and linecache reads a file: ended by "\\n"
+    alone (`decode_source` made every line end one). `str.splitlines` ends one at a form feed,
+    "\\x1c" or "\\u2028" too, which shifted what `inspect.getsource` of a class gave to lines
+    of the agent's choosing, run by an `exec` of it here as none of its statements."""
+    return io.StringIO(text, newline="\n").readlines()
 
 
 def _parse_for(statements):
@@ -222,16 +231,16 @@ def _parse_quietly(text):
 def _pending_lines():
     """A superset of the first lines of the pending texts' statements (made once, from the
     texts pending then; texts parsed before have theirs in `_first_lines`, which is asked
-    too): every line of theirs, stripped, but the blank ones and the comments, which no
-    statement starts on. (With the blank one, nearly every compiled string went on to a parse
-    of its own. Fewer lines, by where a statement may start, missed statements a form feed
-    in the indentation puts at the top level.)"""
+    too): every line of theirs, stripped, but the blank ones, which no statement starts on.
+    (With the blank one, nearly every compiled string went on to a parse of its own. Fewer
+    lines, by where a statement may start, missed statements a form feed in the indentation
+    puts at the top level, or that follow a string ended on a line a `#` begins.)"""
     if not _all_lines:
         found = set()
         for text, _ in _pending:
             for line in _LINES.split(text):
                 stripped = line.strip()
-                if stripped and stripped[0] != "#":
+                if stripped:
                     found.add(stripped)
         _all_lines.append(found)
     return _all_lines[0]

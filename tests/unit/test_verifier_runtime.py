@@ -1705,6 +1705,8 @@ if shape == "a node whose fields are its own":
     odd._fields = 1  # (compile reads a node's fields by their C names)
 elif shape == "a text whose every line a form feed puts at the top level":
     tree = text  # (compiled as it is, as `exec(inspect.getsource(solution))` would)
+elif shape == "a statement after a string that ends on a line a # begins":
+    tree = "z = '''\\n#'''; double = lambda x: 2 * x\\n"  # (its second line: the agent's)
 elif shape in ("the warnings module hidden", "ast.parse patched to fail"):
     from unittest import mock
 
@@ -1752,6 +1754,7 @@ print("hung" if thread.is_alive() else "ran" if "double" in found else found.get
         ("the warnings module hidden", ("RuntimeError",)),
         ("ast.parse patched to fail", ("RuntimeError",)),
         ("a text whose every line a form feed puts at the top level", ("RuntimeError",)),
+        ("a statement after a string that ends on a line a # begins", ("RuntimeError",)),
         # (the repr's own compile is checked, or refused where it needs the lock; then the
         # compiler refuses a constant of that type)
         ("a repr that compiles", ("RuntimeError", "TypeError")),
@@ -1772,6 +1775,8 @@ def test_hand_built_trees_around_the_agents_statements(
     text = "def double(x):\n    return x * 2\n\n\nprint('a statement \\d')\n"
     if shape.startswith("a text whose every line"):
         text = " \x0cdouble = lambda x: 2 * x\n \x0cprint('a statement')\n"
+    elif shape.startswith("a statement after a string"):
+        text = "y = '''\n#'''; double = lambda x: 2 * x\n"
     copy.write_text(text)
     script = tmp_path / "compile.py"
     script.write_text(HAND_BUILT.format())
@@ -1869,3 +1874,49 @@ def test_a_compile_of_the_tests_is_not_parsed_again_while_the_texts_wait(layout:
     layout.view()
     run = layout.pytest()
     assert run.rc == 0, run.output
+
+
+# A comment with form feeds in it: one line to the parser, three to `str.splitlines`.
+SHIFTED_LINES = """import os
+
+x = 0  #\x0c\x0copen(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w").close(); y = 1
+
+class Point:
+    pass
+
+
+def double(x):
+    open(os.path.join({marks!r}, "ran-%d" % os.getpid()), "w").close()
+    return x * 2
+"""
+SHIFTED_LINES_TESTS = """
+import inspect
+import os
+
+import solution
+
+
+def test_exec_of_a_classs_source():
+    open(os.path.join({marks!r}, "tests-%d" % os.getpid()), "w").close()
+    source = inspect.getsource(solution.Point)
+    assert source == "class Point:\\n    pass\\n"  # (as plain Python reads the file)
+    try:
+        exec(source, {{}})
+    except RuntimeError:
+        pass
+    assert solution.double(2) == 4
+"""
+
+
+def test_the_source_lookups_number_the_lines_as_the_parser_does(layout: Layout) -> None:
+    """A review find, older than the lazy parse: the agent's text was served to linecache split
+    by `str.splitlines`, which ends a line at a form feed too, so `inspect.getsource` of a
+    class gave lines shifted to where the agent chose (here: its comment's tail and the class);
+    an exec of such lines that hold none of its statements ran them in the tests' process."""
+    marks = _marks(layout)
+    layout.files("workspace", {"solution.py": SHIFTED_LINES.format(marks=str(marks))})
+    layout.files("tests", {"test_shifted.py": SHIFTED_LINES_TESTS.format(marks=str(marks))})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0, run.output
+    _ran_only_in_the_tested_process(marks, run)
