@@ -502,7 +502,6 @@ def _first_statement(text):
     their first statement is the text's, and so is the docstring (parsing a module of the
     agent's whole for it cost the tests' import of it some 0.2 ms per kilobyte). The whole
     text where that line is long (a table of data first): tokenizing it would cost more."""
-    import io
     import tokenize  # (pytest's assertion rewriting has imported it already)
 
     read = []
