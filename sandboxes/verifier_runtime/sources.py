@@ -58,7 +58,7 @@ _basenames = set()  # a cheap first test before a path is resolved
 # statement may be one of its own (`_parse_for`).
 _statements = {}  # key -> [trees not yet dumped, set of dumps, whether one could not be]
 _pending = []  # (text, whether it is ASCII) of the agent's texts not parsed yet (`_parse_for`)
-_all_lines = []  # [every stripped line of the texts pending when first asked] (`_pending_lines`)
+_all_lines = []  # [the stripped lines of the texts pending when first asked] (`_pending_lines`)
 _lock = threading.Lock()  # `_pending` and `_statements` (`_checked`)
 _holding = threading.local()
 _dump = ast.dump  # (bound once: a test's patch of ast.dump is not asked)
@@ -168,13 +168,10 @@ def _parse_for(statements):
         if ascii and all(ns and not all(n in text for n in ns) for ns in names):
             left.append((text, ascii))
             continue
-        _busy.on = True  # our own parse raises "compile" too
         try:
             tree = _parse_quietly(text)
         except (SyntaxError, ValueError):
             continue  # (as install did: a text that does not parse holds no statement)
-        finally:
-            _busy.on = False
         lines = _LINES.split(text)  # as the parser counts them (not str.splitlines)
         for node in tree.body + _definitions(tree):
             if not _inert(node):
@@ -217,15 +214,20 @@ def _parse_quietly(text):
     record of warnings would get the agent's (this runs during a test, at a compile). Ignoring
     them changes the warnings filters of the whole process for a moment (another thread's
     warning meanwhile is lost), so only for a text that may warn; a SyntaxError of any other
-    is asked again that way (a warning `_MAY_WARN` did not foresee)."""
-    if not _MAY_WARN.search(text):
-        try:
+    is asked again that way (a warning `_MAY_WARN` did not foresee). Our own parse raises the
+    "compile" audit event too: `_busy` has the hook pass it by."""
+    _busy.on = True
+    try:
+        if not _MAY_WARN.search(text):
+            try:
+                return _compile(text, "<unknown>", "exec", _AST_ONLY)
+            except SyntaxError:
+                pass
+        with _catch_warnings(module=_warnings):
+            _simplefilter("ignore")
             return _compile(text, "<unknown>", "exec", _AST_ONLY)
-        except SyntaxError:
-            pass
-    with _catch_warnings(module=_warnings):
-        _simplefilter("ignore")
-        return _compile(text, "<unknown>", "exec", _AST_ONLY)
+    finally:
+        _busy.on = False
 
 
 def _pending_lines():
@@ -585,13 +587,10 @@ def _runs_text(source, caller):
         stripped = [line.strip() for line in _LINES.split(text)]
         if not any(line in _first_lines or line in pending for line in stripped):
             return False
-        _busy.on = True
         try:
             tree = _parse_quietly(text)  # (its warnings are the compile's own to give)
         except (SyntaxError, ValueError):
             return False
-        finally:
-            _busy.on = False
     elif isinstance(source, ast.AST):
         tree = source
     else:
