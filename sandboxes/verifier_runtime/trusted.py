@@ -863,9 +863,16 @@ def _near_loaded_code(path, roots):
         return False
     parts = real[len(root) + 1 :].split(os.sep)
     on_the_way = [os.path.join(root, *parts[:i]) for i in range(1, len(parts) + 1)]
+    below = os.path.join(root, "")
     for module in list(sys.modules.values()):
         where = getattr(module, "__file__", None)
         if not isinstance(where, str):
+            continue
+        # Most modules lie elsewhere (the standard library, installed packages): a path that
+        # is its own normal form (but a trailing slash) and not below the root is not below
+        # anything on the way either, and abspath, the cost here (every path handed over asks
+        # anew: a test's loop over files in its tmp_path), is spared it.
+        if _normal(where) and not where.startswith(below):
             continue
         where = os.path.abspath(where)
         if where == real or where.startswith(os.path.join(real, "")):
@@ -874,6 +881,19 @@ def _near_loaded_code(path, roots):
             if where.startswith(os.path.join(folder, "")) and _searchable_down(folder, where):
                 return True
     return False
+
+
+def _normal(path):
+    """Whether str `path` is absolute with no ".", ".." or empty part: abspath leaves it as it
+    is, but a trailing slash."""
+    return (
+        type(path) is str
+        and path[:1] == "/"
+        and "//" not in path
+        and "/./" not in path
+        and "/../" not in path
+        and not path.endswith(("/.", "/.."))
+    )
 
 
 def _searchable_down(folder, where):

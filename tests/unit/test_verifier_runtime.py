@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -529,8 +530,21 @@ def test_a_folder_the_tests_loaded_code_from_is_never_handed_over(tmp_path: Path
         spec.loader.exec_module(module)
         sys.modules[name] = module
         names.append(name)
+    # Modules whose __file__ is spelt other than abspath writes it: each is where abspath says.
+    spelt = {
+        "dots": f"/nowhere/..{root}/dots/./x.py",
+        "slashes": f"{root}//slashes//x.py",
+        "trailing": f"{root}/trailing/x.py/.",
+    }
+    for name, where in spelt.items():
+        module = types.ModuleType(f"_rollouts_probe_{name}")
+        module.__file__ = where
+        sys.modules[module.__name__] = module
+        names.append(module.__name__)
     try:
         roots = (str(root),)
+        for name in spelt:
+            assert trusted._near_loaded_code(str(root / name), roots), name
         helpers = root / "run" / "helpers"
         closed = (helpers, helpers / "out.txt", helpers / "deeper" / "out", root / "run")
         # (a sibling of the helpers' folder: /tmp/A/work beside /tmp/A/tests, both 0755)
