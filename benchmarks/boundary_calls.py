@@ -13,7 +13,9 @@ Tasks: the real-package ones of tests/real_tasks.py (inflection, parse, six, mor
 their projects' own tests, from the pinned PyPI sdists in the cache that module fills), and
 `synthetic-calls`, made here: thousands of small calls, iterators and generators passed both
 ways (the tests' pure iterators walked item by item by the solution too), callbacks, a
-parametrized suite.
+parametrized suite; and `synthetic-files`: files the tests write in their tmp_path and hand
+over by name, one by one and as a folder (a grant each, to the tested user: only where it is
+another user, in the container).
 
     python -m benchmarks.boundary_calls [--repeats N] [--only TASK ...] [--json PATH]
 
@@ -143,6 +145,38 @@ def test_parametrized(k):
     assert solution.scale([1, 2, 3], k) == [k, 2 * k, 3 * k]
 """
 
+# Files the tests write in their tmp_path and hand over by name, one by one and as a folder: each
+# name under a temporary folder is granted to the tested user (trusted.py, access.py).
+FILES_SOLUTION = """
+import os
+
+
+def size(path):
+    with open(path) as f:
+        return len(f.read())
+
+
+def names(folder):
+    return sorted(os.listdir(folder))
+"""
+
+FILES_TESTS = """
+import solution
+
+
+def test_files_handed_over_one_by_one(tmp_path):
+    for i in range(300):
+        path = tmp_path / ("f%d.txt" % i)
+        path.write_text("x" * i)
+        assert solution.size(str(path)) == i
+
+
+def test_a_folder_handed_over_whole(tmp_path):
+    for i in range(300):
+        (tmp_path / ("g%d.txt" % i)).write_text("y")
+    assert len(solution.names(str(tmp_path))) == 300
+"""
+
 
 @dataclass
 class Task:
@@ -177,12 +211,19 @@ def real_tasks() -> list[Task]:
     return out
 
 
-def synthetic_task() -> Task:
-    return Task(
-        "synthetic-calls",
-        {"solution.py": SYNTHETIC_SOLUTION.encode()},
-        {"test_calls.py": SYNTHETIC_TESTS.encode()},
-    )
+def synthetic_tasks() -> list[Task]:
+    return [
+        Task(
+            "synthetic-calls",
+            {"solution.py": SYNTHETIC_SOLUTION.encode()},
+            {"test_calls.py": SYNTHETIC_TESTS.encode()},
+        ),
+        Task(
+            "synthetic-files",
+            {"solution.py": FILES_SOLUTION.encode()},
+            {"test_files.py": FILES_TESTS.encode()},
+        ),
+    ]
 
 
 def _write(folder: Path, files: dict[str, bytes]) -> None:
@@ -208,6 +249,7 @@ def lay_out(task: Task, root: Path, runtime: Path = RUNTIME) -> Path:
     return root
 
 
+_LAY = "/lay"  # (in the container: where the tasks are laid out)
 _SESSION = re.compile(r" in ([0-9.]+)s")
 
 
@@ -260,11 +302,17 @@ def run_pytest(root: Path, boundary: bool, timeout: float) -> Outcome:
 
 
 def measure(
-    tasks: list[Task], repeats: int, timeout: float, log, runtime: Path = RUNTIME
+    tasks: list[Task],
+    repeats: int,
+    timeout: float,
+    log,
+    runtime: Path = RUNTIME,
+    under: Path | None = None,
 ) -> dict[str, TaskRuns]:
+    """`under`: where the tasks are laid out (default: a temporary folder)."""
     runs = {t.name: TaskRuns() for t in tasks}
     _become_subreaper()
-    with tempfile.TemporaryDirectory(prefix="rollouts-boundary-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rollouts-boundary-", dir=under) as tmp:
         # (the tested user must reach the runtime and its workspace: where it cannot, the
         # tested process stays root, which a verification's does not)
         os.chmod(tmp, 0o755)
@@ -314,10 +362,14 @@ def summarize(runs: dict[str, TaskRuns]) -> dict[str, dict]:
 
 IMAGE = "rollouts-base:bookworm"  # the sandbox base image (`rollouts images build`)
 # As a verifier container gets them (verifier.py): the capabilities to start the tested
-# process as its own user and to end it, no others, and no network.
-_CONTAINER_FLAGS = ["--network", "none", "--cap-drop", "ALL"] + [
-    f"--cap-add={c}" for c in ("SETUID", "SETGID", "KILL")
-]
+# process as its own user and to end it, no others, no network, and /tmp a tmpfs of its own
+# (isolation.py). The tasks are laid out in /lay, another tmpfs: not under a temporary root,
+# as /app and /tests are not (the tests' own paths are never handed over to the tested user).
+_CONTAINER_FLAGS = (
+    ["--network", "none", "--cap-drop", "ALL"]
+    + [f"--cap-add={c}" for c in ("SETUID", "SETGID", "KILL")]
+    + ["--tmpfs", "/tmp:rw,exec,mode=1777", "--tmpfs", f"{_LAY}:rw,exec,mode=755"]
+)
 
 
 def write_tasks(tasks: list[Task], folder: Path) -> None:
@@ -424,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default=IMAGE, help="the container image (--docker)")
     parser.add_argument("--inside", type=Path, help=argparse.SUPPRESS)  # (in the container)
     args = parser.parse_args(argv)
-    tasks = read_tasks(args.inside) if args.inside else real_tasks() + [synthetic_task()]
+    tasks = read_tasks(args.inside) if args.inside else real_tasks() + synthetic_tasks()
     if args.only:
         tasks = [t for t in tasks if t.name in args.only]
         if not tasks:
@@ -443,7 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.inside:
         remove_installed(tasks)
     runs = measure(
-        tasks, args.repeats, args.timeout, lambda m: print(m, file=sys.stderr), args.runtime
+        tasks,
+        args.repeats,
+        args.timeout,
+        lambda m: print(m, file=sys.stderr),
+        args.runtime,
+        Path(_LAY) if args.inside else None,
     )
     summary = summarize(runs)
     print(render(summary))
