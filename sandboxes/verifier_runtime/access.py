@@ -266,9 +266,9 @@ def _remember_files(path, fd):
     another user's file stands for later is refused to this process (`check_open`)."""
     ours = os.getuid()
     for name in os.listdir(fd)[:_FOLDER_CAP]:
-        # One noted already (a file handed over before in this folder) would be noted again to
-        # no effect: no stat for it, so a test that hands over its files one by one does not
-        # stat the whole folder for each.
+        # One noted already (at an earlier grant in this folder, or as a file this process
+        # wrote) would be noted again to no effect: no stat for it, so a test that hands over
+        # its files one by one does not stat the whole folder for each.
         if path + os.sep + name in _theirs:
             continue
         try:
