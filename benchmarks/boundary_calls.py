@@ -1,13 +1,17 @@
 """The tests phase through the process boundary against plain pytest, per task (issue 37, 0).
 
 For each task the same test files run twice, side by side and interleaved, on the same machine
-and interpreter: once through the verifier runtime (the workspace laid out by view.py, each
-module a stub, the module's code in a tested process over the socket: what a verification
-runs), once plain (the module itself on PYTHONPATH, one process). Reported per task: the ratio
-boundary / plain of pytest's own session time (collection and tests, what the boundary adds
-to), of the whole command's wall time (interpreter starts included) and of the CPU time of all
-its processes (the tested one included: this process is their subreaper), medians of the
-repeats, and both outcomes (a task whose tests fail through the boundary says so).
+and interpreter: once as a verification runs them (the upload the service makes with
+verifier.write_upload, laid out by the verifier script's steps: the runtime with its bytecode,
+the workspace, the tests with the pytest guard as their conftest.py, /app laid out by view.py,
+each module a stub, the module's code in a tested process over the socket), once plain (the
+module itself on PYTHONPATH, one process). Both are laid out afresh before every run, as every
+verification starts in a fresh container: no bytecode of the module or of the tests is left
+from a run before. Reported per task: the ratio boundary / plain of pytest's own session time
+(collection and tests, what the boundary adds to), of the whole command's wall time
+(interpreter starts included) and of the CPU time of all its processes (the tested one
+included: this process is their subreaper), medians of the repeats, and both outcomes (a task
+whose tests fail through the boundary says so).
 
 Tasks: the real-package ones of tests/real_tasks.py (inflection, parse, six, more-itertools:
 their projects' own tests, from the pinned PyPI sdists in the cache that module fills), and
@@ -23,13 +27,18 @@ another user, in the container).
 under each OCI runtime named (runc, runsc): what the issue's target asks, the tests phase
 against plain pytest in the same container, with the image's interpreter and pytest, the
 tested process switched to its own user as in a verification, and, under gVisor, every system
-call through the sentry. The tasks' files go in through a mounted folder and this module runs
-there (`--inside`, the repository mounted read-only), so both arms share the container.
+call through the sentry. There the boundary's runs are laid out at a verification's own paths
+(/app, /tests, /rollouts, /logs, each a tmpfs as in a verifier container), where the pytest
+guard takes part; elsewhere it does nothing (it acts only as /tests/conftest.py). The tasks
+and their uploads go in through a mounted folder and this module runs there (`--inside`, the
+repository mounted read-only), so both arms share the container.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
 import json
 import os
 import re
@@ -183,6 +192,7 @@ class Task:
     name: str
     module: dict[str, bytes]  # files of the workspace (the solution)
     tests: dict[str, bytes]  # test files
+    upload: bytes = b""  # what a verification uploads for it (`with_upload`)
 
 
 @dataclass
@@ -233,20 +243,67 @@ def _write(folder: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(data)
 
 
-def lay_out(task: Task, root: Path, runtime: Path = RUNTIME) -> Path:
-    """The verifier's folders for `task` under `root` (as tests/unit's Layout makes them)."""
-    for name in ("lib", "workspace", "app", "tests", "logs"):
-        (root / name).mkdir(parents=True)
-    for f in runtime.glob("*.py"):
-        shutil.copy(f, root / "lib" / f.name)
-    _write(root / "workspace", task.module)
-    _write(root / "tests", task.tests)
-    # The tested code's writable view, as the verifier script leaves it (verifier.py)
-    subprocess.run(["chmod", "-R", "a+rwX", root / "workspace"], check=True)
-    argv = [root / "workspace", root / "app", root / "tests", root / "view.json"]
-    argv.append(root / "logs" / "report.jsonl")
-    subprocess.run([sys.executable, "-I", root / "lib" / "view.py", *argv], check=True)
-    return root
+def with_upload(task: Task, runtime: Path = RUNTIME) -> Task:
+    """`task` with the upload a verification sends its verifier container, made by the service's
+    own code (verifier.write_upload): the workspace, the runtime from `runtime` with its
+    bytecode, and the tests with the pytest guard as tests/conftest.py."""
+    from sandboxes import reward, verifier
+    from sandboxes import task as task_model
+    from sandboxes.workspace_tar import build_tar
+
+    files = {f.name: f.read_bytes() for f in sorted(runtime.glob("*.py"))}
+    rules = Path(reward.__file__).read_bytes()
+    grader = verifier.Grader(reward.grade, files, verifier.grader_version(files, rules))
+    model = task_model.Task(task.name, "", "", task_model.TaskConfig(), {}, dict(task.tests))
+    out = io.BytesIO()
+    verifier.write_upload(out, model, build_tar(task.module), grader)
+    return dataclasses.replace(task, upload=out.getvalue())
+
+
+# What a verification lays out, at `root` (verifier.py's script: folders, upload, modes, view).
+_VERIFIER_FOLDERS = {"logs": 0o700, "tests": 0o700, "logs/verifier": 0o755}
+_VERIFIER_FOLDERS.update({"logs/rollouts-guard": 0o755, "app": 0o755, "rollouts": 0o755})
+_VIEW_START = (
+    "import importlib.machinery as m, sys; "
+    'loader = m.SourceFileLoader("_rollouts_view", sys.argv[1]); '
+    "view = type(sys)(loader.name); view.__file__ = loader.path; "
+    "loader.exec_module(view); view.main(sys.argv[2:])"
+)
+
+
+def _empty(folder: Path) -> None:
+    """`folder` there and empty (a mount point in the container: its contents only)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for child in folder.iterdir():
+        shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+
+
+def lay_out(task: Task, root: Path) -> None:
+    """`task` as its verification lays it out, under `root`: the verifier script's steps on the
+    task's upload (`with_upload`), run afresh before every run, as every verification starts
+    in a fresh container. At root / (in the benchmark's container) these are a verification's
+    own paths, where the pytest guard (/tests/conftest.py) takes part; anywhere else the guard
+    does nothing (it acts only as /tests/conftest.py)."""
+    for top in ("app", "tests", "logs", "rollouts"):
+        _empty(root / top)
+    for rel, mode in _VERIFIER_FOLDERS.items():
+        (root / rel).mkdir(exist_ok=True)
+        os.chmod(root / rel, mode)
+    tar = ["tar", "-x", "--no-same-owner", "-C", str(root), "-f", "-"]
+    subprocess.run(tar, input=task.upload, check=True)
+    for mode, folder in (("a+rX,go-w", "rollouts/lib"), ("a+rwX", "rollouts/workspace")):
+        subprocess.run(["chmod", "-R", mode, str(root / folder)], check=True)
+    folders = ("rollouts/workspace", "app", "tests", "rollouts/view.json")
+    argv = [str(root / f) for f in folders] + [str(root / "logs/rollouts-guard/report.jsonl")]
+    view = str(root / "rollouts/lib/view.py")
+    subprocess.run([sys.executable, "-I", "-B", "-c", _VIEW_START, view, *argv], check=True)
+
+
+def lay_out_plain(task: Task, root: Path) -> None:
+    """`task` for plain pytest under `root`: the module in module/, the tests in tests/."""
+    for folder, files in (("module", task.module), ("tests", task.tests)):
+        _empty(root / folder)
+        _write(root / folder, files)
 
 
 _LAY = "/lay"  # (in the container: where the tasks are laid out)
@@ -275,15 +332,17 @@ def _children_cpu() -> float:
 
 
 def run_pytest(root: Path, boundary: bool, timeout: float) -> Outcome:
-    """pytest on the task's tests, PYTHONPATH=/app (the stubs) or the workspace itself."""
-    where = root / ("app" if boundary else "workspace")
+    """pytest on the task's tests: laid out by `lay_out` (PYTHONPATH=app, the stubs) or by
+    `lay_out_plain` (PYTHONPATH=module, the module itself)."""
+    where = root / ("app" if boundary else "module")
     env = {
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(where),
-        "ROLLOUTS_VIEW_MANIFEST": str(root / "view.json"),
+        "ROLLOUTS_VIEW_MANIFEST": str(root / "rollouts/view.json"),
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "HOME": str(root),
+        "HOME": str(root / "home"),
     }
+    (root / "home").mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")]
     start, cpu = time.perf_counter(), _children_cpu()
     try:
@@ -306,22 +365,24 @@ def measure(
     repeats: int,
     timeout: float,
     log,
-    runtime: Path = RUNTIME,
     under: Path | None = None,
+    verification_root: Path | None = None,
 ) -> dict[str, TaskRuns]:
-    """`under`: where the tasks are laid out (default: a temporary folder)."""
+    """`under`: where the tasks are laid out (default: a temporary folder); the boundary's
+    layout at `verification_root` where given (/ in the container: a verification's paths)."""
     runs = {t.name: TaskRuns() for t in tasks}
     _become_subreaper()
     with tempfile.TemporaryDirectory(prefix="rollouts-boundary-", dir=under) as tmp:
         # (the tested user must reach the runtime and its workspace: where it cannot, the
         # tested process stays root, which a verification's does not)
         os.chmod(tmp, 0o755)
-        roots = {t.name: lay_out(t, Path(tmp) / t.name, runtime) for t in tasks}
+        roots = {True: verification_root or Path(tmp) / "verify", False: Path(tmp) / "plain"}
         for r in range(repeats):
             for t in tasks:
                 # Alternate which goes first: the machine's load drifts.
                 for boundary in (r % 2 == 0, r % 2 == 1):
-                    o = run_pytest(roots[t.name], boundary, timeout)
+                    (lay_out if boundary else lay_out_plain)(t, roots[boundary])
+                    o = run_pytest(roots[boundary], boundary, timeout)
                     (runs[t.name].boundary if boundary else runs[t.name].plain).append(o)
                     kind = "boundary" if boundary else "plain"
                     log(
@@ -362,21 +423,28 @@ def summarize(runs: dict[str, TaskRuns]) -> dict[str, dict]:
 
 IMAGE = "rollouts-base:bookworm"  # the sandbox base image (`rollouts images build`)
 # As a verifier container gets them (verifier.py): the capabilities to start the tested
-# process as its own user and to end it, no others, no network, and /tmp a tmpfs of its own
-# (isolation.py). The tasks are laid out in /lay, another tmpfs: not under a temporary root,
-# as /app and /tests are not (the tests' own paths are never handed over to the tested user).
+# process as its own user and to end it, no others, no network, and a tmpfs each for /tmp and
+# the folders a verification lays out (isolation.py), where the boundary's runs are laid out.
+# The plain runs are laid out in /lay, another tmpfs.
+_TMPFS = {"/tmp": 1777, "/app": 1777, "/tests": 1777, "/logs": 1777, "/rollouts": 755}
 _CONTAINER_FLAGS = (
     ["--network", "none", "--cap-drop", "ALL"]
     + [f"--cap-add={c}" for c in ("SETUID", "SETGID", "KILL")]
-    + ["--tmpfs", "/tmp:rw,exec,mode=1777", "--tmpfs", f"{_LAY}:rw,exec,mode=755"]
+    + [
+        f
+        for path, mode in {**_TMPFS, _LAY: 755}.items()
+        for f in ("--tmpfs", f"{path}:rw,exec,mode={mode}")
+    ]
 )
 
 
 def write_tasks(tasks: list[Task], folder: Path) -> None:
-    """Each task's files as folder/NAME/{workspace,tests}/ (read back by `read_tasks`)."""
+    """Each task's files as folder/NAME/{workspace,tests}/ and its upload as folder/NAME.tar
+    (read back by `read_tasks`)."""
     for t in tasks:
         _write(folder / t.name / "workspace", t.module)
         _write(folder / t.name / "tests", t.tests)
+        (folder / f"{t.name}.tar").write_bytes(t.upload)
 
 
 def read_tasks(folder: Path) -> list[Task]:
@@ -384,7 +452,12 @@ def read_tasks(folder: Path) -> list[Task]:
         return {str(f.relative_to(top)): f.read_bytes() for f in top.rglob("*") if f.is_file()}
 
     return [
-        Task(d.name, files(d / "workspace"), files(d / "tests"))
+        Task(
+            d.name,
+            files(d / "workspace"),
+            files(d / "tests"),
+            (folder / f"{d.name}.tar").read_bytes(),
+        )
         for d in sorted(folder.iterdir())
         if d.is_dir()
     ]
@@ -411,11 +484,11 @@ def in_containers(
     oci_runtimes: list[str],
     repeats: int,
     timeout: float,
-    runtime: Path = RUNTIME,
     image: str = IMAGE,
 ) -> dict[str, dict]:
     """{OCI runtime: {"meta", "tasks"}}: this module's comparison run inside a container of
-    `image` under each runtime, one after the other (never side by side)."""
+    `image` under each runtime, one after the other (never side by side); `tasks` with their
+    uploads (`with_upload`)."""
     found = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
     if found.returncode != 0:
         raise SystemExit(f"error: no image {image}: build it with `rollouts images build`")
@@ -425,11 +498,11 @@ def in_containers(
         for oci in oci_runtimes:
             result = Path(tmp) / f"{oci}.json"
             argv = ["docker", "run", "--rm", "--runtime", oci, *_CONTAINER_FLAGS,
-                    "-v", f"{REPO}:/repo:ro", "-v", f"{runtime.resolve()}:/runtime:ro",
-                    "-v", f"{tmp}:/bench", "-w", "/repo", "-e", "PYTHONPATH=/repo",
+                    "-v", f"{REPO}:/repo:ro", "-v", f"{tmp}:/bench", "-w", "/repo",
+                    "-e", "PYTHONPATH=/repo",
                     "-e", "PYTHONDONTWRITEBYTECODE=1", image,
                     "python3", "-m", "benchmarks.boundary_calls", "--inside", "/bench/tasks",
-                    "--runtime", "/runtime", "--repeats", str(repeats),
+                    "--repeats", str(repeats),
                     "--timeout", str(timeout), "--json", f"/bench/{oci}.json"]  # fmt: skip
             limit = 2 * repeats * len(tasks) * timeout + 300
             proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=limit)
@@ -482,10 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         if not tasks:
             print("error: --only names no task", file=sys.stderr)
             return 2
+    if not args.inside:
+        tasks = [with_upload(t, args.runtime) for t in tasks]
     if args.docker:
-        found = in_containers(
-            tasks, args.docker, args.repeats, args.timeout, args.runtime, args.image
-        )
+        found = in_containers(tasks, args.docker, args.repeats, args.timeout, args.image)
         for oci, r in found.items():
             print(f"## {oci}\n\n{render(r['tasks'])}\n")
         if args.json:
@@ -499,8 +572,8 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats,
         args.timeout,
         lambda m: print(m, file=sys.stderr),
-        args.runtime,
         Path(_LAY) if args.inside else None,
+        Path("/") if args.inside else None,
     )
     summary = summarize(runs)
     print(render(summary))

@@ -431,3 +431,35 @@ def test_grader_cpu_whole_run(tmp_path: Path) -> None:
     assert "| ours, no boundary (plain layout) |" in section
     words = " ".join(section.split())
     assert "The boundary costs" in words and "of the bound needs at most" in words
+
+
+def test_boundary_benchmark_lays_out_what_a_verification_does(tmp_path: Path) -> None:
+    """`benchmarks.boundary_calls` runs the tests phase on the upload the service makes
+    (verifier.write_upload): the guard as tests/conftest.py, the runtime's bytecode, a stub in
+    app/; laid out afresh before every run, so nothing a run wrote is there for the next. The
+    module runs in a process of its own through the boundary, in pytest's own plainly."""
+    from benchmarks import boundary_calls as bc
+
+    task = bc.with_upload(
+        bc.Task(
+            "tiny",
+            {"solution.py": b"import os\n\n\ndef pid():\n    return os.getpid()\n"},
+            {
+                "test_t.py": b"import os\nimport solution\n\n\ndef test_f():\n    assert solution.pid() != os.getpid()\n"
+            },
+        )
+    )
+    guard = (Path(bc.RUNTIME) / "pytest_guard.py").read_bytes()
+    for _ in range(2):
+        bc.lay_out(task, tmp_path / "verify")
+        assert (tmp_path / "verify/tests/conftest.py").read_bytes() == guard
+        assert not (tmp_path / "verify/tests/__pycache__").exists()  # (the run before's)
+        assert list((tmp_path / "verify/rollouts/lib/__pycache__").glob("trusted.*.pyc"))
+        assert b"_rollouts_runtime" in (tmp_path / "verify/app/solution.py").read_bytes()
+        boundary = bc.run_pytest(tmp_path / "verify", True, timeout=120)
+        assert boundary.summary.startswith("1 passed"), boundary
+    report = (tmp_path / "verify/logs/rollouts-guard/report.jsonl").read_text()
+    assert '"event": "view"' in report and '"modules": ["solution"]' in report
+    bc.lay_out_plain(task, tmp_path / "plain")
+    plain = bc.run_pytest(tmp_path / "plain", False, timeout=120)
+    assert plain.summary.startswith("1 failed"), plain  # (one process: the same pid)
