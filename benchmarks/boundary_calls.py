@@ -260,7 +260,8 @@ def with_upload(task: Task, runtime: Path = RUNTIME) -> Task:
     return dataclasses.replace(task, upload=out.getvalue())
 
 
-# What a verification lays out, at `root` (verifier.py's script: folders, upload, modes, view).
+# What a verification lays out, at `root` (verifier.py's script: folders, upload, view, which
+# sets the modes).
 _VERIFIER_FOLDERS = {"logs": 0o700, "tests": 0o700, "logs/verifier": 0o755}
 _VERIFIER_FOLDERS.update({"logs/rollouts-guard": 0o755, "app": 0o755, "rollouts": 0o755})
 _VIEW_START = (
@@ -291,8 +292,6 @@ def lay_out(task: Task, root: Path) -> None:
         os.chmod(root / rel, mode)
     tar = ["tar", "-x", "--no-same-owner", "-C", str(root), "-f", "-"]
     subprocess.run(tar, input=task.upload, check=True)
-    for mode, folder in (("a+rX,go-w", "rollouts/lib"), ("a+rwX", "rollouts/workspace")):
-        subprocess.run(["chmod", "-R", mode, str(root / folder)], check=True)
     folders = ("rollouts/workspace", "app", "tests", "rollouts/view.json")
     argv = [str(root / f) for f in folders] + [str(root / "logs/rollouts-guard/report.jsonl")]
     view = str(root / "rollouts/lib/view.py")

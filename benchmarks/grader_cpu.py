@@ -2,7 +2,7 @@
 verifier script and of the task's test.sh, from the containers' own cgroup accounting.
 
     python -m benchmarks.grader_cpu [--tasks examples/tasks] [--trials 12] [--grader [NAME=]DIR ...]
-                                    [--marks] [--plain] [--whole]
+                                    [--marks] [--plain] [--whole] [--runtime runsc]
 
 - by container: the cpuacct usage of each agent and verifier container, read just before it is
   removed (the warm pool's idle time included, as a trial pays it), per trial; beside it the
@@ -85,20 +85,25 @@ class MeteredAdapter(DockerAdapter):
 
 
 def marked_script(script: str) -> str:
-    """The verifier script with a mark after each step (the anchors are its own lines)."""
+    """The verifier script with a mark after each step (the anchors are its own lines, of this
+    checkout's script or an earlier one's: a step a script does not have is marked with the
+    next)."""
     anchors = [
         ("read -r nonce tested_uid", "started"),
         ("  verdict 90 - 0; exit 0\nfi", "folders"),
         ("tar -x --no-same-owner -C / -f -", "unpacked"),
-        ("chmod -R a+rX,go-w", "chmod"),
+        ("chmod -R a+rX,go-w /", "chmod"),  # (since stop 55 view.py sets the modes)
         ('  echo \'{"event": "view", "python": false}\' >>"$report"\nfi', "view"),
         ("rc=$?", "tests"),
         ("sleep 0.05; kill -KILL -1 2>/dev/null", "killed"),
+        ("pause 0.05; kill -KILL -1 2>/dev/null", "killed"),  # (since stop 55)
         ('verdict "$rc" "$mode" "$timed_out"', "verdict"),
         ("cd /logs && tar -c", "evidence"),
     ]
     out = script.replace("trap '' TERM INT HUP", "trap '' TERM INT HUP\n" + _MARK, 1)
     for anchor, name in anchors:
+        if anchor not in out:  # (another checkout's script, compared side by side)
+            continue
         at = out.index(anchor)
         end = out.index("\n", at + len(anchor))
         out = out[:end] + f"\nmark {name}" + out[end:]
@@ -223,7 +228,7 @@ async def main_async(args: argparse.Namespace) -> None:
         adapter = MeteredAdapter()
         grader = verifier.Grader(grade, runtime, f"profile-{name}")
         backend = DockerBackend(
-            BackendSettings(pool=PoolSettings(warm_per_key=1)),
+            BackendSettings(pool=PoolSettings(warm_per_key=1), runtime=args.runtime),
             adapter=adapter,
             resolver=ImageResolver(adapter),
             grader=grader,
@@ -375,6 +380,11 @@ def main() -> None:
     )
     ap.add_argument("--whole", action="store_true", help="whole trials' CPU, and the cold harness")
     ap.add_argument("--out", type=Path, help="also write the figures here (JSON)")
+    ap.add_argument(
+        "--runtime",
+        help="the OCI runtime of the arms' containers (runsc: the marks are then gVisor's own "
+        "accounting, not the host's; the whole trial's figures are the host's)",
+    )
     asyncio.run(main_async(ap.parse_args()))
 
 

@@ -113,12 +113,15 @@ fi
 tar -x --no-same-owner -C / -f - >&2 || {{ verdict 91 - 0; exit 0; }}
 exec </dev/null
 # The workspace is the tested code's writable view of /app (the tests never see it; only data
-# files come back from it, view.py's sync); the runtime is read-only to it.
-chmod -R a+rX,go-w /{RUNTIME_DIR} >&2 && chmod -R a+rwX /{WORKSPACE_DIR} >&2
+# files come back from it, view.py's sync); the runtime is read-only to it. view.py sets those
+# modes itself where it runs (each program started here costs every verification about a
+# CPU-millisecond, ten under gVisor); `modes` does where it does not.
+modes() {{ chmod -R a+rX,go-w /{RUNTIME_DIR} >&2 && chmod -R a+rwX /{WORKSPACE_DIR} >&2; }}
 report=/logs/rollouts-guard/report.jsonl
 if [ "$3" = plain ]; then
   # The calibration fallback (sandboxes/calibration.py): the workspace itself as /app and no
   # tested process, as plain pytest would have it; the service flags the grade `unguarded`.
+  modes
   cp -a /{WORKSPACE_DIR}/. /app/ >&2
   echo '{{"event": "view", "plain": true}}' >>"$report"
 elif command -v python3 >/dev/null; then
@@ -127,20 +130,25 @@ elif command -v python3 >/dev/null; then
 else
   # No Python here, so no tested process either: the tests get the files as they are, and
   # the grade says the sample was unguarded.
+  modes
   cp -a /{WORKSPACE_DIR}/. /app/ >&2
   echo '{{"event": "view", "python": false}}' >>"$report"
 fi
 cd /app
 t=${{EPOCHREALTIME/./}}; start=$((10#$t))
+# `read -t` on a pipe nobody writes (fd 9) waits as sleep would, without starting a program
+# (sleep where the pipe could not be made: a read that fails at once must not end the tests).
+exec 9<> <(:)
+pause() {{ read -t "$1" -u 9 || [ $? -gt 128 ] || sleep "$1"; }}
 # The watchdog: killing everything ends the tests and wakes the wait below.
-( sleep "$1"; kill -KILL -1 ) >/dev/null 2>&1 &
+( pause "$1"; kill -KILL -1 ) >/dev/null 2>&1 &
 # pytest loads no plugin it finds by its metadata (a place the tested code may write can be on
 # a later session's sys.path) unless the task asks (plugin_autoload); `-p NAME` still loads one.
 [ -e /{AUTOLOAD_FLAG} ] || export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 # Nothing of the agent's has run before this line (its files were only read, as data): a
 # container that ends without it is replaced once (verifier.py, EndedBeforeTests).
 echo "rollouts-began $nonce"
-bash -lc 'bash /tests/test.sh' >&2 2>&1 &
+bash -lc 'bash /tests/test.sh' 9<&- >&2 2>&1 &
 wait $!
 rc=$?
 # Builtins only until everything else is dead: the tested code may hold every pid the
@@ -152,7 +160,7 @@ kill -KILL -1 2>/dev/null
 timed_out=0
 [ $(( 10#$t - start )) -ge "$2" ] && timed_out=1
 # Nothing the tests or the tested code started may live on to write while the evidence is read.
-sleep 0.05; kill -KILL -1 2>/dev/null
+pause 0.05; kill -KILL -1 2>/dev/null
 # find, not stat: coreutils' stat uses statx, which gVisor (runsc) answers with EINVAL.
 if [ -d /logs/verifier ] && [ ! -L /logs/verifier ]; then
   mode=$(find /logs/verifier -maxdepth 0 -printf '%m')

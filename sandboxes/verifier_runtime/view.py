@@ -16,6 +16,9 @@ WORKSPACE holds the agent's files as they were; the tests never see it. APP gets
   Names are compared case-folded (importlib.metadata finds `EVIL.DIST-INFO` as readily as
   `evil.dist-info`), and a folder is metadata by what it holds (`METADATA`, `PKG-INFO`,
   `entry_points.txt`), whatever its name.
+First it sets the modes the verifier script leaves to it (chmod's, without a program's start):
+the runtime beside this file readable by all and writable by root alone, WORKSPACE writable by
+all (it is the tested code's writable view of /app).
 MANIFEST records the stubbed modules for trusted.py, and where a copy of each one's text is
 (the folder `sources` beside MANIFEST: what the tests' source lookups answer, sources.py);
 REPORT gets one line saying what was left out.
@@ -372,9 +375,40 @@ def to_json(value):
     raise TypeError("not written as JSON here: %s" % type(value).__name__)
 
 
+def _add_modes(top, add, remove=0):
+    """chmod -R's `a+<add>X` less `remove` on `top` and everything below it (X: execute for all
+    on a folder, or on a file that some may execute), without starting chmod. As chmod -R, it
+    neither follows nor changes symbolic links, and carries on past what it cannot change."""
+    for here, dirs, files in os.walk(top):
+        for path in [here] if here == top else []:
+            _add_mode(path, add, remove)
+        for name in dirs + files:
+            _add_mode(os.path.join(here, name), add, remove)
+
+
+def _add_mode(path, add, remove):
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        mode = stat.S_IMODE(st.st_mode)
+        x = 0o111 if stat.S_ISDIR(st.st_mode) or mode & 0o111 else 0
+        new = (mode | add | x) & ~remove
+        if new != mode:
+            os.chmod(path, new)
+    except OSError:
+        pass
+
+
 def main(argv):
     workspace, app, tests, manifest, report = argv
-    runtime = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trusted.py")
+    here = os.path.dirname(os.path.abspath(__file__))
+    # The verifier script leaves the modes to this (verifier.py): the runtime readable by all
+    # and writable by root alone, the workspace (the tested code's writable view of /app)
+    # writable by all.
+    _add_modes(here, 0o444, 0o022)
+    _add_modes(workspace, 0o666)
+    runtime = os.path.join(here, "trusted.py")
     sources = os.path.join(os.path.dirname(os.path.abspath(manifest)), "sources")
     modules, left_out, texts = build(workspace, app, tests, runtime, sources)
     with open(manifest, "w") as f:

@@ -1120,6 +1120,56 @@ def test_the_views_json_is_what_json_reads(text: str) -> None:
         to_json(1.5)
 
 
+def _mode_tree(top: Path) -> None:
+    """Folders, files and links in every mode chmod -R treats apart: no bits, read-only, some
+    execute, set-id and sticky bits, a folder no one may enter, links to a file and a folder
+    (never followed, never changed)."""
+    modes = [0o000, 0o400, 0o640, 0o604, 0o700, 0o710, 0o751, 0o4755, 0o2644, 0o1777, 0o777]
+    for i, mode in enumerate(modes):
+        d = top / f"d{i}" / "inner"
+        d.mkdir(parents=True)
+        for j, file_mode in enumerate(modes):
+            (d / f"f{j}").write_text("x")
+            os.chmod(d / f"f{j}", file_mode)
+        (top / f"f{i}").write_text("x")
+        os.chmod(top / f"f{i}", mode)
+        os.chmod(d, mode)
+        os.chmod(d.parent, modes[-1 - i])
+    outside = top.parent / f"{top.name}-outside"
+    outside.mkdir()
+    (outside / "target").write_text("x")
+    os.chmod(outside / "target", 0o600)
+    os.chmod(outside, 0o700)
+    (top / "link-to-file").symlink_to(outside / "target")
+    (top / "link-to-folder").symlink_to(outside)
+
+
+def _modes_of(top: Path) -> dict[str, int]:
+    out = {}
+    for here, dirs, files in os.walk(top):
+        for name in ["."] + dirs + files:
+            path = Path(here) / name
+            out[str(path.relative_to(top))] = os.lstat(path).st_mode
+    return out
+
+
+@pytest.mark.parametrize("chmod, add, remove", [("a+rX,go-w", 0o444, 0o022), ("a+rwX", 0o666, 0)])
+def test_the_view_sets_the_modes_chmod_would(
+    tmp_path: Path, chmod: str, add: int, remove: int
+) -> None:
+    """The verifier script leaves the runtime's and the workspace's modes to view.py (a
+    program's start costs every verification): what it sets is what `chmod -R` sets, on every
+    kind of mode, set-id bits kept, links neither followed nor changed."""
+    ours, theirs = tmp_path / "ours" / "top", tmp_path / "chmod" / "top"
+    for top in (ours, theirs):
+        top.parent.mkdir()
+        _mode_tree(top)
+    subprocess.run(["chmod", "-R", chmod, str(theirs)], check=True)
+    _load("view")._add_modes(str(ours), add, remove)
+    assert _modes_of(ours) == _modes_of(theirs)
+    assert os.stat(ours.parent / "top-outside" / "target").st_mode & 0o777 == 0o600
+
+
 def test_awkward_file_names_reach_the_manifest_and_report(layout: Layout) -> None:
     names = {
         "modulé.py": "v = 'é'\n",
