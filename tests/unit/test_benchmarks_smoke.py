@@ -445,7 +445,8 @@ def test_boundary_benchmark_lays_out_what_a_verification_does(tmp_path: Path) ->
             "tiny",
             {"solution.py": b"import os\n\n\ndef pid():\n    return os.getpid()\n"},
             {
-                "test_t.py": b"import os\nimport solution\n\n\ndef test_f():\n    assert solution.pid() != os.getpid()\n"
+                "test_t.py": b"import os\nimport solution\n\n\n"
+                b"def test_f():\n    assert solution.pid() != os.getpid()\n"
             },
         )
     )
