@@ -439,7 +439,10 @@ def test_boundary_benchmark_lays_out_what_a_verification_does(tmp_path: Path) ->
     app/; laid out afresh before every run, so nothing a run wrote is there for the next. The
     module runs in a process of its own through the boundary, in pytest's own plainly."""
     from benchmarks import boundary_calls as bc
+    from sandboxes import verifier
 
+    # (its own copy: sandboxes.verifier is not importable in the image the benchmark runs in)
+    assert bc._VIEW_START == verifier._VIEW_START
     task = bc.with_upload(
         bc.Task(
             "tiny",
