@@ -23,10 +23,10 @@ FLAG_NOTES = {
     "the tasks reach the host kernel through neither, only the sentry",
     "--platform=systrap": "this release's default: a system call of the tasks traps through "
     "a seccomp filter into their stub, which hands it to the sentry through shared memory: "
-    "cheaper per call than ptrace's stop (the probes below), but a sandbox's start and end "
-    "cost several times ptrace's CPU (the bare lifecycle below), and a trial is two "
-    "short-lived sandboxes, so it costs more per trial here. Isolation: the same boundary "
-    "as ptrace",
+    "cheaper per call than ptrace's stop (the probes below), but dearer to start a process "
+    "and to start and end a sandbox (the spawn and the bare lifecycle below), and a trial is "
+    "two short-lived sandboxes that start a few dozen processes, so it costs more per trial "
+    "here. Isolation: the same boundary as ptrace",
     "--directfs=false": "the gofer, a process of its own, opens every file of the container "
     "for the sentry and passes it the descriptor (a round trip per open, as in the previous "
     "release). Isolation: the stricter split; with directfs, this release's default, the "

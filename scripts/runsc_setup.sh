@@ -60,7 +60,7 @@ fi
 
 # What `--runtime runsc` runs: the fastest setting that keeps the isolation suite green here
 # (docs/performance.md, "gVisor settings"): this release's ptrace platform, cheaper in CPU per
-# trial than its default, systrap, on this 2-core machine in both runs, with its directfs.
+# trial than its default, systrap, on this 2-core machine in every run, with its directfs.
 RUNSC_ARGS='--network=none --platform=ptrace'
 # Candidates, "name binary flags...": only registered with --candidates (never touching "runsc").
 # Each differs from RUNSC_ARGS in one setting.
