@@ -379,9 +379,8 @@ def _add_modes(top, add, remove=0):
     """chmod -R's `a+<add>X` less `remove` on `top` and everything below it (X: execute for all
     on a folder, or on a file that some may execute), without starting chmod. As chmod -R, it
     neither follows nor changes symbolic links, and carries on past what it cannot change."""
+    _add_mode(top, add, remove)
     for here, dirs, files in os.walk(top):
-        for path in [here] if here == top else []:
-            _add_mode(path, add, remove)
         for name in dirs + files:
             _add_mode(os.path.join(here, name), add, remove)
 
