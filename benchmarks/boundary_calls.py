@@ -263,8 +263,14 @@ def with_upload(task: Task, runtime: Path = RUNTIME) -> Task:
 # What a verification lays out, at `root` (verifier.py's script: folders, upload, view, which
 # sets the modes). Copies of the script's, as sandboxes.verifier cannot be imported in the image
 # (tests/unit/test_benchmarks_smoke.py holds _VIEW_START to the script's).
-_VERIFIER_FOLDERS = {"logs": 0o700, "tests": 0o700, "logs/verifier": 0o755}
-_VERIFIER_FOLDERS.update({"logs/rollouts-guard": 0o755, "app": 0o755, "rollouts": 0o755})
+_VERIFIER_FOLDERS = {
+    "logs": 0o700,
+    "tests": 0o700,
+    "logs/verifier": 0o755,
+    "logs/rollouts-guard": 0o755,
+    "app": 0o755,
+    "rollouts": 0o755,
+}
 _VIEW_START = (
     "import importlib.machinery as m, sys; "
     'loader = m.SourceFileLoader("_rollouts_view", sys.argv[1]); '

@@ -402,10 +402,7 @@ def _add_mode(path, add, remove):
 def main(argv):
     workspace, app, tests, manifest, report = argv
     here = os.path.dirname(os.path.abspath(__file__))
-    # The verifier script leaves the modes to this (verifier.py): the runtime readable by all
-    # and writable by root alone, the workspace (the tested code's writable view of /app)
-    # writable by all.
-    _add_modes(here, 0o444, 0o022)
+    _add_modes(here, 0o444, 0o022)  # (the modes the verifier script leaves to this: above)
     _add_modes(workspace, 0o666)
     runtime = os.path.join(here, "trusted.py")
     sources = os.path.join(os.path.dirname(os.path.abspath(manifest)), "sources")

@@ -437,7 +437,7 @@ def test_boundary_benchmark_lays_out_what_a_verification_does(tmp_path: Path) ->
     """`benchmarks.boundary_calls` runs the tests phase on the upload the service makes
     (verifier.write_upload): the guard as tests/conftest.py, the runtime's bytecode, a stub in
     app/; laid out afresh before every run, so nothing a run wrote is there for the next. The
-    module runs in a process of its own through the boundary, in pytest's own plainly."""
+    module runs in a process of its own through the boundary, in pytest's process plainly."""
     from benchmarks import boundary_calls as bc
     from sandboxes import verifier
 
