@@ -28,16 +28,23 @@ SESSION = "main"
 STATE_DIR = SERVICE_STATE_DIR
 LOG_PATH = f"{STATE_DIR}/term.log"
 PROMPT_FILE = f"{STATE_DIR}/prompts"
+PANE_FILE = f"{STATE_DIR}/pane"  # the pid of the pane's shell (see _SEND's pane_pid)
+KEYS_FIFO = f"{STATE_DIR}/keys"  # what is written here is typed into the pane (see open_log)
+PIPE_FILE = f"{STATE_DIR}/pipe"  # the pids of the pane's pipe: "<keys or -> <log writer>"
 # Run by the pane's shell before each prompt (see _SEND). Errors go nowhere: an agent that breaks
 # the state directory must not see hook errors at every prompt (it just loses the fast path).
 PROMPT_HOOK = (
     "__rollouts_prompts=$((${__rollouts_prompts:-0}+1)); "
     f'echo "$__rollouts_prompts" 2>/dev/null > {PROMPT_FILE}'
 )
-# How often the prompt counter is read (a builtin, no process), and the log's size while it
-# settles (one `wc -c <` each: it takes the size from fstat; coreutils' stat uses statx, which
-# runsc before 2024 answers with EINVAL).
+# How often the prompt counter is read (a builtin, no process): every TICK_S at first, less
+# often while a command runs, at least every MAX_TICK_S; and the log's size while it settles
+# (one `wc -c <` each: it takes the size from fstat; coreutils' stat uses statx, which runsc
+# before 2024 answers with EINVAL).
 TICK_S = 0.003
+MAX_TICK_S = 0.025
+IDLE_CHECK_S = 0.048  # how often a shell without the hook is looked at (pane_idle)
+HOOKED_CHECK_S = 0.5  # and one whose hook has answered before
 SETTLE_TICK_S = 0.002
 MAX_WAIT_S = 60.0
 # A terminal request that has not answered this long after its wait is wedged (the agent
@@ -85,10 +92,17 @@ def is_key_name(keystrokes: str) -> bool:
 #
 # When the command is done: the shell in the pane runs PROMPT_COMMAND before each prompt, which
 # writes a counter to PROMPT_FILE; a changed counter means the shell is back at its prompt.
-# Checking that is a builtin `read` every TICK_S, no process started, so a short command
-# returns a few milliseconds after it ends. A shell without the hook (the agent replaced it, or
-# runs `sh`) falls back to asking tmux about every 50 ms whether the pane runs a shell, twice in
+# Checking that is a builtin `read` every TICK_S at first, no process started, so a short
+# command returns a few milliseconds after it ends. A shell without the hook (the agent replaced
+# it, or runs `sh`) falls back to reading /proc every IDLE_CHECK_S (HOOKED_CHECK_S where the
+# hook answered before) for whether the pane's shell waits at its prompt (`pane_idle`), twice in
 # a row.
+#
+# Each tmux client costs a program start, and under gVisor (runsc 0.0~20240729) 32 MiB of the
+# sandbox's memory for good: on Linux tmux's client closes the descriptor INT_MAX, and that
+# release's sentry grows the process's descriptor table to its largest size to do so, memory it
+# never gives back. So a turn starts none where it can: its keys go through the pane's pipe, and
+# whether the session and the pipe live is read from /proc.
 _SEND = rf"""
 exec 2>/dev/null
 # The tmux socket lives beside the log: deleting /tmp/tmux-* must not orphan the server.
@@ -99,23 +113,59 @@ off=$5
 flags=
 fresh=  # " fresh" once the output starts at the log's beginning (a new or replaced log)
 exec {{tick}}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a process
+# tmux asks libevent for its poll(2) backend, and gVisor's poll wakes it at once, for ever: the
+# server spun a core for the sandbox's whole life, and the sandbox's memory grew until the OOM
+# killer ended it. EVENT_NOPOLL makes libevent use select(2), which waits as it should. Only
+# tmux gets it: the server's global environment loses it before the pane's shell starts.
+tmux() {{ EVENT_NOPOLL=1 command tmux "$@"; }}
+# The pane's pipe (tmux pipe-pane): its output appended to the log and, with tmux 2.7 or later
+# (-I), what KEYS_FIFO holds typed into it, so a turn types its keys without a tmux client. The
+# FIFO is opened read-write, so it never ends; its reader dies with the pipe. PIPE_FILE says
+# which processes serve the pipe (the keys' reader and the log's writer).
 open_log() {{
-  tmux pipe-pane -t {SESSION}
+  local keys log_pid pid
+  read -r keys log_pid < {PIPE_FILE}
+  for pid in "$keys" "$log_pid"; do  # numbers only: the agent may have written the file
+    case $pid in ''|*[!0-9]*) ;; *) kill "$pid" ;; esac
+  done
+  rm -f {PIPE_FILE}
+  [ "$1" = fresh ] || tmux pipe-pane -t {SESSION}  # a new session's pane has no pipe yet
   : > "$log"
-  tmux pipe-pane -t {SESSION} "cat >> $log"
+  [ -p {KEYS_FIFO} ] || {{ rm -f {KEYS_FIFO}; mkfifo -m 600 {KEYS_FIFO}; }}
+  tmux pipe-pane -I -O -t {SESSION} "exec 5<&0; cat <&5 >> $log & echo \$\$ \$! > {PIPE_FILE}; \
+exec 3<> {KEYS_FIFO} 5<&-; exec cat <&3" ||
+    tmux pipe-pane -t {SESSION} "echo - \$\$ > {PIPE_FILE}; exec cat >> $log"
+  for _ in {{1..200}}; do [ -s {PIPE_FILE} ] && break; read -t {SETTLE_TICK_S} -u $tick; done
+}}
+# Whether the pipe's processes live: the log's writer (its output), and with $1 = keys the
+# reader of KEYS_FIFO too, whose descriptor is then in $kfd.
+pipe_alive() {{
+  local keys log_pid
+  read -r keys log_pid < {PIPE_FILE} && [ -n "$log_pid" ] && [ -e /proc/$log_pid/stat ] ||
+    return 1
+  [ "$1" = keys ] || return 0
+  [ "$keys" != - ] && [ -e /proc/$keys/stat ] && exec {{kfd}}<> {KEYS_FIFO}
+}}
+# Whether the pane's shell lives: the session ends with it (its only pane).
+pane_alive() {{
+  pane_pid && [ -e /proc/$pane/stat ]
 }}
 start_session() {{
   mkdir -p {STATE_DIR}
-  rm -f "$prompts"
+  rm -f "$prompts" {PANE_FILE}
   # Bracketed paste would wrap every prompt in escape codes; the agent gains nothing from them.
   printf 'set enable-bracketed-paste off\n' > {STATE_DIR}/inputrc
-  if ! INPUTRC={STATE_DIR}/inputrc PROMPT_COMMAND={shlex.quote(PROMPT_HOOK)} \
-      tmux new-session -d -s {SESSION} -x 200 -y 50 -c /app; then
+  # One tmux client (see above): it starts the server, the session and its pane, and prints
+  # the pane's pid.
+  if ! pane=$(INPUTRC={STATE_DIR}/inputrc PROMPT_COMMAND={shlex.quote(PROMPT_HOOK)} \
+      tmux start-server \; set-environment -g -u EVENT_NOPOLL \; \
+        new-session -d -P -F '#{{pane_pid}}' -s {SESSION} -x 200 -y 50 -c /app \; \
+        set-option -t {SESSION} history-limit 10000); then
     echo "tmux new-session failed"
     exit 3
   fi
-  tmux set-option -t {SESSION} history-limit 10000 >/dev/null
-  open_log
+  echo "$pane" > {PANE_FILE}
+  open_log fresh
   off=0
   fresh=" fresh"
   # Keys typed before the first prompt would still be read, but the prompt would look like
@@ -134,6 +184,13 @@ wait_log_settled() {{
     read -t {SETTLE_TICK_S} -u $tick
   done
 }}
+# The pid of the pane's shell, in $pane: asked of tmux once per session.
+pane_pid() {{
+  read -r pane < {PANE_FILE} && [ -n "$pane" ] && return 0
+  pane=$(tmux display-message -p -t {SESSION} '#{{pane_pid}}') || return 1
+  echo "$pane" > {PANE_FILE}
+  return 0
+}}
 # ^C reaches the terminal's foreground group through the pty. gVisor's pty (runsc) never
 # learns that group (the shell's stat says tpgid 0, and tmux cannot tell the foreground
 # command either), so a typed ^C reaches nothing: then every job the shell started gets the
@@ -141,7 +198,7 @@ wait_log_settled() {{
 # `read`, not $(< ...): no fork per file (a fork costs ~25 ms under gVisor).
 interrupt_jobs() {{
   local pane line f
-  pane=$(tmux display-message -p -t {SESSION} '#{{pane_pid}}') || return 0
+  pane_pid || return 0
   read -r line < /proc/$pane/stat || return 0
   set -f; set -- ${{line##*) }}; set +f
   [ "${{6:-0}}" -gt 0 ] && return 0  # the terminal has a foreground group: the pty saw to it
@@ -152,15 +209,52 @@ interrupt_jobs() {{
   done
   return 0
 }}
-# One tmux call types the text and presses Enter; it fails when there is no session, which
-# saves asking first (a process per turn).
+# Whether the pane's shell waits at its prompt: the terminal's foreground group is the shell's,
+# or is led by a shell (the agent ran `sh`, which has no hook), as tmux's pane_current_command
+# would say. gVisor's pty never learns the foreground group (tpgid 0, where tmux names the
+# pane's shell whatever runs): there the shell waits when it has no child.
+pane_idle() {{
+  local line f pane pgrp tpgid comm
+  pane_pid || return 1
+  read -r line < /proc/$pane/stat || return 1
+  set -f; set -- ${{line##*) }}; set +f
+  pgrp=$3 tpgid=${{6:-0}}
+  if [ "$tpgid" -gt 0 ]; then
+    [ "$tpgid" = "$pgrp" ] && return 0
+    read -r line < /proc/$tpgid/stat || return 1
+    comm=${{line#*\(}}
+    case " {" ".join(SHELLS)} " in *" ${{comm%\)*}} "*) return 0 ;; esac
+    return 1
+  fi
+  for f in /proc/[0-9]*/stat; do
+    read -r line < "$f" || continue
+    set -f; set -- ${{line##*) }}; set +f
+    [ "$2" = "$pane" ] && return 1
+  done
+  return 0
+}}
+# Text (and Enter, a carriage return as the terminal sends it) goes through the pane's pipe in
+# one write; a named key, or text where the pipe has no keys (its reader died, or an old tmux),
+# takes a tmux client. Either fails when the session is gone.
 send() {{
-  case "$1$3" in
-    key*) tmux send-keys -t {SESSION} "$2" && {{ [ "$2" != C-c ] || interrupt_jobs; }} ;;
-    text1) tmux send-keys -t {SESSION} -l -- "$2" \; send-keys -t {SESSION} Enter ;;
-    text0) tmux send-keys -t {SESSION} -l -- "$2" ;;
-    none1) tmux send-keys -t {SESSION} Enter ;;
-    *) tmux has-session -t {SESSION} ;;
+  case "$1" in
+    key) tmux send-keys -t {SESSION} "$2" && {{ [ "$2" != C-c ] || interrupt_jobs; }} ;;
+    *)
+      pane_alive || return 1
+      if pipe_alive keys; then
+        case "$1$3" in
+          text1) printf '%s\r' "$2" >&$kfd ;;
+          text0) printf '%s' "$2" >&$kfd ;;
+          none1) printf '\r' >&$kfd ;;
+        esac
+        exec {{kfd}}>&-
+      else
+        case "$1$3" in
+          text1) tmux send-keys -t {SESSION} -l -- "$2" \; send-keys -t {SESSION} Enter ;;
+          text0) tmux send-keys -t {SESSION} -l -- "$2" ;;
+          none1) tmux send-keys -t {SESSION} Enter ;;
+        esac
+      fi ;;
   esac
 }}
 if [ "$7" = 0 ] && ! tmux has-session -t {SESSION}; then
@@ -184,43 +278,51 @@ fi
 now=${{EPOCHREALTIME/./}}
 end=$(( 10#$now + $4 ))
 idle=0
-n=0
 size=
 prompted=0
-wait_s=0.001  # a short command is often done after a millisecond
+tick_us=1000  # a short command is often done after a millisecond
+checked=$(( 10#$now ))
+# A shell whose hook answered before is looked at less often: it will say when it is done,
+# unless the command replaced it (`exec sh`).
+check_us={int(IDLE_CHECK_S * 1e6)}
+[ -z "$before" ] || check_us={int(HOOKED_CHECK_S * 1e6)}
 while now=${{EPOCHREALTIME/./}}; [ $(( 10#$now )) -lt "$end" ]; do
+  printf -v wait_s '0.%06d' "$tick_us"
   read -t $wait_s -u $tick
-  wait_s={TICK_S}
+  # Each look costs CPU (about a millisecond under gVisor): while the command runs, the wait
+  # between two grows from TICK_S to MAX_TICK_S, the most a long command's end is seen late.
+  tick_us=$(( tick_us < {int(TICK_S * 1e6)} ? {int(TICK_S * 1e6)} : tick_us * 5 / 4 ))
+  [ "$tick_us" -le {int(MAX_TICK_S * 1e6)} ] || tick_us={int(MAX_TICK_S * 1e6)}
   read -r current < "$prompts" || current=
   if [ -n "$before" ] && [ "$current" != "$before" ]; then
     prompted=1
     break
   fi
-  n=$((n+1))
-  [ $((n % 16)) -eq 0 ] || continue
-  cmd=$(tmux display-message -p -t {SESSION} '#{{pane_current_command}}')
-  case " {" ".join(SHELLS)} " in *" $cmd "*) idle=$((idle+1)) ;; *) idle=0 ;; esac
+  [ $(( 10#$now - checked )) -ge $check_us ] || continue
+  checked=$(( 10#$now ))
+  if pane_idle; then idle=$((idle+1)); else idle=0; fi
   # Twice idle in a row: the line was read and the command (if any) has finished.
   [ "$idle" -ge 2 ] && break
 done
 # The prompt is printed just after the hook ran, and tmux then pipes it to the log: the log
-# must stop growing, so the command's whole output and the prompt are in it. The tmux call
-# between two sizes is the first wait.
+# must stop growing, so the command's whole output and the prompt are in it.
 [ "$prompted" = 1 ] && last=$(wc -c < "$log")
-pipe=$(tmux display-message -p -t {SESSION} '#{{pane_pipe}}')
-if [ $? -ne 0 ]; then
+pipe=1
+if ! pane_alive; then
   # This command ended the session (`tmux kill-server`, `exit`): have a new one ready.
   start_session
   flags="$flags restarted"
-  pipe=1
   size=
-elif [ "$prompted" = 1 ]; then
-  size=$(wc -c < "$log")
-  [ "$size" = "$last" ] || wait_log_settled
+else
+  pipe_alive || pipe=0
+  if [ "$prompted" = 1 ]; then
+    read -t {SETTLE_TICK_S} -u $tick
+    size=$(wc -c < "$log")
+    [ "$size" = "$last" ] || wait_log_settled
+  fi
 fi
-# A full state directory means the log's writer has failed or is about to, and tmux may not
-# have noticed yet (it clears pane_pipe only when it next writes to the dead pipe): the screen
-# is the dependable answer then.
+# A full state directory means the log's writer has failed or is about to: the screen is the
+# dependable answer then.
 if [ ! -f "$log" ] || [ "$pipe" != 1 ] || [ "$(stat -f -c %a "$log")" = 0 ]; then
   # Held in a variable, not a file: the state directory may be the full one.
   screen=$(tmux capture-pane -p -J -t {SESSION})

@@ -138,6 +138,40 @@ async def test_terminal_session(backend, example_task, run_labels):
     await backend.destroy(sb)
 
 
+# The CPU clock ticks (utime + stime) of the tmux server, read from /proc in the container.
+_SERVER_TICKS = (
+    "for f in /proc/[0-9]*/stat; do read -r l < $f; "
+    "case $l in *'(tmux: server)'*) set -- ${l##*) }; echo $(( ${12} + ${13} ));; esac; done"
+)
+
+
+@both_runtimes
+async def test_terminal_waits_for_the_command_while_tmux_sleeps(backend, example_task, run_labels):
+    """A turn returns once its command is done, under gVisor too: its pty never learns the
+    foreground group, so tmux named the pane's shell while `sleep` ran and the turn ended
+    early. Meanwhile tmux's server waits rather than spins (libevent's poll backend, which tmux
+    picks, woke at once for ever under gVisor), and the agent's shell sees none of that."""
+    sb = await backend.create(example_task, run_labels)
+    try:
+        out = await sb.send_keys("echo ${EVENT_NOPOLL-unset}-$((2*3))\n", 5)
+        assert "unset-6" in out, out
+        before = int((await sb.exec(_SERVER_TICKS, 10)).output.split()[0])
+        out = await sb.send_keys("sleep 3; echo done-$((3*4))\n", 30)
+        assert "done-12" in out, out
+        after = int((await sb.exec(_SERVER_TICKS, 10)).output.split()[0])
+        # A spinning server takes up to a core (100 ticks a second) over the command; a waiting
+        # one a few ticks for the pane's output.
+        assert after - before < 30, (before, after)
+        # A shell without the prompt hook (`sh` in the shell's place) is seen idle from /proc.
+        await sb.send_keys("exec sh\n", 5)
+        t0 = time.monotonic()
+        out = await sb.send_keys("echo plain-$((2*4))\n", 30)
+        assert "plain-8" in out, out
+        assert time.monotonic() - t0 < 20  # returned when the shell went idle, not after 30 s
+    finally:
+        await backend.destroy(sb)
+
+
 @both_runtimes
 async def test_upload_and_workspace_refuses_outside_links(backend, example_task, run_labels):
     sb = await backend.create(example_task, run_labels)
