@@ -21,6 +21,7 @@ from benchmarks.doc_gvisor import gvisor_section
 from benchmarks.doc_method import method_sections
 from benchmarks.doc_results import results_sections
 from benchmarks.doc_targets import targets_section
+from benchmarks.doc_terminal import terminal_section
 from benchmarks.doc_text import NOT_RUN, para
 from benchmarks.results_tables import render_results
 
@@ -56,6 +57,7 @@ def render_doc(r: dict[str, Any]) -> str:
     blocks += grader_section()  # its own results file (benchmarks/grader_cpu.py)
     blocks += targets_section(r)
     blocks += gvisor_section(r)  # and its own results file (benchmarks/gvisor_settings.py)
+    blocks += terminal_section()  # its own results file (benchmarks/terminal_cpu.py)
     blocks += admission_section()  # its own results file (benchmarks/admission.py)
     return "\n\n".join(blocks) + "\n"
 

@@ -433,6 +433,22 @@ def test_grader_cpu_whole_run(tmp_path: Path) -> None:
     assert "The boundary costs" in words and "of the bound needs at most" in words
 
 
+@pytest.mark.docker
+def test_terminal_cpu_run(tmp_path: Path) -> None:
+    """`python -m benchmarks.terminal_cpu --runtimes runc --turns 1`: a turn of each kind and
+    the idle window, added to the results file under its label beside the one already there."""
+    out = tmp_path / "terminal_cpu.json"
+    out.write_text(json.dumps({"older": {"turns": 1}}))
+    args = ["--runtimes", "runc", "--turns", "1", "--json", str(out), "--label", "this"]
+    proc = _module("benchmarks.terminal_cpu", *args, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = json.loads(out.read_text())
+    assert set(runs) == {"older", "this"}
+    figures = runs["this"]["runc"]
+    assert figures["echo cpu_ms_per_turn"] > 0 and figures["sleep 2 cpu_ms_per_turn"] > 0
+    assert figures["idle cpu_ms_per_s"] >= 0 and math.isfinite(figures["memory_mib_per_turn"])
+
+
 def test_boundary_benchmark_lays_out_what_a_verification_does(tmp_path: Path) -> None:
     """`benchmarks.boundary_calls` runs the tests phase on the upload the service makes
     (verifier.write_upload): the guard as tests/conftest.py, the runtime's bytecode, a stub in
