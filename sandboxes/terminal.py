@@ -118,37 +118,70 @@ exec {{tick}}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a p
 # killer ended it. EVENT_NOPOLL makes libevent use select(2), which waits as it should. Only
 # tmux gets it: the server's global environment loses it before the pane's shell starts.
 tmux() {{ EVENT_NOPOLL=1 command tmux "$@"; }}
+# Whether process $1 runs: it is there, and neither stopped nor a zombie (a stopped reader
+# would hold the keys; a stopped tmux holds its clients until the request is cut, ANSWER_GRACE_S).
+running() {{
+  local line
+  [ -f /proc/$1/stat ] && read -r line < /proc/$1/stat || return 1
+  set -f; set -- ${{line##*) }}; set +f
+  case $1 in T|t|Z|X) return 1 ;; esac
+}}
+# Whether process $1 has a child.
+has_child() {{
+  local parent=$1 f line
+  for f in /proc/[0-9]*/stat; do
+    read -r line < "$f" || continue
+    set -f; set -- ${{line##*) }}; set +f
+    [ "$2" = "$parent" ] && return 0
+  done
+  return 1
+}}
 # The pane's pipe (tmux pipe-pane): its output appended to the log and, with tmux 2.7 or later
 # (-I), what KEYS_FIFO holds typed into it, so a turn types its keys without a tmux client. The
-# FIFO is opened read-write, so it never ends; its reader dies with the pipe. PIPE_FILE says
-# which processes serve the pipe (the keys' reader and the log's writer).
+# FIFO is opened read-write, so it never ends. PIPE_FILE names the pipe's processes, "<keys'
+# reader, or -> <log's writer>", once the FIFO is open (no key is written before a reader is
+# there). When the log's writer ends (a full state folder, or the pipe closed) it ends the keys'
+# reader, the pipe's only other holder: tmux then closes the pipe rather than keep the pane's
+# output for it.
 open_log() {{
-  local keys log_pid pid
-  read -r keys log_pid < {PIPE_FILE}
-  for pid in "$keys" "$log_pid"; do  # numbers only: the agent may have written the file
-    case $pid in ''|*[!0-9]*) ;; *) kill "$pid" ;; esac
-  done
+  local keys log_pid
+  # A pipe left from before: its processes go (numbers only: the agent may write the file).
+  if pipe_pids; then
+    [ "$keys" = - ] || kill "$keys"
+    kill "$log_pid"
+  fi
   rm -f {PIPE_FILE}
   [ "$1" = fresh ] || tmux pipe-pane -t {SESSION}  # a new session's pane has no pipe yet
   : > "$log"
-  [ -p {KEYS_FIFO} ] || {{ rm -f {KEYS_FIFO}; mkfifo -m 600 {KEYS_FIFO}; }}
-  tmux pipe-pane -I -O -t {SESSION} "exec 5<&0; cat <&5 >> $log & echo \$\$ \$! > {PIPE_FILE}; \
-exec 3<> {KEYS_FIFO} 5<&-; exec cat <&3" ||
+  [ -p {KEYS_FIFO} ] && [ ! -L {KEYS_FIFO} ] || {{ rm -f {KEYS_FIFO}; mkfifo -m 600 {KEYS_FIFO}; }}
+  tmux pipe-pane -I -O -t {SESSION} "exec 5<&0; {{ cat <&5 >> $log; kill \$\$; }} & \
+exec 3<> {KEYS_FIFO} 5<&-; echo \$\$ \$! > {PIPE_FILE}; exec cat <&3" ||
     tmux pipe-pane -t {SESSION} "echo - \$\$ > {PIPE_FILE}; exec cat >> $log"
   for _ in {{1..200}}; do [ -s {PIPE_FILE} ] && break; read -t {SETTLE_TICK_S} -u $tick; done
 }}
-# Whether the pipe's processes live: the log's writer (its output), and with $1 = keys the
-# reader of KEYS_FIFO too, whose descriptor is then in $kfd.
+# PIPE_FILE's pids, in the caller's $keys and $log_pid: read only from a plain file (the agent
+# may have put a FIFO there, whose read would wait) and only if they are numbers.
+pipe_pids() {{
+  [ -f {PIPE_FILE} ] && read -r keys log_pid < {PIPE_FILE} || return 1
+  case $keys in -|[0-9]*) ;; *) return 1 ;; esac
+  case $keys$log_pid in *[!0-9-]*|*?-*) return 1 ;; esac
+  [ -n "$log_pid" ]
+}}
+# Whether the pane's pipe serves: its log's writer runs, and so does its keys' reader (where
+# there is one), still reading KEYS_FIFO (the agent may have put another file at the name).
+# With $1 = keys, a pipe without a keys' reader does not count.
 pipe_alive() {{
   local keys log_pid
-  read -r keys log_pid < {PIPE_FILE} && [ -n "$log_pid" ] && [ -e /proc/$log_pid/stat ] ||
-    return 1
-  [ "$1" = keys ] || return 0
-  [ "$keys" != - ] && [ -e /proc/$keys/stat ] && exec {{kfd}}<> {KEYS_FIFO}
+  pipe_pids && running "$log_pid" || return 1
+  if [ "$keys" = - ]; then [ "$1" != keys ]; return; fi
+  running "$keys" && [ /proc/$keys/fd/0 -ef {KEYS_FIFO} ]
 }}
-# Whether the pane's shell lives: the session ends with it (its only pane).
+# Whether the session lives: its pane's shell runs. A pane recorded that is gone is asked of
+# tmux again, once: the agent may have replaced the pane, or closed it beside another window.
 pane_alive() {{
-  pane_pid && [ -e /proc/$pane/stat ]
+  pane_pid && running "$pane" && return 0
+  rm -f {PANE_FILE}
+  pane_pid && running "$pane"
 }}
 start_session() {{
   mkdir -p {STATE_DIR}
@@ -184,9 +217,12 @@ wait_log_settled() {{
     read -t {SETTLE_TICK_S} -u $tick
   done
 }}
-# The pid of the pane's shell, in $pane: asked of tmux once per session.
+# The pid of the pane's shell, in $pane: asked of tmux once per session (PANE_FILE is read
+# only as a plain file, and only a number counts).
 pane_pid() {{
-  read -r pane < {PANE_FILE} && [ -n "$pane" ] && return 0
+  if [ -f {PANE_FILE} ] && read -r pane < {PANE_FILE}; then
+    case $pane in ''|*[!0-9]*) ;; *) return 0 ;; esac
+  fi
   pane=$(tmux display-message -p -t {SESSION} '#{{pane_pid}}') || return 1
   echo "$pane" > {PANE_FILE}
   return 0
@@ -210,28 +246,23 @@ interrupt_jobs() {{
   return 0
 }}
 # Whether the pane's shell waits at its prompt: the terminal's foreground group is the shell's,
-# or is led by a shell (the agent ran `sh`, which has no hook), as tmux's pane_current_command
-# would say. gVisor's pty never learns the foreground group (tpgid 0, where tmux names the
-# pane's shell whatever runs): there the shell waits when it has no child.
+# or is led by a shell with no child (the agent ran `sh`, which has no hook; `bash script.sh`
+# running a program is busy). gVisor's pty never learns the foreground group (tpgid 0, where
+# tmux names the pane's shell whatever runs): there the pane's shell waits when it has no child.
 pane_idle() {{
-  local line f pane pgrp tpgid comm
+  local line pane pgrp tpgid comm
   pane_pid || return 1
-  read -r line < /proc/$pane/stat || return 1
+  read -r line < /proc/$pane/stat || return 0  # the shell is gone: nothing runs there
   set -f; set -- ${{line##*) }}; set +f
   pgrp=$3 tpgid=${{6:-0}}
   if [ "$tpgid" -gt 0 ]; then
     [ "$tpgid" = "$pgrp" ] && return 0
     read -r line < /proc/$tpgid/stat || return 1
     comm=${{line#*\(}}
-    case " {" ".join(SHELLS)} " in *" ${{comm%\)*}} "*) return 0 ;; esac
+    case " {" ".join(SHELLS)} " in *" ${{comm%\)*}} "*) ! has_child "$tpgid"; return ;; esac
     return 1
   fi
-  for f in /proc/[0-9]*/stat; do
-    read -r line < "$f" || continue
-    set -f; set -- ${{line##*) }}; set +f
-    [ "$2" = "$pane" ] && return 1
-  done
-  return 0
+  ! has_child "$pane"
 }}
 # Text (and Enter, a carriage return as the terminal sends it) goes through the pane's pipe in
 # one write; a named key, or text where the pipe has no keys (its reader died, or an old tmux),
@@ -241,7 +272,7 @@ send() {{
     key) tmux send-keys -t {SESSION} "$2" && {{ [ "$2" != C-c ] || interrupt_jobs; }} ;;
     *)
       pane_alive || return 1
-      if pipe_alive keys; then
+      if pipe_alive keys && exec {{kfd}}<> {KEYS_FIFO}; then
         case "$1$3" in
           text1) printf '%s\r' "$2" >&$kfd ;;
           text0) printf '%s' "$2" >&$kfd ;;
@@ -266,13 +297,13 @@ elif [ ! -f "$log" ]; then
   off=0
   fresh=" fresh"
 fi
-read -r before < "$prompts" || before=
+{{ [ -f "$prompts" ] && read -r before < "$prompts"; }} || before=
 if ! send "$@"; then
   # The session is gone (its processes were killed, or the agent ended it): start a new one
   # and type again.
   start_session
   flags="$flags restarted"
-  read -r before < "$prompts" || before=
+  {{ [ -f "$prompts" ] && read -r before < "$prompts"; }} || before=
   send "$@"
 fi
 now=${{EPOCHREALTIME/./}}
@@ -293,7 +324,7 @@ while now=${{EPOCHREALTIME/./}}; [ $(( 10#$now )) -lt "$end" ]; do
   # between two grows from TICK_S to MAX_TICK_S, the most a long command's end is seen late.
   tick_us=$(( tick_us < {int(TICK_S * 1e6)} ? {int(TICK_S * 1e6)} : tick_us * 5 / 4 ))
   [ "$tick_us" -le {int(MAX_TICK_S * 1e6)} ] || tick_us={int(MAX_TICK_S * 1e6)}
-  read -r current < "$prompts" || current=
+  {{ [ -f "$prompts" ] && read -r current < "$prompts"; }} || current=
   if [ -n "$before" ] && [ "$current" != "$before" ]; then
     prompted=1
     break

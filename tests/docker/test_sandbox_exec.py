@@ -6,6 +6,7 @@ import io
 import os
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,51 @@ async def test_upload_and_workspace_refuses_outside_links(backend, example_task,
     assert names["inside"].issym()
     assert any("/etc/shadow" in n for n in sb.workspace_notes)
     await backend.destroy(sb)
+
+
+@both_runtimes
+async def test_terminal_turns_leave_the_sandbox_memory_where_it_was(
+    backend, example_task, run_labels
+):
+    """Under gVisor (release 2024-07-29) every tmux client leaves 32 MiB in the Sentry for
+    good, charged to the sandbox: a turn types its keys through the pane's pipe and reads the
+    rest from /proc, so turns after the first start none. Before, a 1 GiB agent container was
+    ended by the OOM killer after about ten turns, graded 0 as the agent's doing."""
+    sb = await backend.create(example_task, run_labels)
+    usage = Path(f"/sys/fs/cgroup/memory/docker/{sb.id}/memory.usage_in_bytes")
+    try:
+        await sb.send_keys("echo first\n", 5)  # starts the session: a few clients, once
+        before = int(usage.read_text())
+        for i in range(6):
+            out = await sb.send_keys(f"echo turn-$(({i}*7))\n", 5)
+            assert f"turn-{i * 7}" in out, out
+        grown_mib = (int(usage.read_text()) - before) / (1 << 20)
+        assert grown_mib < 6 * 10, grown_mib  # one client a turn would be 6 * 32 MiB
+    finally:
+        await backend.destroy(sb)
+
+
+@both_runtimes
+async def test_terminal_heals_the_pipe_its_keys_go_through(backend, example_task, run_labels):
+    """The agent may break the pane's pipe (its keys' FIFO removed, its processes killed, a FIFO
+    where the service records their pids, which a read would wait on): the turn after shows
+    the screen and mends the pipe, and the next turns are typed and read as before."""
+    sb = await backend.create(example_task, run_labels)
+    try:
+        await sb.send_keys("echo ready\n", 5)
+        sabotage = [
+            "rm /run/rollouts/keys",
+            "kill $(cat /run/rollouts/pipe)",
+            "rm /run/rollouts/pipe; mkfifo /run/rollouts/pipe",
+            "echo 1 > /run/rollouts/pane",
+        ]
+        for n, keys in enumerate(sabotage):
+            await sb.send_keys(keys + "\n", 5)
+            for turn in range(2):
+                out = await sb.send_keys(f"echo mended-$(({n}*10+{turn}))\n", 10)
+                assert f"mended-{n * 10 + turn}" in out, (keys, out)
+        # A program that runs a shell script is busy until the script is done.
+        out = await sb.send_keys("bash -c 'sleep 2; echo inner-$((5*5))'\n", 30)
+        assert "inner-25" in out, out
+    finally:
+        await backend.destroy(sb)
