@@ -118,13 +118,14 @@ exec {{tick}}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a p
 # killer ended it. EVENT_NOPOLL makes libevent use select(2), which waits as it should. Only
 # tmux gets it: the server's global environment loses it before the pane's shell starts.
 tmux() {{ EVENT_NOPOLL=1 command tmux "$@"; }}
-# Whether process $1 runs: it is there, and neither stopped nor a zombie (a stopped reader
-# would hold the keys; a stopped tmux holds its clients until the request is cut, ANSWER_GRACE_S).
-running() {{
-  local line
+# Whether process $1 is there (not a zombie) and, with $2 = serving, not stopped either (a
+# stopped reader of the keys would hold them; the pane's shell may be stopped by a debugger the
+# agent runs, and still be the session's).
+alive() {{
+  local line stopped=$2
   [ -f /proc/$1/stat ] && read -r line < /proc/$1/stat || return 1
   set -f; set -- ${{line##*) }}; set +f
-  case $1 in T|t|Z|X) return 1 ;; esac
+  case $1 in Z|X) return 1 ;; T|t) [ "$stopped" != serving ] ;; esac
 }}
 # Whether process $1 has a child.
 has_child() {{
@@ -145,13 +146,11 @@ has_child() {{
 # output for it.
 open_log() {{
   local keys log_pid
-  # A pipe left from before: its processes go (numbers only: the agent may write the file).
-  if pipe_pids; then
-    [ "$keys" = - ] || kill "$keys"
-    kill "$log_pid"
-  fi
+  # A pipe left from before: its processes go (stopped ones too).
+  pipe_pids && rm -f {PIPE_FILE} && kill -KILL $log_pid ${{keys#-}}
   rm -f {PIPE_FILE}
   [ "$1" = fresh ] || tmux pipe-pane -t {SESSION}  # a new session's pane has no pipe yet
+  rm -f "$log"  # not written through: the agent may have put a FIFO there
   : > "$log"
   [ -p {KEYS_FIFO} ] && [ ! -L {KEYS_FIFO} ] || {{ rm -f {KEYS_FIFO}; mkfifo -m 600 {KEYS_FIFO}; }}
   tmux pipe-pane -I -O -t {SESSION} "exec 5<&0; {{ cat <&5 >> $log; kill \$\$; }} & \
@@ -160,28 +159,27 @@ exec 3<> {KEYS_FIFO} 5<&-; echo \$\$ \$! > {PIPE_FILE}; exec cat <&3" ||
   for _ in {{1..200}}; do [ -s {PIPE_FILE} ] && break; read -t {SETTLE_TICK_S} -u $tick; done
 }}
 # PIPE_FILE's pids, in the caller's $keys and $log_pid: read only from a plain file (the agent
-# may have put a FIFO there, whose read would wait) and only if they are numbers.
+# may have put a FIFO there, whose read would wait), and only pids (the agent may have written
+# 0, which `kill` takes for the request's own group).
 pipe_pids() {{
-  [ -f {PIPE_FILE} ] && read -r keys log_pid < {PIPE_FILE} || return 1
-  case $keys in -|[0-9]*) ;; *) return 1 ;; esac
-  case $keys$log_pid in *[!0-9-]*|*?-*) return 1 ;; esac
-  [ -n "$log_pid" ]
+  [ -f {PIPE_FILE} ] && read -r keys log_pid < {PIPE_FILE} &&
+    [[ $keys =~ ^(-|[1-9][0-9]*)$ && $log_pid =~ ^[1-9][0-9]*$ ]]
 }}
 # Whether the pane's pipe serves: its log's writer runs, and so does its keys' reader (where
 # there is one), still reading KEYS_FIFO (the agent may have put another file at the name).
 # With $1 = keys, a pipe without a keys' reader does not count.
 pipe_alive() {{
   local keys log_pid
-  pipe_pids && running "$log_pid" || return 1
+  pipe_pids && alive "$log_pid" serving || return 1
   if [ "$keys" = - ]; then [ "$1" != keys ]; return; fi
-  running "$keys" && [ /proc/$keys/fd/0 -ef {KEYS_FIFO} ]
+  alive "$keys" serving && [ /proc/$keys/fd/0 -ef {KEYS_FIFO} ]
 }}
 # Whether the session lives: its pane's shell runs. A pane recorded that is gone is asked of
 # tmux again, once: the agent may have replaced the pane, or closed it beside another window.
 pane_alive() {{
-  pane_pid && running "$pane" && return 0
+  pane_pid && alive "$pane" && return 0
   rm -f {PANE_FILE}
-  pane_pid && running "$pane"
+  pane_pid && alive "$pane"
 }}
 start_session() {{
   mkdir -p {STATE_DIR}
@@ -220,10 +218,9 @@ wait_log_settled() {{
 # The pid of the pane's shell, in $pane: asked of tmux once per session (PANE_FILE is read
 # only as a plain file, and only a number counts).
 pane_pid() {{
-  if [ -f {PANE_FILE} ] && read -r pane < {PANE_FILE}; then
-    case $pane in ''|*[!0-9]*) ;; *) return 0 ;; esac
-  fi
+  [ -f {PANE_FILE} ] && read -r pane < {PANE_FILE} && [[ $pane =~ ^[1-9][0-9]*$ ]] && return 0
   pane=$(tmux display-message -p -t {SESSION} '#{{pane_pid}}') || return 1
+  rm -f {PANE_FILE}  # not written through: the agent may have put a FIFO there
   echo "$pane" > {PANE_FILE}
   return 0
 }}
@@ -246,23 +243,24 @@ interrupt_jobs() {{
   return 0
 }}
 # Whether the pane's shell waits at its prompt: the terminal's foreground group is the shell's,
-# or is led by a shell with no child (the agent ran `sh`, which has no hook; `bash script.sh`
-# running a program is busy). gVisor's pty never learns the foreground group (tpgid 0, where
-# tmux names the pane's shell whatever runs): there the pane's shell waits when it has no child.
+# or is led by a shell (the agent ran `sh`, which has no hook), and that shell sleeps with no
+# child (`bash script.sh` running a program, or a loop of builtins, is busy). gVisor's pty never
+# learns the foreground group (tpgid 0, where tmux names the pane's shell whatever runs): there
+# the pane's shell is the one looked at.
 pane_idle() {{
-  local line pane pgrp tpgid comm
+  local line pane tpgid comm shell
   pane_pid || return 1
   read -r line < /proc/$pane/stat || return 0  # the shell is gone: nothing runs there
   set -f; set -- ${{line##*) }}; set +f
-  pgrp=$3 tpgid=${{6:-0}}
-  if [ "$tpgid" -gt 0 ]; then
-    [ "$tpgid" = "$pgrp" ] && return 0
+  shell=$pane tpgid=${{6:-0}}
+  if [ "$tpgid" -gt 0 ] && [ "$tpgid" != "$3" ]; then
     read -r line < /proc/$tpgid/stat || return 1
     comm=${{line#*\(}}
-    case " {" ".join(SHELLS)} " in *" ${{comm%\)*}} "*) ! has_child "$tpgid"; return ;; esac
-    return 1
+    case " {" ".join(SHELLS)} " in *" ${{comm%\)*}} "*) ;; *) return 1 ;; esac
+    shell=$tpgid
+    set -f; set -- ${{line##*) }}; set +f
   fi
-  ! has_child "$pane"
+  [ "$1" != R ] && ! has_child "$shell"
 }}
 # Text (and Enter, a carriage return as the terminal sends it) goes through the pane's pipe in
 # one write; a named key, or text where the pipe has no keys (its reader died, or an old tmux),

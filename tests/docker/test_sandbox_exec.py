@@ -226,16 +226,24 @@ async def test_terminal_heals_the_pipe_its_keys_go_through(backend, example_task
         sabotage = [
             "rm /run/rollouts/keys",
             "kill $(cat /run/rollouts/pipe)",
+            "kill -STOP $(cat /run/rollouts/pipe)",
             "rm /run/rollouts/pipe; mkfifo /run/rollouts/pipe",
+            "echo 0 0 > /run/rollouts/pipe",  # `kill 0` would end the request's own group
             "echo 1 > /run/rollouts/pane",
+            "rm /run/rollouts/pane; mkfifo /run/rollouts/pane; rm /run/rollouts/term.log; "
+            "mkfifo /run/rollouts/term.log",
         ]
         for n, keys in enumerate(sabotage):
             await sb.send_keys(keys + "\n", 5)
             for turn in range(2):
                 out = await sb.send_keys(f"echo mended-$(({n}*10+{turn}))\n", 10)
                 assert f"mended-{n * 10 + turn}" in out, (keys, out)
-        # A program that runs a shell script is busy until the script is done.
+        # A shell the agent starts is busy until its script is done: while a program it
+        # started runs, and while it runs builtins alone.
         out = await sb.send_keys("bash -c 'sleep 2; echo inner-$((5*5))'\n", 30)
         assert "inner-25" in out, out
+        loop = "bash -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo looped-$((6*6))'"
+        out = await sb.send_keys(loop + "\n", 60)
+        assert "looped-36" in out, out
     finally:
         await backend.destroy(sb)
