@@ -147,7 +147,7 @@ has_child() {{
 open_log() {{
   local keys log_pid
   # A pipe left from before: its processes go (stopped ones too).
-  pipe_pids && rm -f {PIPE_FILE} && kill -KILL $log_pid ${{keys#-}}
+  pipe_pids && kill -KILL "$log_pid" ${{keys#-}}
   rm -f {PIPE_FILE}
   [ "$1" = fresh ] || tmux pipe-pane -t {SESSION}  # a new session's pane has no pipe yet
   rm -f "$log"  # not written through: the agent may have put a FIFO there
