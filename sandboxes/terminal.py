@@ -206,10 +206,14 @@ start_session() {{
   wait_log_settled
   : > "$log"
 }}
+# The log's size, where it is a plain file: the agent may have put a FIFO there, whose open
+# would wait for a writer that never comes (the turn then overran its timeout by the
+# request's).
+log_size() {{ [ -f "$log" ] && wc -c < "$log"; }}
 wait_log_settled() {{
   last=-1
   for _ in {{1..40}}; do
-    size=$(wc -c < "$log") || break
+    size=$(log_size) || break
     [ "$size" = "$last" ] && break
     last=$size
     read -t {SETTLE_TICK_S} -u $tick
@@ -335,7 +339,7 @@ while now=${{EPOCHREALTIME/./}}; [ $(( 10#$now )) -lt "$end" ]; do
 done
 # The prompt is printed just after the hook ran, and tmux then pipes it to the log: the log
 # must stop growing, so the command's whole output and the prompt are in it.
-[ "$prompted" = 1 ] && last=$(wc -c < "$log")
+[ "$prompted" = 1 ] && last=$(log_size)
 pipe=1
 if ! pane_alive; then
   # This command ended the session (`tmux kill-server`, `exit`): have a new one ready.
@@ -346,7 +350,7 @@ else
   pipe_alive || pipe=0
   if [ "$prompted" = 1 ]; then
     read -t {SETTLE_TICK_S} -u $tick
-    size=$(wc -c < "$log")
+    size=$(log_size)
     [ "$size" = "$last" ] || wait_log_settled
   fi
 fi

@@ -14,6 +14,7 @@ from sandboxes.backend import Upload
 from sandboxes.control import PID1_COMMAND
 from sandboxes.isolation import RUNSC_PIDS_LIMIT, IsolationError, container_args
 from sandboxes.task import EnvironmentConfig, TaskConfig
+from sandboxes.terminal import LOST_MARKER
 from tests.runtimes import both_runtimes
 
 pytestmark = pytest.mark.docker
@@ -218,8 +219,10 @@ async def test_terminal_turns_leave_the_sandbox_memory_where_it_was(
 @both_runtimes
 async def test_terminal_heals_the_pipe_its_keys_go_through(backend, example_task, run_labels):
     """The agent may break the pane's pipe (its keys' FIFO removed, its processes killed, a FIFO
-    where the service records their pids, which a read would wait on): the turn after shows
-    the screen and mends the pipe, and the next turns are typed and read as before."""
+    where the service records their pids or where the log is, which a read would wait on): the
+    turn answers with what the terminal shows (a FIFO at the log held it for the request's
+    whole limit, then lost its output), the turn after mends the pipe, and the next turns are
+    typed and read as before."""
     sb = await backend.create(example_task, run_labels)
     try:
         await sb.send_keys("echo ready\n", 5)
@@ -234,7 +237,8 @@ async def test_terminal_heals_the_pipe_its_keys_go_through(backend, example_task
             "mkfifo /run/rollouts/term.log",
         ]
         for n, keys in enumerate(sabotage):
-            await sb.send_keys(keys + "\n", 5)
+            out = await sb.send_keys(keys + "\n", 5)
+            assert keys in out and LOST_MARKER not in out, (keys, out)
             for turn in range(2):
                 out = await sb.send_keys(f"echo mended-$(({n}*10+{turn}))\n", 10)
                 assert f"mended-{n * 10 + turn}" in out, (keys, out)
