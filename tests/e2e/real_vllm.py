@@ -136,7 +136,6 @@ class VllmServer:
     python: Path
     model: Path
     log_path: Path
-    cpus: str = "auto"  # VLLM_CPU_OMP_THREADS_BIND: the cores its worker threads run on
     args: list[str] = field(default_factory=list)
     dtype: str = "bfloat16"
     env: dict[str, str] = field(default_factory=dict)  # e.g. VLLM_SERVER_DEV_MODE=1
@@ -171,7 +170,12 @@ class VllmServer:
             # The CPU backend would otherwise reserve 92% of RAM for its KV cache (1 GiB holds
             # a million tokens of this model).
             "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CPU_OMP_THREADS_BIND": self.cpus,
+            # The model runs in the engine core's own process (the "uni" executor, as on one
+            # GPU), not in a third one: the CPU platform's default adds a worker process whose
+            # start took a third of the engine's (13 of about 40 s here). Its one torch thread
+            # is then left to the scheduler: the multiprocess executor would pin every server's
+            # to the first core unless told otherwise (VLLM_CPU_OMP_THREADS_BIND).
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

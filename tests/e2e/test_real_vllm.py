@@ -103,13 +103,12 @@ def engines() -> Iterator[Engines]:
     python = vllm_python()
     models = {eos: tiny_model(python, eos) for eos in ("im_end", "endoftext")}
     logs = log_dir()
-    # One core each for the replicas, which serve at the same time (vLLM would pin them all to
-    # the first core); C runs when they are idle.
-    a, b = ("0", "1") if (os.cpu_count() or 1) >= 2 else ("auto", "auto")
+    # All three start at once; A and B serve at the same time, each on one torch thread the
+    # scheduler places (real_vllm.py), and C when they are idle.
     servers = {
-        "A": VllmServer("A", python, models["im_end"], logs / "A.log", cpus=a),
-        "B": VllmServer("B", python, models["im_end"], logs / "B.log", cpus=b),
-        "C": VllmServer("C", python, models["endoftext"], logs / "C.log", cpus=b),
+        "A": VllmServer("A", python, models["im_end"], logs / "A.log"),
+        "B": VllmServer("B", python, models["im_end"], logs / "B.log"),
+        "C": VllmServer("C", python, models["endoftext"], logs / "C.log"),
     }
     proxies: dict[str, RecordingProxy] = {}
     try:

@@ -70,7 +70,7 @@ def test_a_trainer_keep_pause_without_spans_aborts_and_the_turn_continues_under_
     ckpt = {seed: tiny_model(python, "im_end", seed=seed, peak=PEAK) for seed in (1, 2)}
     logs = log_dir()
     server = VllmServer(
-        "N", python, ckpt[1], logs / "N.log", cpus="0", dtype="float32", env=DEV
+        "N", python, ckpt[1], logs / "N.log", dtype="float32", env=DEV
     )  # no --enable-scale-out
     try:
         server.start().wait_healthy()

@@ -95,7 +95,7 @@ def scale_out_server(engines: EnginePool) -> VllmServer:
     return engines.get(
         "U",
         lambda: VllmServer(
-            "U", vllm_python(), ckpt[1], log_dir() / "U.log", cpus="0", dtype="float32",
+            "U", vllm_python(), ckpt[1], log_dir() / "U.log", dtype="float32",
             args=["--enable-scale-out"], env=DEV,
         ),
     )  # fmt: skip
@@ -111,7 +111,7 @@ def rig(vllm_engines: EnginePool) -> Rig:
         "L": vllm_engines.get(
             "L",
             lambda: VllmServer(
-                "L", vllm_python(), ckpt[1], u.log_path.parent / "L.log", cpus="1",
+                "L", vllm_python(), ckpt[1], u.log_path.parent / "L.log",
                 dtype="float32", args=["--enable-scale-out", *lora],
                 env=DEV | {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"},
             ),
