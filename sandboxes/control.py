@@ -87,7 +87,14 @@ sealed=0
 [ "$1" = sealed ] && ! readlink /proc/1/exe </dev/null >/dev/null && sealed=1
 set -m  # each request is a job in a process group of its own
 exec {tick}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a process
-exec {done}<> <(:)  # a request's last act is to write "<nonce> rc <exit code>" here
+# A request's events, a line each: its job's "<nonce> rc <exit code>" (the job's last act) and
+# its copier's "<nonce> out" (once the whole answer is written). PID 1 waits for them with
+# `read -t`, for a second at most and a quarter of one at least: a `read -t` whose time is up
+# before it starts reading can leave PID 1's bash with SIGCHLD blocked for good, and it then
+# reaps no child again. Under load, with waits of 50 and 2 ms, that took 9 in about 610
+# requests that ran `kill -9 -1` (under gVisor: their killed job stayed a zombie, which
+# `kill -0` finds, and each ran to its limit); with waits of a second, none in 240.
+exec {done}<> <(:)
 # upload and copy run in forks of PID 1 that hold its stdin or stdout, so they use builtins
 # only: a fork that ran another program could be looked at again. (No `read -t` here: with a
 # timeout bash reads a byte per two system calls.)
@@ -120,6 +127,20 @@ run() {
   [ "$nin" = 0 ] || while read -r -N @CHUNK@ _; do :; done
   return $rc
 }
+alive() {  # the process has not ended (a zombie has, though `kill -0` still finds it)
+  local s
+  IFS= read -r s </proc/$1/stat || return
+  s=${s##*) }
+  [ "${s%% *}" != Z ]
+}
+event() {  # a line of the events pipe; another request's is skipped (a request killed at its
+  # limit can still say its code after the kill: gVisor delivers a group kill one process at a
+  # time)
+  case $1 in
+    "$nonce rc "*) [ -n "$rc" ] || rc=${1##* } ;;
+    "$nonce out") answered=1 ;;
+  esac
+}
 pending=
 while :; do
   if [ -n "$pending" ]; then
@@ -143,7 +164,7 @@ while :; do
   exec {out}> >(exec base64 -w 0 >&$encw {encw}>&- {enc}<&- {tick}<&- {done}>&-)
   b64=$!
   exec {encw}>&-
-  copy <&$enc {enc}<&- {out}>&- {tick}<&- {done}>&- &
+  { copy; echo "$nonce out" >&$done; } <&$enc {enc}<&- {out}>&- {tick}<&- &
   copier=$!
   exec {enc}<&-
   (
@@ -161,45 +182,46 @@ while :; do
   exec {out}>&-
   t=${EPOCHREALTIME/./}
   deadline=$(( 10#$t + limit ))
-  rc= timed_out=0 killed=
+  rc= timed_out=0 killed= answered= graced=
   while :; do
-    if [ -z "$rc" ]; then
-      gone=
-      kill -0 "$job" 2>/dev/null || gone=1
-      # One byte with a timeout, then the rest of the line without one: a `read -t` that
-      # times out keeps what it consumed, and bash reads a pipe a byte at a time, so on a
-      # loaded machine a line read with a timeout can be cut in two, its first half lost.
-      # A line is written whole (one write, under PIPE_BUF), so its rest is there.
-      c=
-      if IFS= read -r -t 0.05 -n 1 -u $done c || [ -n "$c" ]; then
-        said=
-        [ -z "$c" ] || IFS= read -r -u $done said
-        said=$c$said
-        # Another request's line is skipped, never taken for this one's silence: a request
-        # killed at its limit can still say its code after the kill (gVisor delivers a group
-        # kill one process at a time), and this job may be gone already with its own line
-        # queued behind that one.
-        [ "${said% *}" = "$nonce rc" ] && rc=${said##* }
-      elif [ -n "$gone" ]; then
-        rc=gone  # killed before it could say (its line would have been read first)
-      fi
-      # A line while busy: the service giving up on this request (it was cancelled), or the
-      # next request, kept for later. Not while an upload may still be on stdin: that is the
-      # job's to read (a request with an upload is not aborted, it ends at its limit).
-      if [ "$nin" = 0 ] && [ -z "$pending" ] && read -t 0 -u 0 && IFS= read -r pending; then
-        [ "$pending" = "@@rollouts-abort $nonce" ] && pending= deadline=0
-      fi
-      if [ -n "$rc" ]; then
+    t=${EPOCHREALTIME/./}
+    w=$(( deadline - 10#$t ))
+    [ "$w" -gt 250000 ] || w=250000
+    [ "$w" -lt 1000000 ] || w=1000000
+    printf -v w %d.%06d $(( w / 1000000 )) $(( w % 1000000 ))
+    # One byte with a timeout, then the rest of the line without one: a `read -t` that times
+    # out keeps what it consumed, and bash reads a pipe a byte at a time, so on a loaded
+    # machine a line read with a timeout can be cut in two, its first half lost. A line is
+    # written whole (one write, under PIPE_BUF), so its rest is there.
+    c=
+    if IFS= read -r -t "$w" -n 1 -u $done c || [ -n "$c" ]; then
+      said=
+      [ -z "$c" ] || IFS= read -r -u $done said
+      event "$c$said"
+    fi
+    if [ -z "$rc" ] && ! alive "$job"; then
+      # Its code, if it said one, is in the pipe already: it wrote it before it ended.
+      while [ -z "$rc" ] && read -t 0 -u $done && IFS= read -r -u $done said; do
+        event "$said"
+      done
+      [ -n "$rc" ] || rc=gone
+    fi
+    # A line while busy: the service giving up on this request (it was cancelled), or the
+    # next request, kept for later. Not while an upload may still be on stdin: that is the
+    # job's to read (a request with an upload is not aborted, it ends at its limit).
+    if [ "$nin" = 0 ] && [ -z "$pending" ] && read -t 0 -u 0 && IFS= read -r pending; then
+      [ "$pending" = "@@rollouts-abort $nonce" ] && pending= deadline=0
+    fi
+    if [ -n "$rc" ]; then
+      { [ -n "$answered" ] || ! alive "$copier"; } && break  # everything is written
+      if [ -z "$graced" ]; then
         # The encoder ends at its input's EOF, and the copier at the encoder's. Background
-        # processes the command left in its group that still hold that input get two seconds,
-        # then the group is killed.
+        # processes the command left in its group that still hold that input get two
+        # seconds, then the group is killed.
+        graced=1
         t=${EPOCHREALTIME/./}
         [ $(( 10#$t + 2000000 )) -lt "$deadline" ] && deadline=$(( 10#$t + 2000000 ))
-        continue
       fi
-    else
-      kill -0 "$copier" 2>/dev/null || break  # everything is written
-      read -t 0.002 -u $tick
     fi
     t=${EPOCHREALTIME/./}
     [ $(( 10#$t )) -ge "$deadline" ] || continue
@@ -218,6 +240,7 @@ while :; do
       break
     fi
   done
+  [ -n "$answered" ] || kill -KILL "$b64" 2>/dev/null  # what it still writes goes nowhere
   wait "$job" 2>/dev/null
   jrc=$?
   wait "$b64" "$copier" 2>/dev/null
