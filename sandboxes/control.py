@@ -87,13 +87,15 @@ sealed=0
 [ "$1" = sealed ] && ! readlink /proc/1/exe </dev/null >/dev/null && sealed=1
 set -m  # each request is a job in a process group of its own
 exec {tick}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a process
-# A request's events, a line each: its job's "<nonce> rc <exit code>" (the job's last act) and
-# its copier's "<nonce> out" (once the whole answer is written). PID 1 waits for them with
-# `read -t`, for a second at most and a quarter of one at least: a `read -t` whose time is up
-# before it starts reading can leave PID 1's bash with SIGCHLD blocked for good, and it then
-# reaps no child again. Under load, with waits of 50 and 2 ms, that took 9 in about 610
-# requests that ran `kill -9 -1` (under gVisor: their killed job stayed a zombie, which
-# `kill -0` finds, and each ran to its limit); with waits of a second, none in 240.
+# A request's events, a line each: its job's "<nonce> rc <exit code>" (the job's last act),
+# its copier's "<nonce> out" (once the whole answer is written) and its clock's ticks. PID 1
+# waits for them with `read -t`, for a second at most and a quarter of one at least: a
+# `read -t` whose time is up before it starts reading can leave bash with SIGCHLD blocked for
+# good, and PID 1 then reaps no child again. Under load, with waits of 50 and 2 ms, that took 9
+# in about 610 requests that ran `kill -9 -1` (under gVisor: their killed job stayed a zombie,
+# which `kill -0` finds, and each ran to its limit); with waits of a second, none in 240. The
+# clock, a fork, makes the 50 ms wake-ups that notice the service's abort at once; one the
+# agent stopped or killed leaves PID 1 its own quarter to one second.
 exec {done}<> <(:)
 # upload and copy run in forks of PID 1 that hold its stdin or stdout, so they use builtins
 # only: a fork that ran another program could be looked at again. (No `read -t` here: with a
@@ -126,6 +128,9 @@ run() {
   rc=$?
   [ "$nin" = 0 ] || while read -r -N @CHUNK@ _; do :; done
   return $rc
+}
+clock() {
+  while :; do read -t 0.05 -u $tick; echo t >&$done; done
 }
 alive() {  # the process has not ended (a zombie has, though `kill -0` still finds it)
   local s
@@ -180,6 +185,8 @@ while :; do
   ) >&$out {out}>&- {tick}<&- 2>/dev/null &
   job=$!
   exec {out}>&-
+  clock </dev/null >/dev/null &
+  clk=$!
   t=${EPOCHREALTIME/./}
   deadline=$(( 10#$t + limit ))
   rc= timed_out=0 killed= answered= graced=
@@ -240,10 +247,11 @@ while :; do
       break
     fi
   done
+  kill -KILL "$clk" 2>/dev/null
   [ -n "$answered" ] || kill -KILL "$b64" 2>/dev/null  # what it still writes goes nowhere
   wait "$job" 2>/dev/null
   jrc=$?
-  wait "$b64" "$copier" 2>/dev/null
+  wait "$clk" "$b64" "$copier" 2>/dev/null
   [ "$rc" = gone ] && rc=$jrc
   printf '@@rollouts %s end %s %s\n' "$nonce" "$rc" "$timed_out"
 done
