@@ -7,6 +7,9 @@ container: how it reads the pipe that carries each request's exit code.
 - A line may come slowly: bash reads a pipe a byte at a time, and on a loaded machine (gVisor
   under a full test run) a read with a timeout once ran out in the middle of a line, kept its
   first half, and the request was taken for one killed before it could say.
+- The request's clock and its copier write into the same pipe (a tick, the answer's end): a test
+  that writes a line in pieces stops them first (a real line is one write, which nothing
+  splits).
 
 The test plays the request's job here, writing into the pipe as it would."""
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import stat
 import subprocess
 import time
@@ -64,6 +68,30 @@ def _write_pipes(pid: int, data: bytes) -> None:
                 f.write(data)
 
 
+def _helpers(pid: int, timeout_s: float = 30) -> tuple[int, int]:
+    """The running request's clock and copier: the children of PID 1 whose stdin and stdout are
+    /dev/null, and whose stdout is PID 1's (the job's is the encoder's pipe)."""
+    ours = os.readlink(f"/proc/{pid}/fd/1")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        clock = copier = None
+        for proc in Path("/proc").iterdir():
+            try:
+                if not proc.name.isdigit() or (proc / "stat").read_text().split()[3] != str(pid):
+                    continue
+                fds = [os.readlink(proc / "fd" / n) for n in ("0", "1")]
+            except OSError:  # gone meanwhile
+                continue
+            if fds == ["/dev/null", "/dev/null"]:
+                clock = int(proc.name)
+            elif fds[1] == ours:
+                copier = int(proc.name)
+        if clock and copier:
+            return clock, copier
+        time.sleep(0.01)
+    raise AssertionError("no clock and copier for the request")
+
+
 def _request(proc: subprocess.Popen, nonce: str, command: str) -> bytes:
     _send(proc, nonce, command)
     return _answer(proc)
@@ -93,9 +121,9 @@ def test_an_earlier_requests_exit_code_line_is_not_taken_for_silence(tmp_path: P
 
 @pytest.mark.timeout(60)
 def test_a_line_that_comes_in_pieces_is_read_whole(tmp_path: Path) -> None:
-    """The job's line arrives in two writes 0.4 s apart (longer than a read's 0.05 s timeout),
-    and the job is gone before the second: the code in the line is the answer, not "killed
-    before it could say"."""
+    """The job's line arrives in two writes 1.2 s apart (longer than PID 1's longest wait, one
+    second), and the job is gone before the second: the code in the line is the answer, not
+    "killed before it could say"."""
     proc = _start(tmp_path)
     try:
         _request(proc, "0" * 16, "echo warm")
@@ -103,10 +131,13 @@ def test_a_line_that_comes_in_pieces_is_read_whole(tmp_path: Path) -> None:
         # The job ends without writing its own line: its command kills it (the job's shell is
         # the command's parent), so the only line for this nonce is the one written here.
         _send(proc, nonce, "sleep 0.3; kill -9 $PPID")
-        time.sleep(0.1)
+        for helper in _helpers(proc.pid):
+            os.kill(helper, signal.SIGSTOP)
         _write_pipes(proc.pid, f"{nonce} r".encode())
-        time.sleep(0.4)  # the job is gone by now
+        time.sleep(1.2)  # the job is gone by now
         _write_pipes(proc.pid, b"c 9\n")
+        # PID 1 sends the stopped copier SIGCONT when it kills the request's group, two seconds
+        # after the code came, and kills its clock, stopped or not.
         end = END.search(_answer(proc))
         assert end is not None and end.group(1) == nonce.encode()
         assert end.group(2) == b"9", end.group(0)
