@@ -88,15 +88,18 @@ sealed=0
 set -m  # each request is a job in a process group of its own
 exec {tick}<> <(:)  # a pipe nobody writes: `read -t` on it sleeps without a process
 # A request's events, a line each: its job's "<nonce> rc <exit code>" (the job's last act),
-# its copier's "<nonce> out" (once the whole answer is written) and its clock's ticks. PID 1
-# waits for them with `read -t`, for a second at most and a quarter of one at least: a
-# `read -t` whose time is up before it starts reading can leave bash with SIGCHLD blocked for
-# good, and PID 1 then reaps no child again. Under load, with waits of 50 and 2 ms, that took 9
-# in about 610 requests that ran `kill -9 -1` (under gVisor: their killed job stayed a zombie,
-# which `kill -0` finds, and each ran to its limit); with waits of a second, none in 240. The
-# clock, a fork, makes the 50 ms wake-ups that notice the service's abort at once; one the
-# agent stopped or killed leaves PID 1 its own quarter to one second.
+# its copier's "<nonce> out" (once the whole answer is written) and the clock's "t" (a line
+# came on PID 1's stdin). PID 1 waits for them with `read -t`, for a second at most and a
+# quarter of one at least: a `read -t` whose time is up before it starts reading can leave
+# bash with SIGCHLD blocked for good, and PID 1 then reaps no child again. Under load, with
+# waits of 50 and 2 ms, that took 9 in about 610 requests that ran `kill -9 -1` (under gVisor:
+# their killed job stayed a zombie, which `kill -0` finds, and each ran to its limit); with
+# waits of a second, none in 240. The clock, a fork that looks at PID 1's stdin every 50 ms
+# while a request runs, makes the service's abort act at once: the agent's command must not
+# go on changing the workspace once its time is up. If the agent stops or kills the clock,
+# PID 1 sees an abort within a second.
 exec {done}<> <(:)
+exec {ctl}<> <(:)  # the clock's switch: "1" at a request's start, "0" at its end
 # upload and copy run in forks of PID 1 that hold its stdin or stdout, so they use builtins
 # only: a fork that ran another program could be looked at again. (No `read -t` here: with a
 # timeout bash reads a byte per two system calls.)
@@ -129,8 +132,17 @@ run() {
   [ "$nin" = 0 ] || while read -r -N @CHUNK@ _; do :; done
   return $rc
 }
-clock() {
-  while :; do read -t 0.05 -u $tick; echo t >&$done; done
+clock() {  # (one byte a command: a read with a timeout cannot cut it in two)
+  local on= c
+  while :; do
+    if [ -z "$on" ]; then
+      read -r -n 1 -u $ctl c && [ "$c" = 1 ] && on=1
+    elif read -r -t 0.05 -n 1 -u $ctl c; then
+      [ "$c" = 0 ] && on=
+    elif read -t 0 -u 0; then
+      echo t >&$done  # a line on PID 1's stdin (it reads it: an abort, or the next request)
+    fi
+  done
 }
 alive() {  # the process has not ended (a zombie has, though `kill -0` still finds it)
   local s
@@ -146,6 +158,8 @@ event() {  # a line of the events pipe; another request's is skipped (a request 
     "$nonce out") answered=1 ;;
   esac
 }
+clock >/dev/null &
+clk=$!
 pending=
 while :; do
   if [ -n "$pending" ]; then
@@ -185,8 +199,11 @@ while :; do
   ) >&$out {out}>&- {tick}<&- 2>/dev/null &
   job=$!
   exec {out}>&-
-  clock </dev/null >/dev/null &
-  clk=$!
+  if [ "$nin" = 0 ]; then  # (a request with an upload is not aborted: stdin is its job's)
+    # On again if the agent stopped it, started again if it killed it.
+    kill -CONT "$clk" 2>/dev/null || { clock >/dev/null & clk=$!; }
+    printf 1 >&$ctl
+  fi
   t=${EPOCHREALTIME/./}
   deadline=$(( 10#$t + limit ))
   rc= timed_out=0 killed= answered= graced=
@@ -247,11 +264,11 @@ while :; do
       break
     fi
   done
-  kill -KILL "$clk" 2>/dev/null
+  [ "$nin" = 0 ] && printf 0 >&$ctl
   [ -n "$answered" ] || kill -KILL "$b64" 2>/dev/null  # what it still writes goes nowhere
   wait "$job" 2>/dev/null
   jrc=$?
-  wait "$clk" "$b64" "$copier" 2>/dev/null
+  wait "$b64" "$copier" 2>/dev/null
   [ "$rc" = gone ] && rc=$jrc
   printf '@@rollouts %s end %s %s\n' "$nonce" "$rc" "$timed_out"
 done

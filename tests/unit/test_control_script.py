@@ -7,7 +7,7 @@ container: how it reads the pipe that carries each request's exit code.
 - A line may come slowly: bash reads a pipe a byte at a time, and on a loaded machine (gVisor
   under a full test run) a read with a timeout once ran out in the middle of a line, kept its
   first half, and the request was taken for one killed before it could say.
-- The request's clock and its copier write into the same pipe (a tick, the answer's end): a test
+- The clock and the request's copier write into the same pipe (a tick, the answer's end): a test
   that writes a line in pieces stops them first (a real line is one write, which nothing
   splits).
 
@@ -69,9 +69,9 @@ def _write_pipes(pid: int, data: bytes) -> None:
 
 
 def _helpers(pid: int, timeout_s: float = 30) -> tuple[int, int]:
-    """The running request's clock and copier: the children of PID 1 whose stdin and stdout are
-    /dev/null, and whose stdout is PID 1's (the job's is the encoder's pipe)."""
-    ours = os.readlink(f"/proc/{pid}/fd/1")
+    """The running request's clock and copier: the children of PID 1 whose stdin is PID 1's
+    and stdout /dev/null, and whose stdout is PID 1's (the job's is the encoder's pipe)."""
+    stdin, stdout = (os.readlink(f"/proc/{pid}/fd/{n}") for n in ("0", "1"))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         clock = copier = None
@@ -82,9 +82,9 @@ def _helpers(pid: int, timeout_s: float = 30) -> tuple[int, int]:
                 fds = [os.readlink(proc / "fd" / n) for n in ("0", "1")]
             except OSError:  # gone meanwhile
                 continue
-            if fds == ["/dev/null", "/dev/null"]:
+            if fds == [stdin, "/dev/null"]:
                 clock = int(proc.name)
-            elif fds[1] == ours:
+            elif fds[1] == stdout:
                 copier = int(proc.name)
         if clock and copier:
             return clock, copier
@@ -137,7 +137,7 @@ def test_a_line_that_comes_in_pieces_is_read_whole(tmp_path: Path) -> None:
         time.sleep(1.2)  # the job is gone by now
         _write_pipes(proc.pid, b"c 9\n")
         # PID 1 sends the stopped copier SIGCONT when it kills the request's group, two seconds
-        # after the code came, and kills its clock, stopped or not.
+        # after the code came; the clock, at the next request.
         end = END.search(_answer(proc))
         assert end is not None and end.group(1) == nonce.encode()
         assert end.group(2) == b"9", end.group(0)
