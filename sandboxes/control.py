@@ -180,7 +180,7 @@ while :; do
   # copier empties. Both are outside the job's group: killing the job keeps what it wrote.
   exec {pipe}<> <(:)
   exec {enc}</dev/fd/$pipe {encw}>/dev/fd/$pipe {pipe}<&-
-  exec {out}> >(exec base64 -w 0 >&$encw {encw}>&- {enc}<&- {tick}<&- {done}>&-)
+  exec {out}> >(exec base64 -w 0 >&$encw {encw}>&- {enc}<&- {tick}<&- {done}>&- {ctl}>&-)
   b64=$!
   exec {encw}>&-
   { copy; echo "$nonce out" >&$done; } <&$enc {enc}<&- {out}>&- {tick}<&- &
@@ -196,7 +196,7 @@ while :; do
       rc=${PIPESTATUS[2]}
     fi
     echo "$nonce rc $rc" >&$done
-  ) >&$out {out}>&- {tick}<&- 2>/dev/null &
+  ) >&$out {out}>&- {tick}<&- {ctl}>&- 2>/dev/null &
   job=$!
   exec {out}>&-
   if [ "$nin" = 0 ]; then  # (a request with an upload is not aborted: stdin is its job's)
