@@ -92,6 +92,19 @@ def _helpers(pid: int, timeout_s: float = 30) -> tuple[int, int]:
     raise AssertionError("no clock and copier for the request")
 
 
+def _wait_ended(pid: int, timeout_s: float = 30) -> None:
+    """Until process `pid` has ended (gone, or a zombie its parent has not reaped)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith("Z"):
+                return
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not end")
+
+
 def _request(proc: subprocess.Popen, nonce: str, command: str) -> bytes:
     _send(proc, nonce, command)
     return _answer(proc)
@@ -129,12 +142,19 @@ def test_a_line_that_comes_in_pieces_is_read_whole(tmp_path: Path) -> None:
         _request(proc, "0" * 16, "echo warm")
         nonce = f"{0xBEEF:016x}"
         # The job ends without writing its own line: its command kills it (the job's shell is
-        # the command's parent), so the only line for this nonce is the one written here.
-        _send(proc, nonce, "sleep 0.3; kill -9 $PPID")
+        # the command's parent) once this test lets it, so the only line for this nonce is the
+        # one written here. Until then the job, its copier and the clock all run.
+        go, job = tmp_path / "go", tmp_path / "job"
+        os.mkfifo(go)
+        _send(proc, nonce, f"echo $PPID > {job}; read _ < {go}; kill -9 $PPID")
         for helper in _helpers(proc.pid):
             os.kill(helper, signal.SIGSTOP)
         _write_pipes(proc.pid, f"{nonce} r".encode())
-        time.sleep(1.2)  # the job is gone by now
+        first = time.monotonic()
+        with open(go, "w") as f:  # (opens once the command reads it, so it has written job)
+            f.write("\n")
+        _wait_ended(int(job.read_text()))
+        time.sleep(max(0.0, first + 1.2 - time.monotonic()))  # past PID 1's longest wait
         _write_pipes(proc.pid, b"c 9\n")
         # PID 1 sends the stopped copier SIGCONT when it kills the request's group, two seconds
         # after the code came; the clock, at the next request.
