@@ -73,15 +73,21 @@ PID1_SCRIPT = r"""
 trap '' TERM INT HUP
 LC_ALL=C
 exec 2>/dev/null  # nothing reads it: only stdin and stdout are the channel
-if [ "$1" = boot ]; then
+kernel=
+IFS= read -r kernel </proc/cmdline
+if [ "$1" = sealed ]; then
+  rm -f "$2/.rollouts-pid1" </dev/null >/dev/null
+elif [ "$1" = boot ] && [ "${kernel/gvisor/}" = "$kernel" ]; then
   # Seal (see control.py): run on from a copy of bash nobody may read. Nothing else runs yet.
+  # (Not under gVisor, which keeps every process dumpable whatever it runs: the copy would
+  # seal nothing there, and its programs cost about 20 CPU-ms a sandbox.)
   shopt -s execfail
   # One program for copy and mode (each program started here costs a few CPU-ms a trial).
   install -m 0111 "$BASH" "$2/.rollouts-pid1" </dev/null >/dev/null &&
     exec "$2/.rollouts-pid1" -c "$BASH_EXECUTION_STRING" "$0" sealed "$2"
   shopt -u execfail
+  rm -f "$2/.rollouts-pid1" </dev/null >/dev/null
 fi
-rm -f "$2/.rollouts-pid1" </dev/null >/dev/null
 # Sealed when a process running another program can no longer look at us.
 sealed=0
 [ "$1" = sealed ] && ! readlink /proc/1/exe </dev/null >/dev/null && sealed=1
@@ -176,16 +182,14 @@ while :; do
   case "$limit$nargs$nin" in *[!0-9]*) continue ;; esac
   read -r -N "$nargs" argv && [ ${#argv} -eq "$nargs" ] || continue
   echo "@@rollouts $nonce begin $sealed"
-  # The encoder writes into a pipe of its own (made from a `<(:)` pipe's two ends), which the
-  # copier empties. Both are outside the job's group: killing the job keeps what it wrote.
-  exec {pipe}<> <(:)
-  exec {enc}</dev/fd/$pipe {encw}>/dev/fd/$pipe {pipe}<&-
-  exec {out}> >(exec base64 -w 0 >&$encw {encw}>&- {enc}<&- {tick}<&- {done}>&- {ctl}>&-)
+  # The encoder writes into the copier's pipe (a process substitution's: no fork just to make
+  # a pipe), which the copier empties. Both are outside the job's group: killing the job keeps
+  # what it wrote.
+  exec {encw}> >({ copy; echo "$nonce out" >&$done; } {tick}<&- {ctl}>&-)
+  copier=$!
+  exec {out}> >(exec base64 -w 0 >&$encw {encw}>&- {tick}<&- {done}>&- {ctl}>&-)
   b64=$!
   exec {encw}>&-
-  { copy; echo "$nonce out" >&$done; } <&$enc {enc}<&- {out}>&- {tick}<&- &
-  copier=$!
-  exec {enc}<&-
   (
     trap - TERM INT HUP
     if [ "$nin" = 0 ]; then
@@ -251,16 +255,17 @@ while :; do
     [ $(( 10#$t )) -ge "$deadline" ] || continue
     if [ -z "$killed" ]; then
       kill -KILL -- -"$job" 2>/dev/null
-      # Stopped with everything else (`kill -STOP -1`): the copier is a job of its own.
+      # Stopped with everything else (`kill -STOP -1`): the encoder and copier are outside
+      # the job's group.
       kill -CONT "$b64" 2>/dev/null
-      kill -CONT -- -"$copier" 2>/dev/null
+      kill -CONT "$copier" 2>/dev/null
       [ -n "$rc" ] || rc=gone timed_out=1
       killed=1
       deadline=$(( 10#$t + 1000000 ))  # a second for the encoder and copier to finish
     else
       # Something that left the group holds the encoder's input, or the agent its output.
       kill -KILL "$b64" 2>/dev/null
-      kill -KILL -- -"$copier" 2>/dev/null
+      kill -KILL "$copier" 2>/dev/null
       break
     fi
   done
