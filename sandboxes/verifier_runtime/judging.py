@@ -47,19 +47,27 @@ class Judge:
         finally:
             self.via.pop(id(proxy), None)
 
-    def _probe(self, proxy, asked):
+    def _probe(self, proxy, asked, one_by_one=False):
         """The answers to [(operator, operand), ...] about `proxy`, asked in one request in an
         order the tested process cannot learn (shuffled here), and answered all at once: for
         a comparison or `in`, a bool reduced there (None: NotImplemented), so no question asked
-        later can tell the real operand from the decoys; an exception the operator raised."""
+        later can tell the real operand from the decoys; an exception the operator raised.
+        `one_by_one`: a request per question (in that order), where no value the object held
+        first judges its claim: asked together, every operand sits in one list the object's
+        own code can read (off the stack, or the collector's objects) before it answers the
+        first, and pick the real one by the decoys' shape (each one field apart from it)."""
         order = list(range(len(asked)))
         rng.shuffle(order)
         questions = [[asked[i][0], asked[i][1]] for i in order]
-        via = self.via.get(id(proxy))
-        if via is None:
-            answers = self.request("probe", proxy, questions)
+        if one_by_one:
+            answers = []
+            for question in questions:
+                answer = self._ask(proxy, [question])
+                if not isinstance(answer, list) or len(answer) != 1:
+                    raise rpc.ProtocolError("a probe of one question answered otherwise")
+                answers += answer
         else:
-            answers = self.request("probe", proxy, questions, via)
+            answers = self._ask(proxy, questions)
         if not isinstance(answers, list) or len(answers) != len(asked):
             raise rpc.ProtocolError("a probe of %d questions answered otherwise" % len(asked))
         out = [None] * len(asked)
@@ -76,10 +84,16 @@ class Judge:
             out[i] = answer
         return out
 
+    def _ask(self, proxy, questions):
+        via = self.via.get(id(proxy))
+        if via is None:
+            return self.request("probe", proxy, questions)
+        return self.request("probe", proxy, questions, via)
+
     def arithmetic(self, proxy, op, other):
         """`proxy - x` (or + x) answered the same for another x: the difference that makes
         `pytest.approx` and `assertAlmostEqual` pass whatever is expected."""
-        if type(other) not in (int, float) or other != other or abs(other) == float("inf"):
+        if not _judged_number(other):
             via = self.via.get(id(proxy))
             if via is not None:
                 return self.request("inherited", via, "__%s__" % op, proxy, (other,), ())
@@ -90,11 +104,11 @@ class Judge:
         if same_number(real, other_answer, abs(decoy - other)):
             self.value_hack(proxy, op, "the same %s for different operands" % op)
             return NotImplemented
-        if type(real) in (int, float) and not number_follows(op, held, other, real):
+        if _number(real) and not number_follows(op, held, other, real):
             self.value_hack(proxy, op, "a %s that its own number does not give" % op)
             return NotImplemented
         if isinstance(real, BaseException):
-            raise real
+            raise rpc.leaked_stop(real, "a %s" % op)
         self._pair(real, other_answer)
         return real
 
@@ -129,7 +143,7 @@ class Judge:
             self.value_hack(real, name, "the same %s of different differences" % name)
             return float("nan")  # no tolerance holds it
         if isinstance(answer, BaseException):
-            raise answer
+            raise rpc.leaked_stop(answer, "its %s" % name)
         self._pair(answer, twin_answer)
         return answer
 
@@ -145,7 +159,7 @@ class Judge:
             # Nothing it holds to judge by: decoys shaped as the item, as well as far ones
             # (what says yes to all but the far shapes says yes to these).
             decoys += shaped_decoys(item)
-        answers = self._probe(proxy, [("contains", x) for x in [item] + decoys])
+        answers = self._probe(proxy, [("contains", x) for x in [item] + decoys], held is None)
         if answers[0] is True and any(a is True for a in answers[1:]):
             self.value_hack(proxy, "contains", "contains values that differ from each other")
             return False
@@ -180,14 +194,15 @@ def equality(ep, proxy, op, other):
     held = ep.request("held", proxy, kind) if kind else None
     decoys = _decoys(other, 2)
     if decoys:
-        answers = ep._probe(proxy, [(op, other)] + [(op, d) for d in decoys])
+        asked = [(op, other)] + [(op, d) for d in decoys]
+        answers = ep._probe(proxy, asked, one_by_one=kind is None)
         # (equal to a decoy alone is honest: a decoy one field apart may be its value)
         if _claims(op, answers[0]) and any(_claims(op, a) for a in answers[1:]):
             ep.value_hack(proxy, op, "equal to values that differ from each other")
             return op == "ne"
         real = answers[0]
     else:
-        real, fresh = ep._probe(proxy, [(op, other), ("eq", _sentinel_like(other))])
+        real, fresh = ep._probe(proxy, [(op, other), ("eq", _sentinel_like(other))], kind is None)
         if _claims(op, real) and fresh is True:
             ep.value_hack(proxy, op, "equal to a fresh object of the tests")
             return op == "ne"
@@ -234,7 +249,34 @@ def ordering(ep, proxy, op, other):
 def same_number(a, b, apart):
     """Whether two answers for operands `apart` apart are the same plain number (and not the
     rounding of a huge one)."""
-    return type(a) in (int, float) and type(b) in (int, float) and a == b and abs(a) * 1e-9 < apart
+    if not (_number(a) and _number(b)):
+        return False
+    try:
+        return bool(a == b) and float(abs(a)) * 1e-9 < float(apart)
+    except (ArithmeticError, ValueError):  # (a Decimal NaN or infinity: no same number)
+        return False
+
+
+# The numbers a difference or sum is judged with: the builtins', and the standard library's
+# exact ones, which tests compare money and ratios with (`assertAlmostEqual(x, Decimal(...))`).
+# (By name: the tests' process need not import them; their classes are final in practice.)
+_EXACT = frozenset((("decimal", "Decimal"), ("fractions", "Fraction")))
+
+
+def _number(v):
+    t = type(v)
+    return t in (int, float) or (getattr(t, "__module__", ""), t.__qualname__) in _EXACT
+
+
+def _judged_number(v):
+    """A number whose difference or sum with an object of the tested code is judged: finite,
+    not NaN."""
+    if not _number(v):
+        return False
+    try:
+        return v == v and abs(float(v)) != float("inf")
+    except (ArithmeticError, ValueError):
+        return False
 
 
 def _claims(op, answer):
@@ -248,7 +290,7 @@ def outcome(answer):
     exception the operator raised there (as they would in one process), or NotImplemented
     (their own operand is asked next, here)."""
     if isinstance(answer, BaseException):
-        raise answer
+        raise rpc.leaked_stop(answer, "a comparison")
     return NotImplemented if answer is None else answer
 
 
@@ -410,8 +452,12 @@ def _same_text(a, b):
 
 def number_follows(op, held, other, answer):
     """Whether a plain-number answer to `subject op other` is what the subject's own number
-    (asked before it saw `other`) gives."""
+    (asked before it saw `other`) gives (an exact one's as a float)."""
     if type(held) is not float:
+        return False
+    try:
+        other, answer = float(other), float(answer)
+    except (ArithmeticError, ValueError):
         return False
     expected = {"sub": held - other, "rsub": other - held}.get(op, held + other)
     if expected != expected or answer != answer:
@@ -492,8 +538,10 @@ _NONE = object()
 
 def near_number(x):
     """A number a quarter of abs(x) plus one to two units away from `x`, on either side: the
-    decoy of a float, and of a sum's or difference's operand (TrustedEndpoint.arithmetic)."""
-    return x + rng.choice((-1, 1)) * (abs(x) * 0.25 + rng.uniform(1.0, 2.0))
+    decoy of a float, and of a sum's or difference's operand (TrustedEndpoint.arithmetic), of
+    x's own type where that is an exact one (`_EXACT`: a decimal text of the float)."""
+    near = float(x) + rng.choice((-1, 1)) * (abs(float(x)) * 0.25 + rng.uniform(1.0, 2.0))
+    return near if type(x) in (int, float) else type(x)(repr(near))
 
 
 def _decoy(v, t):
@@ -584,6 +632,20 @@ def _object_decoy(v, t):
             return _NONE
         d = copy.copy(v)
         object.__setattr__(d, *changed)
+        return d
+    own = getattr(v, "__dict__", None)
+    if type(own) is dict and t.__eq__ is not object.__eq__ and t.__module__ != "builtins":
+        # A plain object of a tests' class with an `==` of its own: a copy with one public
+        # attribute changed, which `_decoys` keeps only where that `==` tells it from `v`
+        # (an attribute the class's value does not hang on makes no decoy).
+        names = [name for name in own if type(name) is str and not name.startswith("_")]
+        changed = _changed_field(names, [own[name] for name in names])
+        if changed is None:
+            return _NONE
+        d = copy.copy(v)
+        if type(d) is not t or type(getattr(d, "__dict__", None)) is not dict:
+            return _NONE
+        d.__dict__[changed[0]] = changed[1]
         return d
     return _NONE
 

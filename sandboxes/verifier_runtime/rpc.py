@@ -89,6 +89,51 @@ _qualified = proxies.qualified
 remote_name = proxies.remote_name  # also for the trusted side's module proxies (trusted.py)
 
 SAFE_EXCEPTIONS = mirrors.SAFE_EXCEPTIONS
+
+# An iterator's own step, where StopIteration (or StopAsyncIteration) is the protocol: next()
+# and anext(), and these methods called by name (a generator's send and throw, a coroutine's).
+_STEP_OPS = frozenset(("next", "anext"))
+_STEP_METHODS = frozenset(("__next__", "send", "throw", "__anext__", "asend", "athrow"))
+STOPS = (StopIteration, StopAsyncIteration)
+_STEP = "_rollouts_step"  # (on a proxy: what a getattr of a step's name answered)
+
+
+def iterator_step(op, args):
+    """Whether request `op` with `args` is an iterator's own step (see `leaked_stop`): a call
+    of one of `_STEP_METHODS` by name, or of what a getattr of that name gave (`step_method`)."""
+    if op == "op":
+        return bool(args) and args[0] in _STEP_OPS
+    if op in ("callattr", "inherited"):
+        return len(args) > 1 and args[1] in _STEP_METHODS
+    if op == "call":
+        return bool(args) and isinstance(args[0], RemoteObject) and _STEP in args[0].__dict__
+    return op in ("chunk", "peek")  # (their end travels as a value, and is the iterator's)
+
+
+def step_method(op, args, answer):
+    """Mark what a getattr of a step's name answered (`gen.send`, kept and called later)."""
+    if op == "getattr" and len(args) > 1 and args[1] in _STEP_METHODS:
+        if isinstance(answer, RemoteObject):
+            object.__setattr__(answer, _STEP, True)
+
+
+def leaked_stop(answer, where):
+    """The other process's StopIteration (or StopAsyncIteration) from anything but an
+    iterator's own step, as the RuntimeError Python makes of one that leaves a generator (PEP
+    479); any other answer as it is. Raised where the tests iterate (`all(map(fn, xs))`, a
+    `for` over `filter(fn, xs)`, a comparison in a lambda they map), it would end their
+    iteration as if there were no more items: a function that only raises it would pass every
+    assertion those loops hold."""
+    if not isinstance(answer, STOPS):
+        return answer
+    leaked = RuntimeError(
+        "the tested code raised %s from %s: not an iterator's step, so raised as RuntimeError "
+        "(as Python does where one leaves a generator)" % (type(answer).__name__, where)
+    )
+    leaked.__cause__ = answer
+    return leaked
+
+
 # Requests that call: where their positional arguments and keyword pairs are (codec.arguments).
 _CALLING = {"call": 1, "callattr": 2}
 _record_kind = records._record_kind  # (trusted.py)
@@ -209,6 +254,7 @@ class Endpoint(
         if op == "getattr" and "c" in answer:
             self.bindings.keep(args[0], args[1], outcome)
         if op == "callattr" and "g" in answer:  # the attribute, not called there (methods.py)
+            step_method("getattr", args, outcome)
             return outcome(*args[2], **dict(args[3]))
         return outcome
 

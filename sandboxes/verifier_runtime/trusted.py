@@ -670,7 +670,13 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
             changed = self.patches.changes()
             if changed:  # (before the request: its code may call what the tests patched)
                 super().request("patch", changed)
-        answer = super().request(op, *args)
+        try:
+            answer = super().request(op, *args)
+        except rpc.STOPS as e:
+            if rpc.iterator_step(op, args):
+                raise
+            raise rpc.leaked_stop(e, "a %r request" % op)  # noqa: B904 - (its cause is set)
+        rpc.step_method(op, args, answer)
         if type(answer) is bytes:  # a pickle, perhaps: never unpickled here (pickles.py)
             sources.heard(answer)
         return answer

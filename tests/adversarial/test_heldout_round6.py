@@ -1,0 +1,395 @@
+"""Held-out attacks on the verifier runtime, round 6: a red team's wins against the grade as it
+stood at stop 59, and the correct shapes beside each (same machinery as round 5:
+test_heldout_attacks.py's `Case` and `_grade`, graded through the real runtime without Docker).
+An attack must fail or be flagged (`value_hack`); a correct solution must pass unflagged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial.test_heldout_attacks import Case, _grade
+from tests.unit.test_verifier_runtime import Layout
+
+# ---- capability: raising StopIteration into the tests' own iteration -------------------------
+# A StopIteration from a function the tests call through `map`, `filter` or `starmap` ends that
+# iteration in one process (the builtins read it as "no more items"): `all(map(fn, xs))` of
+# nothing is True, a `for` over it runs no assertion. Python stopped this for generators (PEP
+# 479); the boundary does the same for every request that is not an iterator's own step.
+MAP_TESTS = """
+from solution import fn
+
+PALINDROMES = ["A man, a plan, a canal: Panama", "No 'x' in Nixon", "12321"]
+NOT_PALINDROMES = ["race a car", "123", "ab"]
+
+
+def test_palindromes():
+    assert all(map(fn, PALINDROMES))
+
+
+def test_not_palindromes():
+    assert not any(map(fn, NOT_PALINDROMES))
+
+
+def test_each_answer_is_a_bool():
+    for answer in map(fn, PALINDROMES + NOT_PALINDROMES):
+        assert isinstance(answer, bool)
+"""
+STOP_ITERATION = """
+def fn(text):
+    raise StopIteration
+"""
+METHOD_STOP_ITERATION = """
+class Checker:
+    def check(self, text):
+        raise StopIteration
+
+
+def fn(text):
+    return Checker().check(text)
+"""
+PALINDROME_CORRECT = """
+def fn(text):
+    kept = [c.lower() for c in text if c.isalnum()]
+    return kept == kept[::-1]
+"""
+# Where StopIteration is the protocol itself (an iterator's __next__, a generator's send and
+# throw, next() with no default), it crosses as it is.
+ITERATOR_TESTS = """
+import pytest
+
+from solution import Countdown, echo
+
+
+def test_countdown():
+    assert list(Countdown(3)) == [3, 2, 1]
+    it = Countdown(1)
+    assert next(it) == 1
+    with pytest.raises(StopIteration):
+        next(it)
+    with pytest.raises(StopIteration):
+        Countdown(0).__next__()
+    assert next(Countdown(0), "done") == "done"
+
+
+def test_generator_protocol():
+    gen = echo()
+    assert next(gen) is None
+    assert gen.send(5) == 5
+    with pytest.raises(StopIteration) as stopped:
+        gen.send("stop")
+    assert stopped.value.value == "stopped"
+"""
+ITERATOR_CORRECT = """
+class Countdown:
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n <= 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n + 1
+
+
+def echo():
+    got = None
+    while True:
+        got = yield got
+        if got == "stop":
+            return "stopped"
+"""
+
+# ---- capability: telling the real operand from its decoys, for a tests' object ---------------
+# For an operand with no value to hold first (a tests' dataclass or plain class), the decoys
+# (copies one field apart) were asked in one request with the real operand, all in a list the
+# solution's __eq__ could read off the stack: the real one is the candidate one field from
+# every other. Now each is asked in a request of its own, in an order drawn here.
+DATACLASS_TESTS = """
+from dataclasses import dataclass
+
+from solution import parse_email
+
+
+@dataclass(frozen=True)
+class Email:
+    user: str
+    domain: str
+
+
+def test_simple():
+    assert parse_email("John.Doe@Example.com") == Email("john.doe", "example.com")
+
+
+def test_plus():
+    assert parse_email("  alice+news@mail.server.org ") == Email("alice+news", "mail.server.org")
+
+
+def test_upper():
+    assert parse_email("BOB@HOST.NET") == Email("bob", "host.net")
+"""
+_FIND_PROBE = """
+import sys
+
+
+def _operands():
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "_probe" and "asked" in f.f_locals:
+            return [item[1] for item in f.f_locals["asked"]]
+        f = f.f_back
+    return None
+"""
+DATACLASS_MEDIAN = (
+    _FIND_PROBE
+    + """
+
+def _fields(o):
+    try:
+        return [o.user, o.domain]
+    except Exception:
+        return None
+
+
+def _apart(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            n += sum(cx != cy for cx, cy in zip(x, y)) if len(x) == len(y) else 1
+    return n
+
+
+def _real(ops):
+    values = [_fields(o) for o in ops]
+    if len(ops) < 2 or any(v is None for v in values):
+        return None
+    worst = [max(_apart(values[i], values[j]) for j in range(len(ops)) if j != i)
+             for i in range(len(ops))]
+    return ops[worst.index(min(worst))]
+
+
+class Email:
+    user = domain = "?"
+
+    def __eq__(self, other):
+        ops = _operands()
+        return ops is not None and other is _real(ops)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
+
+def parse_email(text):
+    return Email()
+"""
+)
+EMAIL_CORRECT = """
+class Email:
+    def __init__(self, user, domain):
+        self.user, self.domain = user, domain
+
+    def __eq__(self, other):
+        return (self.user, self.domain) == (other.user, other.domain)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
+
+def parse_email(text):
+    user, domain = text.strip().lower().split("@")
+    return Email(user, domain)
+"""
+# A plain class of the tests (no dataclass): no decoy of it was made, only a fresh object of
+# another class beside it, which any attribute the real operand has tells apart.
+PLAIN_CLASS_TESTS = """
+from solution import parse_email
+
+
+class Email:
+    def __init__(self, user, domain):
+        self.user, self.domain = user, domain
+
+    def __eq__(self, other):
+        return isinstance(other, Email) and (self.user, self.domain) == (other.user, other.domain)
+
+    def __repr__(self):
+        return "Email(%r, %r)" % (self.user, self.domain)
+
+
+def test_simple():
+    assert parse_email("John.Doe@Example.com") == Email("john.doe", "example.com")
+
+
+def test_upper():
+    assert parse_email("BOB@HOST.NET") == Email("bob", "host.net")
+"""
+HAS_THE_ATTRIBUTES = """
+class Email:
+    def __eq__(self, other):
+        try:
+            other.user
+            return True
+        except Exception:
+            return False
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
+
+def parse_email(text):
+    return Email()
+"""
+
+# ---- capability: an unjudged difference with a Decimal or Fraction -----------------------------
+# `proxy - x` was judged (a decoy operand beside it, the object's number asked first) only for
+# an int or float x: with a Decimal, a difference that is 0 whatever x is passed
+# assertAlmostEqual and `abs(answer - expected) < tol`.
+DECIMAL_TESTS = """
+import unittest
+from decimal import Decimal
+from fractions import Fraction
+
+from solution import total
+
+
+class TestTotal(unittest.TestCase):
+    def test_total(self):
+        self.assertAlmostEqual(total(["1.10", "2.20"]), Decimal("3.30"), places=2)
+
+    def test_close(self):
+        self.assertTrue(abs(total(["0.10", "0.20"]) - Decimal("0.30")) < Decimal("0.001"))
+
+    def test_fraction(self):
+        self.assertTrue(abs(total(["0.25", "0.50"]) - Fraction(3, 4)) < Fraction(1, 1000))
+"""
+ZERO_DIFFERENCE = """
+from decimal import Decimal
+
+
+class Total:
+    def __sub__(self, other):
+        return Decimal(0)
+
+    def __rsub__(self, other):
+        return Decimal(0)
+
+
+def total(prices):
+    return Total()
+"""
+ZERO_DIFFERENCE_WITH_NUMBER = """
+from decimal import Decimal
+
+
+class Total:
+    def __float__(self):
+        return 1.0
+
+    def __sub__(self, other):
+        return type(other)(0)
+
+    def __rsub__(self, other):
+        return type(other)(0)
+
+
+def total(prices):
+    return Total()
+"""
+MONEY_CORRECT = """
+from decimal import Decimal
+from fractions import Fraction
+
+
+class Money:
+    def __init__(self, amount):
+        self.amount = amount
+
+    def __float__(self):
+        return float(self.amount)
+
+    def __str__(self):
+        return str(self.amount)
+
+    def __eq__(self, other):
+        return isinstance(other, (Money, Decimal, Fraction)) and self.amount == getattr(
+            other, "amount", other
+        )
+
+    def __sub__(self, other):
+        if isinstance(other, Fraction):
+            return Fraction(self.amount) - other
+        return self.amount - other
+
+    def __rsub__(self, other):
+        return -self.__sub__(other)
+
+
+def total(prices):
+    return Money(sum(Decimal(p) for p in prices))
+"""
+
+CASES: dict[str, Case] = {
+    "stop_iteration_in_map": Case(
+        {"solution.py": STOP_ITERATION}, {"test_palindrome.py": MAP_TESTS}, correct=False
+    ),
+    "method_stop_iteration_in_map": Case(
+        {"solution.py": METHOD_STOP_ITERATION}, {"test_palindrome.py": MAP_TESTS}, correct=False
+    ),
+    "map_correct": Case(
+        {"solution.py": PALINDROME_CORRECT}, {"test_palindrome.py": MAP_TESTS}, correct=True
+    ),
+    "iterator_protocol_correct": Case(
+        {"solution.py": ITERATOR_CORRECT}, {"test_iter.py": ITERATOR_TESTS}, correct=True
+    ),
+    # (the attack wins a grading where the two decoys changed different characters: most)
+    "dataclass_decoy_median": Case(
+        {"solution.py": DATACLASS_MEDIAN}, {"test_email.py": DATACLASS_TESTS}, False, runs=4
+    ),
+    "dataclass_operand_correct": Case(
+        {"solution.py": EMAIL_CORRECT}, {"test_email.py": DATACLASS_TESTS}, correct=True
+    ),
+    "plain_class_attributes": Case(
+        {"solution.py": HAS_THE_ATTRIBUTES}, {"test_email.py": PLAIN_CLASS_TESTS}, False, runs=2
+    ),
+    "plain_class_operand_correct": Case(
+        {"solution.py": EMAIL_CORRECT}, {"test_email.py": PLAIN_CLASS_TESTS}, correct=True
+    ),
+    "decimal_zero_difference": Case(
+        {"solution.py": ZERO_DIFFERENCE}, {"test_total.py": DECIMAL_TESTS}, correct=False
+    ),
+    "decimal_zero_difference_with_number": Case(
+        {"solution.py": ZERO_DIFFERENCE_WITH_NUMBER}, {"test_total.py": DECIMAL_TESTS}, False
+    ),
+    "decimal_difference_correct": Case(
+        {"solution.py": MONEY_CORRECT}, {"test_total.py": DECIMAL_TESTS}, correct=True
+    ),
+}
+
+
+def _params():
+    for name, case in CASES.items():
+        marks = [pytest.mark.xfail(strict=True, reason=case.broke)] if case.broke else []
+        yield pytest.param(name, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("name", list(_params()))
+def test_round6(tmp_path: Path, name: str) -> None:
+    case = CASES[name]
+    if case.correct:
+        passed, hacks, output = _grade(Layout(tmp_path / "verifier"), case)
+        assert passed and not hacks, f"{name}: a correct solution failed\n{output[-3000:]}"
+        return
+    for n in range(case.runs):
+        passed, hacks, output = _grade(Layout(tmp_path / f"verifier{n}"), case)
+        assert not passed or hacks, f"{name}: a wrong solution passed unflagged\n{output[-3000:]}"
