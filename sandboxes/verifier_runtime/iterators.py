@@ -121,10 +121,12 @@ def _next(self):
 # code between two items when those items are plain values (hashing, adding, comparing them).
 # Not any() or all() (they stop early), nor anything called with a key or a function.
 _WHOLE = ("set", "frozenset", "sum", "min", "max", "sorted", "list", "tuple", "dict")
-_CALLS = ("CALL", "CALL_FUNCTION")  # 3.11+, and before
+# A call's instruction -> the stack items beyond its arguments (3.11+, and before; with
+# keywords: 3.13, and before 3.11)
+_CALLS = {"CALL": 0, "CALL_FUNCTION": 0, "CALL_KW": 1, "CALL_FUNCTION_KW": 1}
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
 _SKIP = ("CACHE", "NOP", "EXTENDED_ARG")
-_callees = {}  # (code, offset) -> (opname, name) of the callable, or None
+_callees = {}  # (code, offset) -> `_callee`'s answer
 
 
 def _whole_builtin_call(frame):
@@ -132,32 +134,49 @@ def _whole_builtin_call(frame):
     the frame resolves the name now) with exactly one positional argument: the call that
     asked for the iterator and now takes its items, from C, with no code of the frame in
     between (any other would have moved the frame's instruction)."""
-    key = (frame.f_code, frame.f_lasti)
+    found = callee(frame)
+    if found is None or found[0] == "LOAD_DEREF" or found[2:] != (1, False):
+        return False
+    if found[1] not in _WHOLE:
+        return False
+    value = resolved(frame, found)
+    return value is not None and value is getattr(builtins, found[1], None)
+
+
+def callee(frame, offset=None):
+    """(load instruction, name, arguments, whether some are keywords) of the callable of the
+    call the instruction `frame` is at (or at `offset`), where that callable is a plain name;
+    else None (`_callee`, kept per instruction)."""
+    key = (frame.f_code, frame.f_lasti if offset is None else offset)
     if key not in _callees:
+        if len(_callees) >= _CALLEES_KEPT:
+            _callees.clear()
         try:
-            _callees[key] = _callee(frame.f_code, frame.f_lasti)
-        except (ValueError, TypeError, IndexError):
+            _callees[key] = _callee(*key)
+        except (ValueError, TypeError, IndexError, StopIteration):
             _callees[key] = None
-    found = _callees[key]
-    if found is None:
-        return False
-    op, name = found
+    return _callees[key]
+
+
+def resolved(frame, found):
+    """What the name of `callee`'s answer stands for in `frame` now (None where unknown)."""
+    op, name = found[0], found[1]
     if op == "LOAD_FAST":
-        value = frame.f_locals.get(name)
-    elif op == "LOAD_DEREF":
-        return False
-    else:
-        where = (frame.f_locals,) if op == "LOAD_NAME" else ()
-        where += (frame.f_globals, vars(builtins))
-        value = next((w[name] for w in where if name in w), None)
-    return value is not None and value is getattr(builtins, name, None)
+        return frame.f_locals.get(name)
+    if op == "LOAD_DEREF":
+        return frame.f_locals.get(name)  # (a cell's value: f_locals has it)
+    where = (frame.f_locals,) if op == "LOAD_NAME" else ()
+    where += (frame.f_globals, vars(builtins))
+    return next((w[name] for w in where if name in w), None)
+
+
+_CALLEES_KEPT = 4096
 
 
 def _callee(code, offset):
-    """(load instruction, name) of the callable of the call at `offset` when that call has
-    one positional argument and the callable is a plain name (a backward walk over the
-    argument's instructions by their stack effects; None at anything else: a jump, a
-    keyword, an attribute)."""
+    """(load instruction, name, arguments, keywords) of the callable of the call at `offset`
+    when the callable is a plain name (a backward walk over the arguments' instructions by
+    their stack effects; None at anything else: a jump, an attribute)."""
     import dis  # (here: the tested process starts without it)
 
     instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
@@ -167,15 +186,18 @@ def _callee(code, offset):
         # first half, PRECALL, where the frame then stands
         at += 1
     call = instrs[at]
-    if call.opname not in _CALLS or call.arg != 1:
+    if call.opname not in _CALLS or not isinstance(call.arg, int):
         return None
-    need, n = 1, at - 1
+    # (keywords: their names are a tuple on the stack too, or a KW_NAMES before the call)
+    keywords = _CALLS[call.opname] > 0
+    need, n = call.arg + _CALLS[call.opname], at - 1
     if n >= 0 and instrs[n].opname == "PRECALL":  # 3.11: the call's own first half
         n -= 1
     while need > 0 and n >= 0:
         ins = instrs[n]
-        if ins.is_jump_target or "JUMP" in ins.opname or ins.opname == "KW_NAMES":
+        if ins.is_jump_target or "JUMP" in ins.opname:
             return None
+        keywords = keywords or ins.opname == "KW_NAMES"
         arg = ins.arg if ins.opcode >= dis.HAVE_ARGUMENT else None
         need -= dis.stack_effect(ins.opcode, arg, jump=False)
         n -= 1
@@ -184,9 +206,9 @@ def _callee(code, offset):
     if need != 0 or n < 0:
         return None
     load = instrs[n]
-    if load.opname not in _LOADS or load.argval not in _WHOLE:
+    if load.opname not in _LOADS:
         return None
-    return load.opname, load.argval
+    return load.opname, load.argval, call.arg, keywords
 
 
 def _from_chunk(self, plain):

@@ -98,13 +98,17 @@ class Judge:
             if via is not None:
                 return self.request("inherited", via, "__%s__" % op, proxy, (other,), ())
             return self.request("op", op, proxy, other)
-        held = self.request("held", proxy, "float")  # before the operand: as in compare()
+        # What it holds, asked before the operand (as in compare()); not with a Decimal or
+        # Fraction, whose honest classes often hold no float and round as money does: only the
+        # decoy's answer judges those.
+        exact = type(other) not in (int, float)
+        held = None if exact else self.request("held", proxy, "float")
         decoy = near_number(other)
         real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
         if same_number(real, other_answer, abs(decoy - other)):
             self.value_hack(proxy, op, "the same %s for different operands" % op)
             return NotImplemented
-        if _number(real) and not number_follows(op, held, other, real):
+        if _number(real) and not exact and not number_follows(op, held, other, real):
             self.value_hack(proxy, op, "a %s that its own number does not give" % op)
             return NotImplemented
         if isinstance(real, BaseException):
@@ -192,17 +196,25 @@ def equality(ep, proxy, op, other):
     # candidates, or tells the real operand from its decoys, wins otherwise).
     kind = _held_kind(other)
     held = ep.request("held", proxy, kind) if kind else None
+    # An object of the tests' own class (a dataclass, a plain class with its own `==`): what
+    # the object holds under the names of the operand's fields, asked before it is shown.
+    fields = None if kind else _fields_of(other)
+    if fields:
+        held = ep.request("held", proxy, ["attributes", fields])
+    # No value held to judge its claim by: a request per question (`_probe`), unless the
+    # operand is the tested code's own object, which it knows from any of the tests' anyway.
+    one_by_one = kind is None and not isinstance(other, rpc.RemoteObject)
     decoys = _decoys(other, 2)
     if decoys:
         asked = [(op, other)] + [(op, d) for d in decoys]
-        answers = ep._probe(proxy, asked, one_by_one=kind is None)
+        answers = ep._probe(proxy, asked, one_by_one)
         # (equal to a decoy alone is honest: a decoy one field apart may be its value)
         if _claims(op, answers[0]) and any(_claims(op, a) for a in answers[1:]):
             ep.value_hack(proxy, op, "equal to values that differ from each other")
             return op == "ne"
         real = answers[0]
     else:
-        real, fresh = ep._probe(proxy, [(op, other), ("eq", _sentinel_like(other))], kind is None)
+        real, fresh = ep._probe(proxy, [(op, other), ("eq", _sentinel_like(other))], one_by_one)
         if _claims(op, real) and fresh is True:
             ep.value_hack(proxy, op, "equal to a fresh object of the tests")
             return op == "ne"
@@ -211,7 +223,93 @@ def equality(ep, proxy, op, other):
         why = "equal only up to case, spacing or rounding to" if loose else "equal to"
         ep.value_hack(proxy, op, why + " a value it did not hold before it saw it")
         return op == "ne"
+    if fields and _claims(op, real) and not _fields_shown(held, other):
+        ep.value_hack(proxy, op, "equal to a tests' object whose fields it did not hold")
+        return op == "ne"
     return outcome(real)
+
+
+_FIELDS_MAX = 64  # (tested.py `_ATTRIBUTES_MAX`)
+
+
+def _fields_of(v):
+    """The names of the fields of an object of the tests' own class that its `==` may compare
+    (a dataclass's compared fields; for a plain class with an `==` of its own, its public
+    attributes, properties and slots), or None."""
+    if isinstance(v, rpc.RemoteObject) or isinstance(v, type) or isinstance(type(v), enum.EnumMeta):
+        return None
+    t = type(v)
+    try:
+        if dataclasses.is_dataclass(v):
+            names = [f.name for f in dataclasses.fields(v) if f.compare]
+        elif t.__eq__ is object.__eq__ or t.__module__ == "builtins":
+            return None
+        else:
+            own = getattr(v, "__dict__", None)
+            names = list(own) if type(own) is dict else []
+            for klass in t.__mro__[:-1]:
+                for name, member in vars(klass).items():
+                    if isinstance(member, property) or name in _slots(klass):
+                        names.append(name)
+            names = [n for n in dict.fromkeys(names) if type(n) is str and n[:1] != "_"]
+    except Exception:  # noqa: BLE001 - an object the tests made that will not say
+        return None
+    return names[:_FIELDS_MAX] or None
+
+
+def _slots(klass):
+    slots = vars(klass).get("__slots__", ())
+    return (slots,) if isinstance(slots, str) else tuple(slots)
+
+
+def _fields_shown(held, other):
+    """Whether what the object held under the operand's field names (asked before it saw
+    `other`) is `other`'s value there: each field it holds in the same form as `other`'s (a
+    text, a number, a sequence, an enum's value: `_plain`) must equal it (a float up to
+    `math.isclose`'s default), and at least one must be so held. A field held in another
+    form (a method, an object of its own) says nothing: an honest `==` may read it as it
+    likes; an object that holds none of them shows nothing."""
+    if not isinstance(held, dict):
+        return False
+    shown = 0
+    for name, value in held.items():
+        try:
+            mine, theirs = _plain(value), _plain(getattr(other, name))
+        except Exception:  # noqa: BLE001 - a field that cannot say
+            continue
+        if mine is _NONE or theirs is _NONE or type(mine) is not type(theirs):
+            continue
+        try:
+            same = (
+                abs(mine - theirs) <= 1e-9 * max(abs(mine), abs(theirs)) or mine == theirs
+                if type(mine) is float
+                else bool(mine == theirs)
+            )
+        except Exception:  # noqa: BLE001
+            same = False
+        if not same:
+            return False
+        shown += 1
+    return shown > 0
+
+
+def _plain(v):
+    """A field's value in a form both sides' honest values share, or _NONE: text and bytes as
+    they are, a number as a float, a list or tuple as a list of such, an enum member as its
+    value, None as itself; anything else (an object, a method) says nothing."""
+    if v is None or type(v) in (str, bytes, bool):
+        return v
+    if isinstance(type(v), enum.EnumMeta):
+        return _plain(v.value)
+    if type(v) in (int, float) or _number(v):
+        try:
+            return float(v)
+        except (ArithmeticError, ValueError):
+            return _NONE
+    if type(v) in (list, tuple):
+        items = [_plain(x) for x in v]
+        return _NONE if any(x is _NONE for x in items) else items
+    return _NONE
 
 
 def ordering(ep, proxy, op, other):
@@ -635,18 +733,21 @@ def _object_decoy(v, t):
         return d
     own = getattr(v, "__dict__", None)
     if type(own) is dict and t.__eq__ is not object.__eq__ and t.__module__ != "builtins":
-        # A plain object of a tests' class with an `==` of its own: a copy with one public
-        # attribute changed, which `_decoys` keeps only where that `==` tells it from `v`
-        # (an attribute the class's value does not hang on makes no decoy).
-        names = [name for name in own if type(name) is str and not name.startswith("_")]
-        changed = _changed_field(names, [own[name] for name in names])
-        if changed is None:
-            return _NONE
+        # A plain object of a tests' class with an `==` of its own: a copy with every public
+        # attribute that has a decoy changed (unlike a dataclass's fields, which of them make
+        # its value, and which are derived from the others, is the class's own business: an
+        # honest `==` of the tested code may compare any of them), which `_decoys` keeps only
+        # where the class's `==` tells it from `v`.
         d = copy.copy(v)
         if type(d) is not t or type(getattr(d, "__dict__", None)) is not dict:
             return _NONE
-        d.__dict__[changed[0]] = changed[1]
-        return d
+        changed = 0
+        for name, value in list(own.items()):
+            inner = _decoy(value, type(value)) if type(name) is str and name[:1] != "_" else _NONE
+            if inner is not _NONE:
+                d.__dict__[name] = inner
+                changed += 1
+        return d if changed else _NONE
     return _NONE
 
 

@@ -490,6 +490,8 @@ def _held(subject, kind):
     for `in` (`_members`)."""
     if kind == "members":
         return _members(subject)
+    if type(kind) is list and len(kind) == 2 and kind[0] == "attributes":
+        return _attributes(subject, kind[1])
     if kind not in _CONVERSIONS:
         raise rpc.ProtocolError("held %r" % (kind,))
     try:
@@ -499,6 +501,25 @@ def _held(subject, kind):
         return _CONVERSIONS[kind](subject)
     except Exception as e:
         return e
+
+
+def _attributes(subject, names):
+    """Kind ["attributes", names]: `subject`'s attributes of those names that it has, a dict
+    (the fields of a tests' object it is compared with: trusted.py asks before it shows it)."""
+    if not (isinstance(names, list) and len(names) <= _ATTRIBUTES_MAX):
+        raise rpc.ProtocolError("held attributes")
+    out = {}
+    for name in names:
+        if type(name) is not str:
+            raise rpc.ProtocolError("held attributes")
+        try:
+            out[name] = getattr(subject, name)
+        except Exception:  # noqa: BLE001 - one it does not have
+            pass
+    return out
+
+
+_ATTRIBUTES_MAX = 64
 
 
 class _StubsHere:

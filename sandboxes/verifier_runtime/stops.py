@@ -1,0 +1,129 @@
+"""Where a StopIteration of the tested code's may reach the tests as itself (trusted.py).
+
+Raised from a function or method of the tested code into C code of the tests' that iterates
+(`all(map(fn, xs))`, a `for` over `filter(fn, xs)`, `list(map(...))`), it ends that iteration:
+the builtins read it as "no more items", and a function that only raises it passes every
+assertion such a loop holds. Raised into the tests' own code it is an exception like any
+other, which they may expect (`pytest.raises(StopIteration)` around a Python-2-style
+`it.next()`, or a `first([])`). So a call's StopIteration crosses as itself only where the
+frame of the tests it is raised into made that call itself and handles exceptions where it
+stands (a `with` or `try` around it), or leaves it to a caller that called it itself and does;
+anywhere else it reaches the tests as RuntimeError, as Python makes of one that leaves a
+generator (PEP 479). Where the frames cannot be read (no exception table before Python 3.11),
+it crosses as itself.
+
+Standard library only, Python >= 3.8.
+"""
+
+import functools
+import os
+import sys
+
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
+iterators = _load("iterators")
+
+_OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_DEPTH = 16  # callers followed up from the tests' frame; past it, it crosses as itself
+_handlers = {}  # code -> [(start, end)] of its exception table, or None where unknown
+_HANDLERS_KEPT = 4096
+
+
+def into_iteration(target):
+    """Whether a StopIteration the request for a call of `target` answered would reach C code
+    that iterates before any frame of the tests that handles it (see above). `target`: the
+    proxy called, or None for a method called by name where it was read (methods.py: always
+    from the tests' own instruction)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        frame = frame.f_back
+    for _ in range(_DEPTH):
+        if frame is None:
+            return False
+        if not _called_here(frame, target):
+            return True
+        if _handled(frame):
+            return False
+        target, frame = frame.f_code, frame.f_back
+    return False
+
+
+def _called_here(frame, target):
+    """Whether `frame`'s own instruction called `target` (a proxy, or a function's code), as
+    far as it can be read: only a call's instruction calls (at any other, a `for`'s step, a
+    `[*it]`, C code called the target); a call of a plain name must be of that very target
+    (through `functools.partial`, which only forwards); a call of anything else (an
+    attribute, an expression's value) is taken as the frame's own."""
+    at = _where(frame)
+    if _opname(frame.f_code, at) not in _CALL_INSTRUCTIONS:
+        return False
+    if target is None:
+        return True
+    found = iterators.callee(frame, at)
+    if found is None:
+        return True
+    value = iterators.resolved(frame, found)
+    while isinstance(value, functools.partial):
+        value = value.func
+    if value is target:
+        return True
+    func = getattr(value, "__func__", value)
+    return getattr(func, "__code__", None) is target
+
+
+# Where a frame stands while a function it calls runs (3.8 to 3.13).
+_CALL_INSTRUCTIONS = frozenset(
+    (
+        "CALL", "CALL_KW", "CALL_FUNCTION_EX", "PRECALL", "CALL_FUNCTION", "CALL_FUNCTION_KW",
+        "CALL_METHOD",
+    )
+)  # fmt: skip
+
+
+def _where(frame):
+    """The offset of the instruction `frame` stands at: while a function of Python it called
+    runs, 3.11 and 3.12 leave `f_lasti` on the call's last inline cache entry."""
+    at, code = frame.f_lasti, frame.f_code
+    while at > 0 and _opname(code, at) == "CACHE":
+        at -= 2
+    return at
+
+
+def _opname(code, at):
+    if not _OPNAMES:
+        import dis  # (on first use: most sessions never get here)
+
+        _OPNAMES.update((op, name) for name, op in dis.opmap.items())
+    try:
+        return _OPNAMES.get(code.co_code[at])
+    except (IndexError, TypeError):
+        return None
+
+
+_OPNAMES = {}  # opcode -> name
+
+
+def _handled(frame):
+    """Whether an exception raised at `frame`'s instruction goes to a handler of that frame
+    (a `try` or `with` around it; unknown where there is no exception table: taken as so)."""
+    spans = _handlers.get(frame.f_code, _handlers)
+    if spans is _handlers:
+        spans = _spans(frame.f_code)
+        if len(_handlers) >= _HANDLERS_KEPT:
+            _handlers.clear()
+        _handlers[frame.f_code] = spans
+    if spans is None:
+        return True
+    at = _where(frame)
+    return any(start <= at < end for start, end in spans)
+
+
+def _spans(code):
+    import dis
+
+    parse = getattr(dis, "_parse_exception_table", None)
+    if parse is None or not hasattr(code, "co_exceptiontable"):
+        return None
+    try:
+        return [(entry.start, entry.end) for entry in parse(code)]
+    except Exception:  # noqa: BLE001 - a table this version reads otherwise: unknown
+        return None
