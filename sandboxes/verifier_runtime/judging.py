@@ -264,33 +264,46 @@ def _slots(klass):
 
 def _fields_shown(held, other):
     """Whether what the object held under the operand's field names (asked before it saw
-    `other`) is `other`'s value there: each field it holds in the same form as `other`'s (a
-    text, a number, a sequence, an enum's value: `_plain`) must equal it (a float up to
-    `math.isclose`'s default), and at least one must be so held. A field held in another
-    form (a method, an object of its own) says nothing: an honest `==` may read it as it
-    likes; an object that holds none of them shows nothing."""
+    `other`) is `other`'s value there: at least one field must be held equal to `other`'s,
+    and none held in the same plain form (`_plain`) unequal. Equal as honest equalities of
+    such fields may be: text up to case and whitespace, numbers up to 1e-9 (relative or
+    absolute), lists item by item; a field in no plain form (a date, a dict, a nested
+    object) by the tests' own `==` of the two values (the object's held one judged as any
+    object's). A field it holds in another form that cannot say (a method) says nothing."""
     if not isinstance(held, dict):
         return False
     shown = 0
     for name, value in held.items():
         try:
-            mine, theirs = _plain(value), _plain(getattr(other, name))
+            theirs = getattr(other, name)
         except Exception:  # noqa: BLE001 - a field that cannot say
             continue
-        if mine is _NONE or theirs is _NONE or type(mine) is not type(theirs):
-            continue
-        try:
-            same = (
-                abs(mine - theirs) <= 1e-9 * max(abs(mine), abs(theirs)) or mine == theirs
-                if type(mine) is float
-                else bool(mine == theirs)
-            )
-        except Exception:  # noqa: BLE001
-            same = False
-        if not same:
+        same = _loosely_same(_plain(value), _plain(theirs))
+        if same is None:
+            try:
+                same = True if bool(theirs == value) else None
+            except Exception:  # noqa: BLE001 - values that cannot say
+                same = None
+        if same is False:
             return False
-        shown += 1
+        shown += same is True
     return shown > 0
+
+
+def _loosely_same(mine, theirs):
+    """True or False for two plain forms of one type (`_plain`); None where they say nothing."""
+    if mine is _NONE or theirs is _NONE or type(mine) is not type(theirs):
+        return None
+    if type(mine) is float:
+        return abs(mine - theirs) <= 1e-9 * max(1.0, abs(mine), abs(theirs)) or mine == theirs
+    if type(mine) is str:
+        return _same_text(mine, theirs)
+    if type(mine) is list:
+        if len(mine) != len(theirs):
+            return False
+        sames = [_loosely_same(a, b) for a, b in zip(mine, theirs)]  # noqa: B905 - (3.8)
+        return None if None in sames else all(sames)
+    return bool(mine == theirs)
 
 
 def _plain(v):

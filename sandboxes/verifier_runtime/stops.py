@@ -5,12 +5,13 @@ Raised from a function or method of the tested code into C code of the tests' th
 the builtins read it as "no more items", and a function that only raises it passes every
 assertion such a loop holds. Raised into the tests' own code it is an exception like any
 other, which they may expect (`pytest.raises(StopIteration)` around a Python-2-style
-`it.next()`, or a `first([])`). So a call's StopIteration crosses as itself only where the
-frame of the tests it is raised into made that call itself and handles exceptions where it
-stands (a `with` or `try` around it), or leaves it to a caller that called it itself and does;
-anywhere else it reaches the tests as RuntimeError, as Python makes of one that leaves a
-generator (PEP 479). Where the frames cannot be read (no exception table before Python 3.11),
-it crosses as itself.
+`it.next()`, a `first([])`, a property, a subscript). So one of a call, an attribute or a
+subscript crosses as itself only where the frame of the tests it is raised into made that
+request itself and handles exceptions where it stands (a `with` or `try` around it), or
+leaves it to a caller that called it itself and does. Anywhere else, and from any other
+request (a comparison, `len`, `bool`), it reaches the tests as RuntimeError, as Python makes
+of one that leaves a generator (PEP 479). Where the frames cannot be read (no exception table
+before Python 3.11), it crosses as itself.
 
 Standard library only, Python >= 3.8.
 """
@@ -28,33 +29,46 @@ _handlers = {}  # code -> [(start, end)] of its exception table, or None where u
 _HANDLERS_KEPT = 4096
 
 
-def into_iteration(target):
-    """Whether a StopIteration the request for a call of `target` answered would reach C code
-    that iterates before any frame of the tests that handles it (see above). `target`: the
-    proxy called, or None for a method called by name where it was read (methods.py: always
-    from the tests' own instruction)."""
-    frame = sys._getframe(1)
+def crosses(op, args):
+    """Whether the StopIteration the other process answered request `op` with crosses as
+    itself (see above): one of a call, of an attribute's read (a property) or of a subscript
+    (`__getitem__`), raised into the tests' own code; never one of anything else."""
+    if op in ("call", "callattr", "inherited"):
+        return not _into_iteration(args[0] if op == "call" else None, _CALL_INSTRUCTIONS)
+    if op == "getattr":
+        return not _into_iteration(None, _ATTRIBUTE_INSTRUCTIONS)
+    if op == "op" and args and args[0] == "getitem":
+        return not _into_iteration(None, _SUBSCRIPT_INSTRUCTIONS)
+    return False
+
+
+def _into_iteration(target, instructions):
+    """Whether it would reach C code that iterates before any frame of the tests that handles
+    it. `target`: the proxy called, or None where the frame's own instruction is the request
+    (a method called by name where it was read: methods.py; an attribute; a subscript);
+    `instructions`: those the tests' frame stands at when it makes such a request itself."""
+    frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_OURS):
         frame = frame.f_back
     for _ in range(_DEPTH):
         if frame is None:
             return False
-        if not _called_here(frame, target):
+        if not _made_here(frame, target, instructions):
             return True
         if _handled(frame):
             return False
-        target, frame = frame.f_code, frame.f_back
+        target, frame, instructions = frame.f_code, frame.f_back, _CALL_INSTRUCTIONS
     return False
 
 
-def _called_here(frame, target):
-    """Whether `frame`'s own instruction called `target` (a proxy, or a function's code), as
-    far as it can be read: only a call's instruction calls (at any other, a `for`'s step, a
-    `[*it]`, C code called the target); a call of a plain name must be of that very target
-    (through `functools.partial`, which only forwards); a call of anything else (an
-    attribute, an expression's value) is taken as the frame's own."""
+def _made_here(frame, target, instructions):
+    """Whether `frame`'s own instruction made the request, of `target` where it is a call (a
+    proxy, or a function's code), as far as it can be read: only such an instruction does (at
+    any other, a `for`'s step, a `[*it]`, C code made it); a call of a plain name must be of
+    that very target (through `functools.partial`, which only forwards); a call of anything
+    else (an attribute, an expression's value) is taken as the frame's own."""
     at = _where(frame)
-    if _opname(frame.f_code, at) not in _CALL_INSTRUCTIONS:
+    if _opname(frame.f_code, at) not in instructions:
         return False
     if target is None:
         return True
@@ -70,13 +84,16 @@ def _called_here(frame, target):
     return getattr(func, "__code__", None) is target
 
 
-# Where a frame stands while a function it calls runs (3.8 to 3.13).
+# Where a frame stands while a function it calls runs, an attribute it reads is looked up, or
+# a subscript it takes is served (3.8 to 3.13).
 _CALL_INSTRUCTIONS = frozenset(
     (
         "CALL", "CALL_KW", "CALL_FUNCTION_EX", "PRECALL", "CALL_FUNCTION", "CALL_FUNCTION_KW",
         "CALL_METHOD",
     )
 )  # fmt: skip
+_ATTRIBUTE_INSTRUCTIONS = frozenset(("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"))
+_SUBSCRIPT_INSTRUCTIONS = frozenset(("BINARY_SUBSCR",))
 
 
 def _where(frame):

@@ -674,10 +674,8 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         try:
             answer = super().request(op, *args)
         except rpc.STOPS as e:
-            # (a call's, raised into the tests' own code, may be one they expect: stops.py)
-            if rpc.iterator_step(op, args) or (
-                op in _CALLS and not stops.into_iteration(args[0] if op == "call" else None)
-            ):
+            # (raised into the tests' own code, it may be one they expect: stops.py)
+            if rpc.iterator_step(op, args) or stops.crosses(op, args):
                 raise
             raise rpc.leaked_stop(e, "a %r request" % op)  # noqa: B904 - (its cause is set)
         rpc.step_method(op, args, answer)
@@ -693,7 +691,6 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
 
 _PROBES = frozenset(("probe", "held", "unary"))  # (judging.Judge's requests)
-_CALLS = frozenset(("call", "callattr", "inherited"))  # (a StopIteration of theirs: stops.py)
 _NOTHING = object()
 
 

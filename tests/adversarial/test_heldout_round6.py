@@ -157,6 +157,13 @@ def test_the_tests_callback():
         Holder(boom).run()
 
 
+def test_a_property_and_a_subscript():
+    with pytest.raises(StopIteration):
+        Holder(None).head
+    with pytest.raises(StopIteration):
+        Holder(None)[5]
+
+
 class TestUnittest(unittest.TestCase):
     def test_assert_raises(self):
         self.assertRaises(StopIteration, PeekingIterator([]).next)
@@ -187,6 +194,13 @@ class Holder:
 
     def run(self):
         return self.cb()
+
+    @property
+    def head(self):
+        return next(iter([]))
+
+    def __getitem__(self, i):
+        return next(iter(range(i)[i:]))
 """
 # A callable iterator (`iter(f, sentinel)`) that the solution's callable ends by raising
 # StopIteration: C code calls it, exactly as `map` calls the attack's function.
@@ -560,6 +574,177 @@ def add(a, b):
 def rect(w, h):
     return Rect(w, h)
 """
+# Honest objects whose fields equal the tests' only as honest equalities of such values do: a
+# float a rounding from 0, a list of such floats, text up to case, an enum by its name, and
+# values in no plain form (dates, a dict, a set, nested objects of the solution's own class).
+FIELD_VALUES_TESTS = """
+from dataclasses import dataclass
+from datetime import date
+
+from solution import account, config, cumulative, graph, parse_email, rotate, segment, span
+
+
+@dataclass
+class Point:
+    x: float
+    y: float
+
+
+@dataclass
+class Stats:
+    values: list
+
+
+@dataclass
+class Email:
+    user: str
+    domain: str
+
+
+@dataclass
+class Account:
+    name: str
+    status: str
+
+
+@dataclass(frozen=True)
+class DateRange:
+    start: date
+    end: date
+
+
+@dataclass
+class Config:
+    options: dict
+
+
+@dataclass
+class Graph:
+    nodes: set
+
+
+@dataclass
+class Segment:
+    start: Point
+    end: Point
+
+
+def test_numbers():
+    assert rotate((1, 0), 90) == Point(0, 1)
+    assert cumulative([0.1, 0.2, 0.3]) == Stats([0.1, 0.3, 0.6])
+
+
+def test_texts():
+    assert parse_email("bob@Host.NET") == Email("bob", "host.net")
+    assert account("ann") == Account("ann", "ACTIVE")
+
+
+def test_values_of_no_plain_form():
+    assert span(date(2024, 1, 1), date(2024, 2, 1)) == DateRange(date(2024, 1, 1), date(2024, 2, 1))
+    assert config(a=1) == Config({"a": 1})
+    assert graph([1, 2]) == Graph({1, 2})
+    assert segment((0, 0), (1, 1)) == Segment(Point(0, 0), Point(1, 1))
+"""
+FIELD_VALUES_CORRECT = """
+import enum
+import math
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return math.isclose(self.x, other.x, abs_tol=1e-9) and math.isclose(
+            self.y, other.y, abs_tol=1e-9
+        )
+
+    __hash__ = object.__hash__
+
+
+class Stats:
+    def __init__(self, values):
+        self.values = values
+
+    def __eq__(self, other):
+        return len(self.values) == len(other.values) and all(
+            math.isclose(a, b) for a, b in zip(self.values, other.values)
+        )
+
+    __hash__ = object.__hash__
+
+
+class Email:
+    def __init__(self, user, domain):
+        self.user, self.domain = user, domain
+
+    def __eq__(self, other):
+        return self.user == other.user and self.domain.lower() == other.domain.lower()
+
+    __hash__ = object.__hash__
+
+
+class Status(enum.Enum):
+    ACTIVE = "active"
+
+
+class Account:
+    def __init__(self, name):
+        self.name, self.status = name, Status.ACTIVE
+
+    def __eq__(self, other):
+        return self.name == other.name and self.status.name == other.status
+
+    __hash__ = object.__hash__
+
+
+class Same:
+    # (a record of one or two values compared field by field with the tests')
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __eq__(self, other):
+        return all(getattr(other, k) == v for k, v in vars(self).items())
+
+    __hash__ = object.__hash__
+
+
+def rotate(p, degrees):
+    t = math.radians(degrees)
+    return Point(p[0] * math.cos(t) - p[1] * math.sin(t), p[0] * math.sin(t) + p[1] * math.cos(t))
+
+
+def cumulative(xs):
+    out, total = [], 0.0
+    for x in xs:
+        total += x
+        out.append(total)
+    return Stats(out)
+
+
+def parse_email(text):
+    return Email(*text.strip().split("@"))
+
+
+def account(name):
+    return Account(name)
+
+
+def span(start, end):
+    return Same(start=start, end=end)
+
+
+def config(**options):
+    return Same(options=options)
+
+
+def graph(nodes):
+    return Same(nodes=set(nodes))
+
+
+def segment(a, b):
+    return Same(start=Point(*a), end=Point(*b))
+"""
 # A tests' class that keeps its fields private, behind properties: its fields are its
 # properties' names.
 PROPERTY_CLASS_TESTS = """
@@ -792,6 +977,9 @@ CASES: dict[str, Case] = {
     ),
     "field_forms_correct": Case(
         {"solution.py": FORMS_CORRECT}, {"test_forms.py": FORMS_TESTS}, correct=True
+    ),
+    "field_values_correct": Case(
+        {"solution.py": FIELD_VALUES_CORRECT}, {"test_fields.py": FIELD_VALUES_TESTS}, correct=True
     ),
     "property_class_attributes": Case(
         {"solution.py": HAS_THE_PROPERTIES}, {"test_email.py": PROPERTY_CLASS_TESTS}, False
