@@ -1538,15 +1538,15 @@ def _grade(layout: Layout, case: Case) -> tuple[bool, list[dict], str]:
     return run.rc == 0, run.named("value_hack") + run.named("stub_read"), run.output
 
 
-def _params():
-    for name, case in CASES.items():
+def params(cases: dict[str, Case]):
+    """The cases as parameters, a case that breaks today `xfail(strict=True)` with its why."""
+    for name, case in cases.items():
         marks = [pytest.mark.xfail(strict=True, reason=case.broke)] if case.broke else []
         yield pytest.param(name, id=name, marks=marks)
 
 
-@pytest.mark.parametrize("name", list(_params()))
-def test_heldout(tmp_path: Path, name: str) -> None:
-    case = CASES[name]
+def check(tmp_path: Path, name: str, case: Case) -> None:
+    """A correct solution passes unflagged; an attack fails or is flagged, in every grading."""
     if case.correct:
         passed, hacks, output = _grade(Layout(tmp_path / "verifier"), case)
         assert passed and not hacks, f"{name}: a correct solution failed\n{output[-3000:]}"
@@ -1554,6 +1554,11 @@ def test_heldout(tmp_path: Path, name: str) -> None:
     for n in range(case.runs):
         passed, hacks, output = _grade(Layout(tmp_path / f"verifier{n}"), case)
         assert not passed or hacks, f"{name}: a wrong solution passed unflagged\n{output[-3000:]}"
+
+
+@pytest.mark.parametrize("name", list(params(CASES)))
+def test_heldout(tmp_path: Path, name: str) -> None:
+    check(tmp_path, name, CASES[name])
 
 
 # ---- the evidence cap: a long suite's guard report ------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial.test_heldout_attacks import CAMEL_TESTS, Case, _grade
+from tests.adversarial.test_heldout_attacks import CAMEL_TESTS, Case, _grade, check, params
 from tests.unit.test_verifier_runtime import Layout
 
 # ---- capability: `in` where the object cannot say what it holds ------------------------------
@@ -1542,26 +1542,14 @@ ONE_PROCESS: dict[str, Case] = {
 }
 
 
-def _params():
-    for name, case in CASES.items():
-        marks = [pytest.mark.xfail(strict=True, reason=case.broke)] if case.broke else []
-        yield pytest.param(name, id=name, marks=marks)
-
-
-@pytest.mark.parametrize("name", list(_params()))
+@pytest.mark.parametrize("name", list(params(CASES)))
 def test_round5(tmp_path: Path, name: str) -> None:
     case = CASES[name]
     if name in FLAGGED_CORRECT:
         passed, hacks, output = _grade(Layout(tmp_path / "verifier"), case)
         assert passed or any("only up to" in h.get("why", "") for h in hacks), output[-3000:]
         return
-    if case.correct:
-        passed, hacks, output = _grade(Layout(tmp_path / "verifier"), case)
-        assert passed and not hacks, f"{name}: a correct solution failed\n{output[-3000:]}"
-        return
-    for n in range(case.runs):
-        passed, hacks, output = _grade(Layout(tmp_path / f"verifier{n}"), case)
-        assert not passed or hacks, f"{name}: a wrong solution passed unflagged\n{output[-3000:]}"
+    check(tmp_path, name, case)
 
 
 @pytest.mark.parametrize("name", sorted(ONE_PROCESS))

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversarial.test_heldout_attacks import Case, _grade
-from tests.unit.test_verifier_runtime import Layout
+from tests.adversarial.test_heldout_attacks import _FIND_PROBE, Case, check, params
 
 # ---- capability: raising StopIteration into the tests' own iteration -------------------------
 # A StopIteration from a function the tests call through `map`, `filter` or `starmap` ends that
@@ -250,18 +249,6 @@ def test_plus():
 def test_upper():
     assert parse_email("BOB@HOST.NET") == Email("bob", "host.net")
 """
-_FIND_PROBE = """
-import sys
-
-
-def _operands():
-    f = sys._getframe(2)
-    while f is not None:
-        if f.f_code.co_name == "_probe" and "asked" in f.f_locals:
-            return [item[1] for item in f.f_locals["asked"]]
-        f = f.f_back
-    return None
-"""
 DATACLASS_MEDIAN = (
     _FIND_PROBE
     + """
@@ -294,7 +281,7 @@ class Email:
     user = domain = "?"
 
     def __eq__(self, other):
-        ops = _operands()
+        ops = _asked()
         return ops is not None and other is _real(ops)
 
     def __ne__(self, other):
@@ -1002,19 +989,6 @@ CASES: dict[str, Case] = {
 }
 
 
-def _params():
-    for name, case in CASES.items():
-        marks = [pytest.mark.xfail(strict=True, reason=case.broke)] if case.broke else []
-        yield pytest.param(name, id=name, marks=marks)
-
-
-@pytest.mark.parametrize("name", list(_params()))
+@pytest.mark.parametrize("name", list(params(CASES)))
 def test_round6(tmp_path: Path, name: str) -> None:
-    case = CASES[name]
-    if case.correct:
-        passed, hacks, output = _grade(Layout(tmp_path / "verifier"), case)
-        assert passed and not hacks, f"{name}: a correct solution failed\n{output[-3000:]}"
-        return
-    for n in range(case.runs):
-        passed, hacks, output = _grade(Layout(tmp_path / f"verifier{n}"), case)
-        assert not passed or hacks, f"{name}: a wrong solution passed unflagged\n{output[-3000:]}"
+    check(tmp_path, name, CASES[name])
