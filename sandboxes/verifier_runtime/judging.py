@@ -242,7 +242,7 @@ def _fields_of(v):
     try:
         if dataclasses.is_dataclass(v):
             names = [f.name for f in dataclasses.fields(v) if f.compare]
-        elif t.__eq__ is object.__eq__ or t.__module__ == "builtins":
+        elif not _tests_own(t):
             return None
         else:
             own = getattr(v, "__dict__", None)
@@ -255,6 +255,18 @@ def _fields_of(v):
     except Exception:  # noqa: BLE001 - an object the tests made that will not say
         return None
     return names[:_FIELDS_MAX] or None
+
+
+def _tests_own(t):
+    """Whether `t` is a plain class of the tests with an `==` of its own: not a builtin, nor
+    the runner's or mock's helpers (`pytest.approx` of a sequence, `mock.ANY`), whose
+    attributes are their machinery, not a value an honest object would hold."""
+    module = str(getattr(t, "__module__", ""))
+    return (
+        t.__eq__ is not object.__eq__
+        and module != "builtins"
+        and not module.startswith(("_pytest.", "pytest", "unittest.mock"))
+    )
 
 
 def _slots(klass):
@@ -745,7 +757,7 @@ def _object_decoy(v, t):
         object.__setattr__(d, *changed)
         return d
     own = getattr(v, "__dict__", None)
-    if type(own) is dict and t.__eq__ is not object.__eq__ and t.__module__ != "builtins":
+    if type(own) is dict and _tests_own(t):
         # A plain object of a tests' class with an `==` of its own: a copy with every public
         # attribute that has a decoy changed (unlike a dataclass's fields, which of them make
         # its value, and which are derived from the others, is the class's own business: an

@@ -776,6 +776,52 @@ def parse_email(text):
     return Email()
 """
 
+# pytest.approx of a list or of a Decimal: no value held first, and no decoy (its attributes
+# are approx's machinery): only the fresh object, asked in a request of its own.
+APPROX_TESTS = """
+from decimal import Decimal
+
+import pytest
+
+from solution import normalize, total
+
+
+def test_normalize():
+    assert normalize([1, 3]) == pytest.approx([0.25, 0.75])
+
+
+def test_total():
+    assert total(["1.10", "2.20"]) == pytest.approx(Decimal("3.30"))
+"""
+APPROX_ANYTHING = """
+class Weights(list):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = None
+
+
+class Total(float):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = float.__hash__
+
+
+def normalize(xs):
+    return Weights([0.0] * len(xs))
+
+
+def total(prices):
+    return Total(0.0)
+"""
+
 # ---- capability: an unjudged difference with a Decimal or Fraction -----------------------------
 # `proxy - x` was judged (a decoy operand beside it, the object's number asked first) only for
 # an int or float x: with a Decimal, a difference that is 0 whatever x is passed
@@ -973,6 +1019,9 @@ CASES: dict[str, Case] = {
     ),
     "property_class_correct": Case(
         {"solution.py": EMAIL_CORRECT}, {"test_email.py": PROPERTY_CLASS_TESTS}, correct=True
+    ),
+    "approx_anything": Case(
+        {"solution.py": APPROX_ANYTHING}, {"test_approx.py": APPROX_TESTS}, correct=False
     ),
     "decimal_zero_difference": Case(
         {"solution.py": ZERO_DIFFERENCE}, {"test_total.py": DECIMAL_TESTS}, correct=False
