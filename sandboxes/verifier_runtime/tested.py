@@ -7,9 +7,9 @@ trusted.py starts it (as another user where it can) with one end of a socket, by
 
 Before any code of the workspace is read it confines itself with Landlock where the kernel has
 it: writes only beneath /tmp, /var/tmp, /root, /dev and its own workspace (the verifier makes
-that the tested user's: its writable view of /app, which trusted.py syncs with the tests'
-/app around a program they run), no signals to processes outside its domain (the tests, the
-verifier script), no connecting to their abstract sockets. Its
+that the tested user's: its writable view of /app, kept in step with the tests' /app between
+calls (datafiles.py) and around a program they run), no signals to processes outside its
+domain (the tests, the verifier script), no connecting to their abstract sockets. Its
 `print`s and log records go to the tests' process (so capsys and caplog see them); its file
 descriptors 1 and 2 go nowhere.
 
@@ -54,6 +54,7 @@ _load = _loader().load
 rpc = _load("rpc")
 colocate = _load("colocate")
 subclasses = _load("subclasses")
+datafiles = _load("datafiles")
 
 # Linux Landlock ABI (include/uapi/linux/landlock.h); syscall numbers are the same on x86_64
 # and arm64.
@@ -132,6 +133,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.main_thread = threading.get_ident()
         self.landlock = None
         self.workspace = None
+        self.wrote = [False]  # a write that may be the workspace's, since last told (datafiles.py)
         self.generated = {}  # (module, qualname, fields) -> a named tuple class (rebuild)
         self.generated_names = {}  # such a class -> (module, qualname) of the tests' class
         # (id(class), name) -> (class, what it held before the tests set it) (subclasses.py)
@@ -226,12 +228,19 @@ class TestedEndpoint(rpc.Endpoint):
     def before_request(self, msg):
         if self.descriptors is not None:
             self.descriptors.drain()
+        self._tell_writes(msg)
         super().before_request(msg)
 
     def before_answer(self, reply):
         if self.descriptors is not None:
             self.descriptors.drain()
+        self._tell_writes(reply)
         super().before_answer(reply)
+
+    def _tell_writes(self, msg):
+        if self.wrote[0]:  # (the tests' side brings the workspace's data files to /app)
+            self.wrote[0] = False
+            msg["fw"] = 1
         self.follower.wait()  # (this thread sleeps on the channel next: colocate.py)
 
     def before_wait(self, msg):
@@ -289,6 +298,7 @@ class TestedEndpoint(rpc.Endpoint):
             # The first request, before any code of the workspace is read: the ruleset needs
             # the workspace's path, which the tests' side says here.
             self.landlock = confine(self.workspace)
+            self.wrote = datafiles.note_writes(self.workspace)
             self.descriptors = _Descriptors(self)  # (its thread after confine: one thread there)
             return {"landlock": self.landlock, "uid": os.getuid()}
         if op == "patch":  # the tests' patches of modules both processes have (patches.py)

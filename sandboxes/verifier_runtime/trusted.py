@@ -87,6 +87,7 @@ patches = _load("patches")
 methods = _load("methods")
 records = _load("records")
 stops = _load("stops")
+datafiles = _load("datafiles")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
 # The tested process's user and group: owns nothing the tests rely on. One per verification
@@ -592,6 +593,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         _push_shared(self)
         super().before_request(msg)
         self.carry(msg)
+        self.datafiles.before_request()
         _grant_handed(self, msg)  # (the environment carried too)
 
     def tested_folder(self, path):
@@ -606,10 +608,12 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         return path
 
     def after_answer(self, msg):
+        self.datafiles.heard(msg)
         self.heard_text(msg.get("v"))
         access.heard_names(msg)  # (all of it: whatever a key, it is the tested code's)
 
     def on_request(self, msg):  # (a request of the tested code's own)
+        self.datafiles.heard(msg)
         access.heard_names(msg)
         super().on_request(msg)
 
@@ -1091,6 +1095,7 @@ def endpoint():
     )
     theirs.close()
     ep = TrustedEndpoint(ours, manifest)
+    ep.datafiles = datafiles.synced(manifest["app"], manifest["workspace"], report)
     ep.env_sent = ep_env
     ep.proc = proc
     ep.tested_uid, ep.granted = uid, set()

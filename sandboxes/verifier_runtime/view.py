@@ -25,8 +25,9 @@ REPORT gets one line saying what was left out.
 
 `sync` copies data files (what `build` would lay out as data, and nothing else) between the
 tests' /app and the tested code's writable workspace: trusted.py calls it around a program
-the tests run, so the program reads what the tests put in /app and the tests read what it
-wrote (module files, metadata and the rest stay where they are).
+the tests run, and datafiles.py between calls where a side wrote, so the tested code reads
+what the tests put in /app and the tests read what it wrote (module files, metadata and the
+rest stay where they are).
 
 Standard library only: this runs under the task image's Python. And few modules of it: this
 interpreter starts in every verification, and `json`, `re`, `shutil` and `importlib.util` (with
@@ -240,13 +241,32 @@ def _same(a, b):
             return True
 
 
-def _copy_file(src_dir, dst_dir, name, mode):
-    """Copy src_dir/name over dst_dir/name, unless they hold the same bytes or dst's is the
-    newer (each side keeps the other's latest writes). True if copied."""
+def _newer_or_same(was, st):
+    """Whether the copy `was` needs no copy of `st` over it: it is the newer, or the same file
+    (a copy keeps its source's time). File times move by clock ticks of some milliseconds, so
+    one written in the tick of the last copy has that copy's time: then a size that changed
+    tells it, and the side synced from, which is the one that acted last, wins."""
+    if not stat.S_ISREG(was.st_mode):
+        return False
+    if was.st_mtime_ns != st.st_mtime_ns:
+        return was.st_mtime_ns > st.st_mtime_ns
+    return was.st_size == st.st_size
+
+
+def _copy_file(src_dir, dst_dir, name, st, mode):
+    """Copy src_dir/name (`st`: its stat) over dst_dir/name, unless dst's is the newer or the
+    same (each side keeps the other's latest writes). True if copied."""
+    try:
+        if _newer_or_same(os.stat(name, dir_fd=dst_dir, follow_symlinks=False), st):
+            return False  # (by their stats alone: most files of most syncs)
+    except FileNotFoundError:
+        pass
     src = os.open(name, _READ, dir_fd=src_dir)
     try:
-        st = os.fstat(src)
-        if not stat.S_ISREG(st.st_mode):
+        st = os.fstat(src)  # (what is copied: a file swapped in since the listing is judged again)
+        # A file with other names may be one that only this side's user may read: a hard link
+        # the tested user made to it where the kernel lets it.
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             return False
         try:
             old = os.open(name, _READ, dir_fd=dst_dir)
@@ -255,9 +275,8 @@ def _copy_file(src_dir, dst_dir, name, mode):
         if old is not None:
             try:
                 was = os.fstat(old)
-                if stat.S_ISREG(was.st_mode) and (
-                    was.st_mtime_ns >= st.st_mtime_ns  # the same (copies keep it), or newer
-                    or (was.st_size == st.st_size and _same(src, old))
+                if _newer_or_same(was, st) or (
+                    was.st_size == st.st_size and stat.S_ISREG(was.st_mode) and _same(src, old)
                 ):
                     return False
             finally:
@@ -309,7 +328,7 @@ def _sync_folder(tops, parts, pending, copied, failed, file_mode, dir_mode):
                 try:
                     if dst_dir is None:
                         dst_dir = _open_dir(tops[1], parts, make=dir_mode)
-                    if _copy_file(src_dir, dst_dir, name, file_mode):
+                    if _copy_file(src_dir, dst_dir, name, st, file_mode):
                         copied.append(os.path.join(rel, name))
                 except OSError:
                     failed.append(os.path.join(rel, name))

@@ -424,6 +424,12 @@ def configure(text):
     path.write_text(text)
 
 
+def shout_settings(target):
+    # Its settings beside its own module, its output by a relative name.
+    here = pathlib.Path(__file__).parent
+    pathlib.Path(target).write_text((here / "settings.cfg").read_text().upper())
+
+
 def export(text):
     # Its output in a file of its own that only it may read (mkstemp: 0600), by its path.
     import tempfile
@@ -470,7 +476,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from solution import configure, convert, export
+from solution import configure, convert, export, shout_settings
 
 
 def test_tmp_path(tmp_path):
@@ -534,6 +540,13 @@ def test_a_program_reads_a_named_temporary_file():
     shutil.rmtree(out, ignore_errors=True)
 
 
+def test_a_file_the_tests_write_in_app_is_beside_the_solution(monkeypatch):
+    monkeypatch.chdir("/app")
+    Path("/app/settings.cfg").write_text("on")
+    shout_settings("shouted.txt")
+    assert Path("/app/shouted.txt").read_text() == "ON"
+
+
 def test_a_program_writes_its_output_in_app():
     Path("/app/in.txt").write_text("jkl")
     argv = [sys.executable, "/app/solution.py", "in.txt", "out.txt"]
@@ -580,8 +593,10 @@ async def test_paths_the_tests_hand_over_are_usable(backend, example_task, run_l
     output (0600) read and appended to by the tests; `HOME` pointed at a temporary folder
     by `monkeypatch.setenv`, where the solution keeps its settings; a program the
     tests run that writes its output in /app (relative to /app, or by an /app path from the
-    tests' tmp_path); an imported command-line `main()` after the test set `sys.argv` and
-    changed folder to its tmp_path (relative paths). A correct solution scores 1, unflagged."""
+    tests' tmp_path); a file the tests write in /app that the solution reads beside its
+    module, writing its output by a relative name; an imported command-line `main()` after
+    the test set `sys.argv` and changed folder to its tmp_path (relative paths). A correct
+    solution scores 1, unflagged."""
     tests = {**example_task.test_files, "test_solution.py": _PATHS_TESTS}
     task = task_styles.styled(replace(example_task, test_files=tests), style)
     workspace = build_tar({"solution.py": _PATHS_SOLUTION})

@@ -500,6 +500,107 @@ def test_the_tests_command_line_and_working_folder_reach_the_solution(layout: La
     assert run.rc == 0, run.output
 
 
+_DATA_SOLUTION = """
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_config():
+    with open(os.path.join(HERE, "config.json")) as f:
+        return json.load(f)
+
+
+def set_option(key, value):
+    config = load_config()
+    config[key] = value
+    with open(os.path.join(HERE, "config.json"), "w") as f:
+        json.dump(config, f)
+
+
+def total(name):
+    with open(os.path.join("data", name)) as f:
+        return sum(int(line) for line in f)
+
+
+def save_report(text):
+    with open("report.txt", "w") as f:
+        f.write(text)
+    # What the tests' processes would load or obey stays in the workspace.
+    for name in ("conftest.py", "sitecustomize.py", "evil.pth", "helper.py"):
+        with open(name, "w") as f:
+            f.write("raise SystemExit(3)\\n")
+
+
+class Log:
+    def __init__(self, name):
+        self.file = open(name, "w")
+
+    def add(self, line):
+        self.file.write(line + "\\n")
+
+    def close(self):
+        self.file.close()
+"""
+_DATA_TEST = """
+import json
+import os
+from pathlib import Path
+
+import solution
+
+
+def test_a_config_the_tests_write_is_read_beside_the_module():
+    Path("config.json").write_text(json.dumps({"size": 3}))
+    assert solution.load_config() == {"size": 3}
+    with open(os.path.join(os.getcwd(), "config.json"), "w") as f:
+        json.dump({"size": 4}, f)
+    assert solution.load_config() == {"size": 4}
+
+
+def test_the_solution_changes_it_and_the_tests_read_it():
+    Path("config.json").write_text(json.dumps({"size": 3}))
+    solution.set_option("mode", "fast")
+    assert json.loads(Path("config.json").read_text()) == {"size": 3, "mode": "fast"}
+
+
+def test_a_folder_of_data_the_tests_write():
+    os.makedirs("data", exist_ok=True)
+    Path("data", "numbers.txt").write_text("1\\n2\\n3\\n")
+    assert solution.total("numbers.txt") == 6
+
+
+def test_a_file_the_solution_writes_by_a_relative_name():
+    solution.save_report("all good")
+    assert os.path.exists("report.txt")
+    assert Path("report.txt").read_text() == "all good"
+    for name in ("conftest.py", "sitecustomize.py", "evil.pth", "helper.py"):
+        assert not os.path.exists(name), name
+
+
+def test_a_file_it_keeps_open_across_calls():
+    log = solution.Log("log.txt")
+    log.add("a")
+    log.add("b")
+    log.close()
+    assert Path("log.txt").read_text() == "a\\nb\\n"
+    assert "log.txt" in os.listdir(".")
+"""
+
+
+def test_data_files_the_tests_and_the_solution_write_in_app_reach_the_other(
+    layout: Layout,
+) -> None:
+    """In one process /app is one folder: a file the tests write there is what the solution
+    reads beside its module or by a relative name, and what it writes by a relative name the
+    tests read in /app. Here the tested process's /app is its workspace, kept in step at each
+    call where a side wrote (datafiles.py); module files and the rest a runner would load
+    never reach /app. (Each test failed before: FileNotFoundError.)"""
+    run = layout.passes({"solution.py": _DATA_SOLUTION}, {"test_data.py": _DATA_TEST}, 5)
+    assert not run.named("sync_failed"), run.events
+
+
 def test_a_folder_the_tests_loaded_code_from_is_never_handed_over(tmp_path: Path) -> None:
     """No path is handed over (trusted.py `_near_loaded_code`) whose grant would let the tested
     user reach a module of the tests' process: one below it, or below a folder on its way
