@@ -384,6 +384,28 @@ JUDGED_SPECIALS = frozenset(
 )
 
 
+def overridden(cls, name):
+    """Whether `cls` is a tests' class made there too whose own classes define special method
+    `name`: a mirror's `name` reached on one of its objects was then reached by `super()` (or
+    by the mirror's name) from the tests' own `name`."""
+    return getattr(cls, "_rollouts_subclass", False) and any(
+        vars(k).get("_rollouts_subclass") and name in vars(k) for k in cls.__mro__
+    )
+
+
+def run_inherited(proxy, name, method, args, kwargs):
+    """The real class's special method `name` run on the real object of `proxy` (an object of
+    a tests' class that `overridden` it), where `method` is the mirror's own."""
+    mirror = next(
+        k
+        for k in type(proxy).__mro__
+        if "_rollouts_ep" in vars(k) and not vars(k).get("_rollouts_subclass")
+    )
+    if name in JUDGED_SPECIALS:  # judged as ever, the real class's method answering
+        return proxy._rollouts_ep.judged_via(proxy, mirror, method, args)
+    return proxy._rollouts_ep.request("inherited", mirror, name, proxy, args, tuple(kwargs.items()))
+
+
 def _or_inherited(name, method):
     """Special method `name` of a mirror (`method`), which, on an object of a tests' class made
     there too, reached by `super()` from that class's own `name` (`def __str__(self): return
@@ -391,20 +413,8 @@ def _or_inherited(name, method):
     own would call the tests' one again, for ever."""
 
     def special(self, *args, **kwargs):
-        cls = type(self)
-        if cls._rollouts_subclass and any(
-            vars(k).get("_rollouts_subclass") and name in vars(k) for k in cls.__mro__
-        ):
-            mirror = next(
-                k
-                for k in cls.__mro__
-                if "_rollouts_ep" in vars(k) and not vars(k).get("_rollouts_subclass")
-            )
-            if name in JUDGED_SPECIALS:  # judged as ever, the real class's method answering
-                return self._rollouts_ep.judged_via(self, mirror, method, args)
-            return self._rollouts_ep.request(
-                "inherited", mirror, name, self, args, tuple(kwargs.items())
-            )
+        if overridden(type(self), name):
+            return run_inherited(self, name, method, args, kwargs)
         return method(self, *args, **kwargs)
 
     special.__name__ = special.__qualname__ = name
@@ -602,6 +612,26 @@ def _serve_exit(obj, *exc):
 
 def _serve_aexit(obj, *exc):
     return type(obj).__aexit__(obj, *_no_traceback(exc))
+
+
+# A generator's, coroutine's or async generator's own `throw` (`athrow`), bound to it.
+_THROWS = frozenset(("throw", "athrow"))
+_GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+
+
+def thrown(fn, pos):
+    """The positional arguments `pos` that a call of `fn` is served with: a generator's own
+    `throw(typ, value, tb)` gets None for the other side's traceback, as an `__exit__` does
+    (`_no_traceback`). The tests' `contextlib.contextmanager(solution.gen)` throws the
+    with-body's exception in by that form (Python 3.11), and the real `throw` raised TypeError
+    on the handle, in place of that exception."""
+    if (
+        type(fn) is types.BuiltinMethodType
+        and fn.__name__ in _THROWS
+        and isinstance(fn.__self__, _GENERATORS)
+    ):
+        return _no_traceback(pos)
+    return pos
 
 
 def _no_traceback(exc):

@@ -500,7 +500,7 @@ class Endpoint(
             if not isinstance(pos, tuple) or not isinstance(kw, tuple):
                 raise ProtocolError("call arguments")
             self.check_target(fn)
-            return fn(*pos, **dict(kw))
+            return fn(*proxies.thrown(fn, pos), **dict(kw))
         if op == "op":
             name = args[0]
             if not isinstance(name, str) or name not in _OPERATORS:

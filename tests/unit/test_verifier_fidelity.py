@@ -484,6 +484,35 @@ def quiet():
     return contextlib.suppress(KeyError)
 
 
+def guarded(log):
+    log.append("enter")
+    try:
+        yield 5
+    except ValueError:
+        log.append("caught")
+        raise
+    finally:
+        log.append("exit")
+
+
+async def guarded_async(log):
+    log.append("enter")
+    try:
+        yield 5
+    except ValueError:
+        log.append("caught")
+        raise
+    finally:
+        log.append("exit")
+
+
+def answering():
+    try:
+        yield 1
+    except KeyError:
+        yield "caught"
+
+
 def checked_width(n):
     if n < 0:
         raise ValueError("bad width: %d" % n)
@@ -554,8 +583,10 @@ class Keyed:
 
 TESTS = """
 import argparse
+import asyncio
 import collections
 import collections.abc
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -638,6 +669,41 @@ def test_the_solutions_context_managers_see_the_tests_exceptions():
     assert log == ["exit"]
     with solution.quiet():
         {}["missing"]
+
+
+def test_the_tests_contextmanager_of_the_solutions_generator_sees_their_exceptions():
+    # contextlib's `__exit__` throws the with-body's exception into the solution's generator
+    # by `gen.throw(typ, value, traceback)` (3.11; `athrow` of an async one): the tests'
+    # traceback crossed as an opaque handle, and the real `throw` refused it (TypeError in
+    # place of the ValueError). So did the tests' own `throw(*sys.exc_info())`.
+    log = []
+    with pytest.raises(ValueError):
+        with contextlib.contextmanager(solution.guarded)(log) as v:
+            assert v == 5
+            raise ValueError("x")
+    assert log == ["enter", "caught", "exit"]
+
+    async def body(log):
+        async with contextlib.asynccontextmanager(solution.guarded_async)(log):
+            raise ValueError("x")
+
+    log = []
+    with pytest.raises(ValueError):
+        asyncio.run(body(log))
+    assert log == ["enter", "caught", "exit"]
+    for thrown in ("three", "one"):
+        gen = solution.answering()
+        assert next(gen) == 1
+        try:
+            raise KeyError("k")
+        except KeyError as e:
+            args = sys.exc_info() if thrown == "three" else (e,)
+            assert gen.throw(*args) == "caught"
+    log = []
+    gen = solution.guarded(log)
+    assert next(gen) == 5
+    gen.close()
+    assert log == ["enter", "exit"]
 
 
 def test_a_solutions_exception_matches_an_anchored_pattern_and_has_no_notes():
@@ -1789,8 +1855,17 @@ def test_a_spy_on_a_real_function_is_never_made_in_the_tested_process(tmp_path: 
 # `(*args, **kwargs)` signature, an `await` refused.
 HANDED_SOLUTION = """
 import asyncio
+import contextlib
 import dataclasses
 import inspect
+
+
+def in_context(generator_function, log):
+    try:
+        with contextlib.contextmanager(generator_function)(log):
+            raise KeyError("k")
+    except KeyError:
+        return "raised on"
 
 
 def add_item(o, x):
@@ -1949,6 +2024,20 @@ def test_our_exception_raised_through_the_solution_is_ours():
 
     with pytest.raises(Refused, match="^no$"):
         solution.call(cb)
+
+
+def guarded(log):
+    try:
+        yield
+    except KeyError:
+        log.append("caught")
+        raise
+
+
+def test_the_solutions_contextmanager_of_our_generator_function_throws_into_it():
+    # (the other way round: the solution's traceback crossed as a handle our `throw` refused)
+    log = []
+    assert solution.in_context(guarded, log) == "raised on" and log == ["caught"]
 
 
 def test_the_cause_of_the_solutions_exception_reaches_us():
@@ -2151,6 +2240,24 @@ class Resource:
 async def use(manager):
     async with manager as entered:
         return entered.value()
+
+
+class Counter:
+    def __init__(self, n):
+        self.i, self.n = 0, n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i
+
+
+def drained(it):
+    return list(it)
 """
 SUBCLASSED_TESTS = """import asyncio
 from unittest import mock
@@ -2352,6 +2459,27 @@ def test_async_with_of_either_sides_manager():
 
     assert asyncio.run(go()) == 42
     assert asyncio.run(solution.use(Mine())) == 7
+
+
+class Doubled(solution.Counter):
+    def __next__(self):
+        return 2 * super().__next__()
+
+
+def test_super_next_of_an_iterator_runs_the_real_one_and_its_stop_ends_the_loop():
+    # The mirror's `__next__` (iterators.py, which reads ahead) asked the object there for its
+    # next item, and the object's `__next__` is the tests' own: it called itself for ever.
+    # The real one's StopIteration, raised through the tests' `__next__`, ends each loop.
+    assert list(Doubled(3)) == [2, 4, 6]
+    walked = []
+    for x in Doubled(2):
+        walked.append(x)
+    assert walked == [2, 4] and next(iter(Doubled(3))) == 2
+    one = Doubled(1)
+    assert next(one) == 2
+    with pytest.raises(StopIteration):
+        next(one)
+    assert solution.drained(Doubled(2)) == [2, 4]
 """
 
 
