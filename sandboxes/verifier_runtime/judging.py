@@ -10,9 +10,11 @@ from `rng`, which neither the tests' seeds nor the tested code sway.
 Standard library only, Python >= 3.8.
 """
 
+import collections
 import copy
 import dataclasses
 import enum
+import os
 import random
 import string
 import sys
@@ -266,7 +268,22 @@ def _tests_own(t):
         t.__eq__ is not object.__eq__
         and module != "builtins"
         and not module.startswith(("_pytest.", "pytest", "unittest.mock"))
+        and not _a_librarys(module)
     )
+
+
+def _a_librarys(module):
+    """Whether module `module` is the standard library's or an installed package's (its
+    classes' attributes are their own machinery, `IPv4Address.version`, not fields a value
+    of the tests names), judged by where its file is."""
+    where = getattr(sys.modules.get(module), "__file__", None)
+    if not isinstance(where, str):
+        return True  # (built in, or made with no file: no class of the tests' files)
+    return where.startswith(_LIBRARY) or any(p in where for p in _INSTALLED)
+
+
+_LIBRARY = os.path.dirname(os.__file__) + os.sep  # (the standard library's folder)
+_INSTALLED = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 
 def _slots(klass):
@@ -276,61 +293,104 @@ def _slots(klass):
 
 def _fields_shown(held, other):
     """Whether what the object held under the operand's field names (asked before it saw
-    `other`) is `other`'s value there: at least one field must be held equal to `other`'s,
-    and none held in the same plain form (`_plain`) unequal. Equal as honest equalities of
-    such fields may be: text up to case and whitespace, numbers up to 1e-9 (relative or
-    absolute), lists item by item; a field in no plain form (a date, a dict, a nested
-    object) by the tests' own `==` of the two values (the object's held one judged as any
-    object's). A field it holds in another form that cannot say (a method) says nothing."""
+    `other`) is `other`'s value there: every field held, and each one equal to `other`'s as
+    the field's own type compares (`_field_agrees`). Held under another name, or a field in
+    another convention, is not shown: a claim of equality then is the object's `==` alone,
+    which is what a lying one has (the stated limit: an honest object that keeps its value
+    otherwise, docs/reliability.md)."""
     if not isinstance(held, dict):
         return False
-    shown = 0
-    for name, value in held.items():
+    for name in _fields_of(other) or ():
+        if name not in held:
+            return False
         try:
             theirs = getattr(other, name)
-        except Exception:  # noqa: BLE001 - a field that cannot say
-            continue
-        same = _loosely_same(_plain(value), _plain(theirs))
-        if same is None:
-            try:
-                same = True if bool(theirs == value) else None
-            except Exception:  # noqa: BLE001 - values that cannot say
-                same = None
-        if same is False:
+        except Exception:  # noqa: BLE001 - a field of the tests' that cannot say
             return False
-        shown += same is True
-    return shown > 0
+        if not _field_agrees(held[name], theirs):
+            return False
+    return True
 
 
-def _loosely_same(mine, theirs):
-    """True or False for two plain forms of one type (`_plain`); None where they say nothing."""
-    if mine is _NONE or theirs is _NONE or type(mine) is not type(theirs):
+def _field_agrees(mine, theirs):
+    """Whether a field the object held (`mine`) is the tests' (`theirs`): in a plain form both
+    share, as strictly as the tests' own field type compares (text exactly, whole numbers
+    exactly, floats up to their rounding), an enum member by its value or its name; in no
+    plain form (a date, a dict, a set, a nested object) by the tests' own `==`."""
+    compared = False
+    for a in _forms(mine):
+        for b in _forms(theirs):
+            same = _same_plain(a, b)
+            if same:
+                return True
+            compared = compared or same is False
+    if compared:
+        return False
+    try:
+        return bool(theirs == mine)
+    except Exception:  # noqa: BLE001 - values that cannot say
+        return False
+
+
+def _forms(v):
+    """The plain forms (`_plain`) a field's value may be compared in: an enum member's value
+    and its name, another value's own."""
+    if isinstance(type(v), enum.EnumMeta):
+        return [x for x in (_plain(v.value), v.name) if x is not _NONE]
+    plain = _plain(v)
+    return [] if plain is _NONE else [plain]
+
+
+def _same_plain(a, b):
+    """True or False for two plain forms of one kind; None where they say nothing."""
+    if _is_plain_number(a) and _is_plain_number(b):
+        return _same_field_number(a, b)
+    if type(a) is not type(b):
         return None
-    if type(mine) is float:
-        return abs(mine - theirs) <= 1e-9 * max(1.0, abs(mine), abs(theirs)) or mine == theirs
-    if type(mine) is str:
-        return _same_text(mine, theirs)
-    if type(mine) is list:
-        if len(mine) != len(theirs):
+    if type(a) is list:
+        if len(a) != len(b):
             return False
-        sames = [_loosely_same(a, b) for a, b in zip(mine, theirs)]  # noqa: B905 - (3.8)
+        sames = [_same_plain(x, y) for x, y in zip(a, b)]  # noqa: B905 - (3.8)
         return None if None in sames else all(sames)
-    return bool(mine == theirs)
+    return bool(a == b)
+
+
+def _is_plain_number(v):
+    return type(v) in (int, float)
+
+
+def _same_field_number(a, b):
+    """Whole numbers exactly; a float up to the rounding of float arithmetic (a rotation's
+    6e-17 for 0), but never past what a float can hold (a float held for a whole number
+    beyond 2**53 is not that number: Binet's formula for fib(90))."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    if max(abs(a), abs(b)) >= _FLOAT_EXACT:
+        return a == b
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+_FLOAT_EXACT = 2.0**53
 
 
 def _plain(v):
     """A field's value in a form both sides' honest values share, or _NONE: text and bytes as
-    they are, a number as a float, a list or tuple as a list of such, an enum member as its
-    value, None as itself; anything else (an object, a method) says nothing."""
+    they are, a whole number as an int, another number as a float, a list or tuple as a list
+    of such, None as itself; anything else (an object, a method) says nothing."""
     if v is None or type(v) in (str, bytes, bool):
         return v
-    if isinstance(type(v), enum.EnumMeta):
-        return _plain(v.value)
-    if type(v) in (int, float) or _number(v):
+    if type(v) is int:
+        return v
+    if type(v) is float or _number(v):
         try:
-            return float(v)
+            f = float(v)
         except (ArithmeticError, ValueError):
             return _NONE
+        try:
+            whole = v == int(v) and abs(f) >= _FLOAT_EXACT and type(v) is not float
+        except (ArithmeticError, ValueError, OverflowError):
+            whole = False
+        return int(v) if whole else f
     if type(v) in (list, tuple):
         items = [_plain(x) for x in v]
         return _NONE if any(x is _NONE for x in items) else items
@@ -431,13 +491,17 @@ _TEXT_VALUES = frozenset(
     ("uuid", "UUID"),
     ("pathlib", "PurePosixPath"),
     ("pathlib", "PosixPath"),
+} | {
+    ("ipaddress", kind + suffix)
+    for kind in ("IPv4", "IPv6")
+    for suffix in ("Address", "Network", "Interface")
 }  # by name: the tests' process need not import them to compare
 
 
 def _held_kind(v):
     t = type(v)
     name = (str(getattr(t, "__module__", "")).split(".")[0], getattr(t, "__qualname__", None))
-    kind = _HELD_KINDS.get(t) or ("text" if name in _TEXT_VALUES else None)
+    kind = _HELD_KINDS.get(t) or _HELD_AS.get(t) or ("text" if name in _TEXT_VALUES else None)
     if kind is None and _approx_number(v):
         return "float"
     if kind is None and not isinstance(v, rpc.RemoteObject) and not isinstance(t, enum.EnumMeta):
@@ -450,10 +514,21 @@ def _held_kind(v):
             t.__eq__ is base.__eq__ or getattr(t, "__module__", None) == "collections"
         ):
             kind = _HELD_KINDS[base]
+    if kind is None and not isinstance(v, rpc.RemoteObject) and t is not bool:
+        # the tests' `class Cents(int)`, their IntEnum or `(str, Enum)` member: what the
+        # object holds is asked as that builtin, shown against the operand's builtin value
+        # (where the class compares as its builtin does)
+        base = next((b for b in _SCALARS if isinstance(v, b)), None)
+        if base is not None and t.__eq__ is base.__eq__:
+            kind = _HELD_KINDS[base]
     return kind
 
 
+# Types whose value is a builtin's, held as that builtin (their `==` is that builtin's, and
+# they equal no other type's objects, so an object claiming equality holds that value).
+_HELD_AS = {collections.deque: "list", bytearray: "bytes"}
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+_SCALARS = (str, bytes, int, float)
 
 
 def _approx_number(v):
@@ -473,7 +548,11 @@ def _shown(held, other, kind):
         if _approx_number(other):
             return type(held) is float and bool(other == held)
         if kind in _HELD_KINDS.values() and type(other) not in _HELD_KINDS:
-            other = _BUILTINS[kind](other)
+            # (its builtin value: str() of a `(str, Enum)` member is its name, not its value)
+            convert = rpc.codec.BASE_VALUES.get(kind)
+            if convert is None or not isinstance(other, rpc.codec.BASE_TYPES[kind]):
+                convert = _BUILTINS[kind]  # (a deque as a list, a bytearray as bytes)
+            other = convert(other)
     except Exception:  # noqa: BLE001 - an operand that cannot say: not shown
         return False
     return _shows(held, other, kind)

@@ -523,10 +523,33 @@ def _attributes(subject, names):
         if type(name) is not str:
             raise rpc.ProtocolError("held attributes")
         try:
-            out[name] = getattr(subject, name)
-        except Exception:  # noqa: BLE001 - one it does not have
+            value = getattr(subject, name)
+            # A method named as the field (`def area(self)` for the tests' `area`) holds its
+            # value as a property would: what it answers, taking nothing.
+            out[name] = value() if _a_getter(subject, value) else value
+        except Exception:  # noqa: BLE001 - one it does not have, or cannot give
             pass
     return out
+
+
+def _a_getter(subject, value):
+    """Whether `value` is a Python method of `subject` that takes no argument."""
+    if type(value) is not types.MethodType or value.__self__ is not subject:
+        return False
+    function = value.__func__
+    code = getattr(function, "__code__", None)
+    if code is None or code.co_flags & _ANSWERS_NO_VALUE:
+        return False
+    kw_defaults = function.__kwdefaults__ or {}
+    return code.co_argcount - 1 == len(function.__defaults__ or ()) and all(
+        name in kw_defaults
+        for name in code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    )
+
+
+# Generator, coroutine and async generator functions (CO_GENERATOR ... CO_ASYNC_GENERATOR):
+# called, they answer a new iterator or coroutine, not a value.
+_ANSWERS_NO_VALUE = 0x20 | 0x80 | 0x100 | 0x200
 
 
 _ATTRIBUTES_MAX = 64

@@ -663,10 +663,10 @@ class Stats:
 
 class Email:
     def __init__(self, user, domain):
-        self.user, self.domain = user, domain
+        self.user, self.domain = user, domain.lower()
 
     def __eq__(self, other):
-        return self.user == other.user and self.domain.lower() == other.domain.lower()
+        return self.user == other.user and self.domain == other.domain.lower()
 
     __hash__ = object.__hash__
 
