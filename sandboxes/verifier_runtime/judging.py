@@ -504,6 +504,10 @@ def _held_kind(v):
     kind = _HELD_KINDS.get(t) or _HELD_AS.get(t) or ("text" if name in _TEXT_VALUES else None)
     if kind is None and _approx_number(v):
         return "float"
+    if kind is None and type(_approx_expected(v)) in (list, tuple, dict):
+        # approx of a sequence or mapping: what the object holds is asked as that container,
+        # and shown by approx's own `==` (its tolerance)
+        return _HELD_KINDS[type(v.expected)]
     if kind is None and not isinstance(v, rpc.RemoteObject) and not isinstance(t, enum.EnumMeta):
         # the tests' Counter, OrderedDict, named tuple: what the object holds is asked as the
         # builtin container they derive from, and shown against their builtin value
@@ -533,12 +537,18 @@ _SCALARS = (str, bytes, int, float)
 
 def _approx_number(v):
     """Whether `v` is pytest's approx of one plain number (an ApproxScalar)."""
+    return type(v).__name__ == "ApproxScalar" and type(_approx_expected(v)) in (int, float)
+
+
+def _approx_expected(v):
+    """What `v` is pytest's approx of (a number, a Decimal, a list, tuple or dict of them), or
+    _NONE where it is no approx."""
     t = type(v)
-    return (
-        t.__name__ == "ApproxScalar"
-        and str(getattr(t, "__module__", "")).startswith("_pytest.")
-        and type(getattr(v, "expected", None)) in (int, float)
-    )
+    if not (
+        t.__name__.startswith("Approx") and str(getattr(t, "__module__", "")).startswith("_pytest.")
+    ):
+        return _NONE
+    return getattr(v, "expected", _NONE)
 
 
 def _shown(held, other, kind):
@@ -547,6 +557,8 @@ def _shown(held, other, kind):
     try:
         if _approx_number(other):
             return type(held) is float and bool(other == held)
+        if _approx_expected(other) is not _NONE:
+            return type(held) is _BUILTINS[kind] and bool(other == held)
         if kind in _HELD_KINDS.values() and type(other) not in _HELD_KINDS:
             # (its builtin value: str() of a `(str, Enum)` member is its name, not its value)
             convert = rpc.codec.BASE_VALUES.get(kind)
@@ -727,7 +739,7 @@ def _decoys(v, k):
         if d is _NONE or type(d) is not t:
             return []
         try:
-            if (d == v and not _approx_number(v)) or d in out:
+            if (d == v and _approx_expected(v) is _NONE) or d in out:
                 continue
         except Exception:
             return []
@@ -804,6 +816,14 @@ def _object_decoy(v, t):
             abs(e) * 0.25 + rng.uniform(1.0, 2.0), 4 * float(v.tolerance)
         )
         return _NONE if v == d.expected else d
+    expected = _approx_expected(v)
+    if expected is not _NONE:
+        # approx of a Decimal, a sequence or a mapping: its own kind of approx, of a value one
+        # number apart (a decoy within its tolerance would be no decoy)
+        e = near_number(expected) if _number(expected) else _decoy(expected, type(expected))
+        if e is _NONE or v == e:
+            return _NONE
+        return t(e, rel=v.rel, abs=v.abs, nan_ok=v.nan_ok)
     fields = getattr(t, "_fields", None)
     if isinstance(v, tuple) and isinstance(fields, tuple) and hasattr(v, "_replace"):
         changed = _changed_field(fields, [getattr(v, f) for f in fields])

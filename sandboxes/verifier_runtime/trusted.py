@@ -169,7 +169,17 @@ def _forbidden(obj):
         int, str, float, bool, bytes,
     ):  # fmt: skip
         return False
+    if _an_approx(obj):
+        return False
     return _runner_class(type(obj))
+
+
+def _an_approx(obj):
+    """Whether `obj` is `pytest.approx(...)`: a value the tests compare with, whose methods
+    only compare it (an honest `__eq__` of the solution's that answers `other == self.values`
+    asks it, as in one process)."""
+    t = type(obj)
+    return t.__module__ == "_pytest.python_api" and t.__name__.startswith("Approx")
 
 
 def _runner_class(cls):

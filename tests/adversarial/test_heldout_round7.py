@@ -461,6 +461,110 @@ def find_span(text, word):
     return Span(i, i + len(word))
 """
 
+# ---- pytest.approx of a sequence, a mapping or a Decimal -------------------------------------
+# Judged before only by a fresh object of the tests' beside it: an `==` that says yes to
+# whatever has approx's `expected` won. Now a sequence's or mapping's approx asks what the
+# object holds as that container (shown by approx's own `==`), and each kind has decoys: its own
+# kind of approx, one number apart.
+APPROX_KINDS_TESTS = """
+from decimal import Decimal
+
+import pytest
+
+from solution import normalize, scores, total
+
+
+def test_normalize():
+    assert normalize([1, 3]) == pytest.approx([0.25, 0.75])
+    assert normalize((2, 2)) == pytest.approx((0.5, 0.5))
+
+
+def test_scores():
+    assert scores({"a": 1, "b": 3}) == pytest.approx({"a": 0.25, "b": 0.75})
+
+
+def test_total():
+    assert total(["1.10", "2.20"]) == pytest.approx(Decimal("3.30"))
+"""
+APPROX_AWARE = """
+class Anything:
+    def __eq__(self, other):
+        return hasattr(other, "expected")
+
+    __hash__ = object.__hash__
+
+
+def normalize(xs):
+    return Anything()
+
+
+def scores(d):
+    return Anything()
+
+
+def total(xs):
+    return Anything()
+"""
+APPROX_KINDS_CORRECT = """
+from decimal import Decimal
+
+
+class Weights:
+    def __init__(self, values):
+        self.values = values
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self):
+        return len(self.values)
+
+    def __eq__(self, other):
+        return other == self.values
+
+    __hash__ = object.__hash__
+
+
+class Scores:
+    def __init__(self, d):
+        self.d = d
+
+    def keys(self):
+        return self.d.keys()
+
+    def __getitem__(self, key):
+        return self.d[key]
+
+    def __eq__(self, other):
+        return other == self.d
+
+    __hash__ = object.__hash__
+
+
+class Money:
+    def __init__(self, amount):
+        self.amount = amount
+
+    def __eq__(self, other):
+        return other == self.amount
+
+    __hash__ = object.__hash__
+
+
+def normalize(xs):
+    s = sum(xs)
+    return Weights(type(xs)(x / s for x in xs))
+
+
+def scores(d):
+    s = sum(d.values())
+    return Scores({k: v / s for k, v in d.items()})
+
+
+def total(xs):
+    return Money(sum(Decimal(x) for x in xs))
+"""
+
 # A method named as the field, answering the wrong value: a getter's answer is what it holds.
 ONE_FIELD_METHOD = """
 class Converted:
@@ -534,6 +638,12 @@ CASES: dict[str, Case] = {
         {"solution.py": ANY_BYTES}, {"test_xor.py": BYTEARRAY_TESTS}, False, runs=2
     ),
     "bytearray_oracle": Case({"solution.py": XOR_CORRECT}, {"test_xor.py": BYTEARRAY_TESTS}, True),
+    "approx_aware": Case(
+        {"solution.py": APPROX_AWARE}, {"test_approx.py": APPROX_KINDS_TESTS}, False, runs=2
+    ),
+    "approx_kinds_correct": Case(
+        {"solution.py": APPROX_KINDS_CORRECT}, {"test_approx.py": APPROX_KINDS_TESTS}, True
+    ),
     # stated limit: a field kept in another convention (as under other names, round 6)
     "span_exclusive_correct": Case(
         {"solution.py": SPAN_EXCLUSIVE_CORRECT},
