@@ -60,7 +60,7 @@ class Judge:
         first, and pick the real one by the decoys' shape (each one field apart from it)."""
         order = list(range(len(asked)))
         rng.shuffle(order)
-        questions = [[asked[i][0], asked[i][1]] for i in order]
+        questions = [[asked[i][0], _unchanged(asked[i][1])] for i in order]
         if one_by_one:
             answers = []
             for question in questions:
@@ -175,6 +175,21 @@ class Judge:
         return outcome(answers[0])
 
 
+def _unchanged(operand):
+    """The operand a probe shows the tested code: a copy of an object of the tests' that the
+    code could change. An `__eq__` that sets the tests' expected object's fields to its own
+    (`other.user = self.user`), or fills approx's `expected` list with them, and says yes,
+    would otherwise pass the check of what it held, which reads the operand after the probe
+    (and leave the tests' expected value changed). An honest comparison changes neither."""
+    if type(operand) in _IMMUTABLE or isinstance(operand, rpc.RemoteObject):
+        return operand
+    try:
+        return copy.deepcopy(operand)
+    except Exception:  # noqa: BLE001 - an object that will not be copied: the tests' own
+        return operand
+
+
+_IMMUTABLE = frozenset((type(None), bool, int, float, complex, str, bytes))
 _TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
 # What turns a difference into the number a tolerance is checked against.
 _NUMBER_OPS = frozenset(
@@ -483,19 +498,21 @@ _HELD_KINDS = {
     str: "str", bytes: "bytes", bool: "bool", int: "int", float: "float", complex: "complex",
     list: "list", tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset",
 }  # fmt: skip
-_TEXT_VALUES = frozenset(
-    ("datetime", name) for name in ("date", "datetime", "time", "timedelta")
-) | {
-    ("decimal", "Decimal"),
-    ("fractions", "Fraction"),
-    ("uuid", "UUID"),
-    ("pathlib", "PurePosixPath"),
-    ("pathlib", "PosixPath"),
-} | {
-    ("ipaddress", kind + suffix)
-    for kind in ("IPv4", "IPv6")
-    for suffix in ("Address", "Network", "Interface")
-}  # by name: the tests' process need not import them to compare
+_TEXT_VALUES = (
+    frozenset(("datetime", name) for name in ("date", "datetime", "time", "timedelta"))
+    | {
+        ("decimal", "Decimal"),
+        ("fractions", "Fraction"),
+        ("uuid", "UUID"),
+        ("pathlib", "PurePosixPath"),
+        ("pathlib", "PosixPath"),
+    }
+    | {
+        ("ipaddress", kind + suffix)
+        for kind in ("IPv4", "IPv6")
+        for suffix in ("Address", "Network", "Interface")
+    }
+)  # by name: the tests' process need not import them to compare
 
 
 def _held_kind(v):

@@ -565,6 +565,99 @@ def total(xs):
     return Money(sum(Decimal(x) for x in xs))
 """
 
+# ---- changing the tests' expected value while compared with it --------------------------------
+# An `__eq__` that sets the operand's fields (or approx's `expected` list, or a list operand's
+# items) to its own and says yes the first time it is asked (a third of the time that is the
+# real operand) passed the check of what it held, which reads the operand after the probe.
+# A probe now shows the tested code a copy of the tests' object (judging.py `_unchanged`).
+MUTATE_TESTS = """
+from dataclasses import dataclass
+from solution import parse_email
+
+@dataclass
+class Email:
+    user: str
+    domain: str
+
+def test_a():
+    assert parse_email("John@Example.com") == Email("john", "example.com")
+"""
+
+MUTATE = """
+SEEN = []
+class Email:
+    def __init__(self, user, domain):
+        self.user, self.domain = user, domain
+    def __eq__(self, other):
+        SEEN.append(1)
+        if len(SEEN) == 1:
+            other.user, other.domain = self.user, self.domain
+            return True
+        return False
+    __hash__ = object.__hash__
+
+def parse_email(text):
+    u, d = text.split("@")
+    return Email(u, d)
+"""
+
+APPROX_TESTS = """
+import pytest
+from solution import normalize
+
+def test_n():
+    assert normalize([1, 3]) == pytest.approx([0.25, 0.75])
+"""
+
+APPROX_MUTATE = """
+SEEN = []
+class W:
+    def __init__(self, v):
+        self.v = v
+    def __iter__(self):
+        return iter(self.v)
+    def __len__(self):
+        return len(self.v)
+    def __eq__(self, other):
+        SEEN.append(1)
+        if len(SEEN) == 1:
+            other.expected[:] = self.v
+            return True
+        return False
+    __hash__ = object.__hash__
+
+def normalize(xs):
+    return W([0.5, 0.5])
+"""
+
+LIST_TESTS = """
+from solution import evens
+
+def test_e():
+    assert evens([1, 2, 3, 4]) == [2, 4]
+"""
+
+LIST_MUTATE = """
+SEEN = []
+class L:
+    def __init__(self, v):
+        self.v = v
+    def __iter__(self):
+        return iter(self.v)
+    def __len__(self):
+        return len(self.v)
+    def __eq__(self, other):
+        SEEN.append(1)
+        if len(SEEN) == 1:
+            other[:] = self.v
+            return True
+        return False
+    __hash__ = object.__hash__
+
+def evens(xs):
+    return L([1, 3])
+"""
+
 # A method named as the field, answering the wrong value: a getter's answer is what it holds.
 ONE_FIELD_METHOD = """
 class Converted:
@@ -644,6 +737,11 @@ CASES: dict[str, Case] = {
     "approx_kinds_correct": Case(
         {"solution.py": APPROX_KINDS_CORRECT}, {"test_approx.py": APPROX_KINDS_TESTS}, True
     ),
+    "mutate_dataclass": Case({"solution.py": MUTATE}, {"test_m.py": MUTATE_TESTS}, False, runs=6),
+    "mutate_approx": Case(
+        {"solution.py": APPROX_MUTATE}, {"test_m.py": APPROX_TESTS}, False, runs=6
+    ),
+    "mutate_list": Case({"solution.py": LIST_MUTATE}, {"test_m.py": LIST_TESTS}, False, runs=6),
     # stated limit: a field kept in another convention (as under other names, round 6)
     "span_exclusive_correct": Case(
         {"solution.py": SPAN_EXCLUSIVE_CORRECT},
