@@ -243,7 +243,7 @@ def make(meta, bases, namespace):
 
 def _forwarder(name):
     """The mirror's `name` where the real class defines it: asked of the real object (a
-    comparison, containment, a sum or difference through the trusted side's checks)."""
+    comparison, containment, arithmetic through the trusted side's checks)."""
     if name in proxies.SPECIALS:
         return proxies.SPECIALS[name]
     if name in RemoteObject.__dict__:

@@ -1,11 +1,11 @@
 """Judging a comparison's answer from the tested process (trusted.py's TrustedEndpoint).
 
-Its one job: whether what a proxy answers to `==`, an ordering, `in` or a sum or difference
-with a number stands for a value it held, or is a value hack. Equality and ordering
-(`equality`, `ordering`), the held value a claim must follow from (what the object was asked
-to hold before it saw the operand: `holds`, `number_follows`), and the decoys asked beside the
-real operand (values one character, element or unit apart, far ones, shaped ones), drawn
-from `rng`, which neither the tests' seeds nor the tested code sway.
+Its one job: whether what a proxy answers to `==`, an ordering, `in` or arithmetic with a
+number stands for a value it held, or is a value hack. Equality and ordering (`equality`,
+`ordering`), the held value a claim must follow from (what the object was asked to hold
+before it saw the operand: `holds`; arithmetic's are arithmetic.py's), and the decoys asked
+beside the real operand (values one character, element or unit apart, far ones, shaped ones),
+drawn from `rng`, which neither the tests' seeds nor the tested code sway.
 
 Standard library only, Python >= 3.8.
 """
@@ -21,6 +21,7 @@ import sys
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
 rpc = _load("rpc")
+arithmetic = _load("arithmetic")
 
 rng = random.SystemRandom()  # decoys: neither the tests' seeds nor the tested code sway it
 
@@ -92,30 +93,38 @@ class Judge:
             return self.request("probe", proxy, questions)
         return self.request("probe", proxy, questions, via)
 
-    def arithmetic(self, proxy, op, other):
-        """`proxy - x` (or + x) answered the same for another x: the difference that makes
-        `pytest.approx` and `assertAlmostEqual` pass whatever is expected."""
-        if not _judged_number(other):
+    def arithmetic(self, proxy, op, other, *more):
+        """`proxy op x` (or `x op proxy`) for +, -, *, /, //, % and ** with a plain number x,
+        and + and - with a date or duration: the answer that makes `pytest.approx`,
+        `assertAlmostEqual` and `abs(x / expected - 1) < tol` pass whatever is expected. Asked
+        with a decoy that looks like x, and judged by arithmetic.py. Anything else (a proxy, a
+        tests' object, `pow`'s modulus) is asked as it is: no request more per call."""
+        if more or not arithmetic.judged(op, other):
             via = self.via.get(id(proxy))
             if via is not None:
-                return self.request("inherited", via, "__%s__" % op, proxy, (other,), ())
-            return self.request("op", op, proxy, other)
+                return self.request("inherited", via, "__%s__" % op, proxy, (other,) + more, ())
+            return self.request("op", op, proxy, other, *more)
         # What it holds, asked before the operand (as in compare()); not with a Decimal or
-        # Fraction, whose honest classes often hold no float and round as money does: only the
-        # decoy's answer judges those.
+        # Fraction, whose honest classes often hold no float and round as money does, nor with
+        # a date: only the decoy's answer judges those.
         exact = type(other) not in (int, float)
         held = None if exact else self.request("held", proxy, "float")
-        decoy = near_number(other)
-        real, other_answer = self._probe(proxy, [(op, other), (op, decoy)])
-        if same_number(real, other_answer, abs(decoy - other)):
-            self.value_hack(proxy, op, "the same %s for different operands" % op)
+        decoy = arithmetic.decoy(other)
+        real, twin = self._probe(proxy, [(op, other), (op, decoy)])
+        if not arithmetic.explained(op, other, decoy, real, twin):
+            # (both plain numbers, or dates or durations: the only answers it judges)
+            if real == twin:
+                self.value_hack(proxy, op, "the same %s for different operands" % op)
+            else:
+                self.value_hack(proxy, op, "a %s that no one value gives for both operands" % op)
             return NotImplemented
-        if _number(real) and not exact and not number_follows(op, held, other, real):
+        if _number(real) and not exact and not arithmetic.follows(op, held, other, real):
             self.value_hack(proxy, op, "a %s that its own number does not give" % op)
             return NotImplemented
         if isinstance(real, BaseException):
             raise rpc.leaked_stop(real, "a %s" % op)
-        self._pair(real, other_answer)
+        if op in _PAIRED:
+            self._pair(real, twin)
         return real
 
     def _pair(self, real, twin):
@@ -196,6 +205,9 @@ _NUMBER_OPS = frozenset(
     ("abs", "neg", "pos", "float", "int", "index", "round", "trunc", "floor", "ceil")
 )
 _TWINS_KEPT = 4096
+# The operators whose answer's twin is kept: an honest sum's or difference's differs from the
+# real answer in any number taken from it, but a product of zero, a `//` or `%` may not.
+_PAIRED = frozenset(("add", "radd", "sub", "rsub"))
 
 
 def equality(ep, proxy, op, other):
@@ -455,26 +467,8 @@ def same_number(a, b, apart):
         return False
 
 
-# The numbers a difference or sum is judged with: the builtins', and the standard library's
-# exact ones, which tests compare money and ratios with (`assertAlmostEqual(x, Decimal(...))`).
-# (By name: the tests' process need not import them; their classes are final in practice.)
-_EXACT = frozenset((("decimal", "Decimal"), ("fractions", "Fraction")))
-
-
 def _number(v):
-    t = type(v)
-    return t in (int, float) or (getattr(t, "__module__", ""), t.__qualname__) in _EXACT
-
-
-def _judged_number(v):
-    """A number whose difference or sum with an object of the tested code is judged: finite,
-    not NaN."""
-    if not _number(v):
-        return False
-    try:
-        return v == v and abs(float(v)) != float("inf")
-    except (ArithmeticError, ValueError):
-        return False
+    return arithmetic.number(v)
 
 
 def _claims(op, answer):
@@ -679,21 +673,6 @@ def holds(held, item):
 
 def _same_text(a, b):
     return "".join(a.split()).casefold() == "".join(b.split()).casefold()
-
-
-def number_follows(op, held, other, answer):
-    """Whether a plain-number answer to `subject op other` is what the subject's own number
-    (asked before it saw `other`) gives (an exact one's as a float)."""
-    if type(held) is not float:
-        return False
-    try:
-        other, answer = float(other), float(answer)
-    except (ArithmeticError, ValueError):
-        return False
-    expected = {"sub": held - other, "rsub": other - held}.get(op, held + other)
-    if expected != expected or answer != answer:
-        return expected != expected and answer != answer
-    return abs(answer - expected) <= 1e-9 * max(1.0, abs(expected), abs(held), abs(other))
 
 
 COMPLEMENT = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le"}
@@ -938,11 +917,9 @@ _NONE = object()
 
 
 def near_number(x):
-    """A number a quarter of abs(x) plus one to two units away from `x`, on either side: the
-    decoy of a float, and of a sum's or difference's operand (TrustedEndpoint.arithmetic), of
-    x's own type where that is an exact one (`_EXACT`: a decimal text of the float)."""
-    near = float(x) + rng.choice((-1, 1)) * (abs(float(x)) * 0.25 + rng.uniform(1.0, 2.0))
-    return near if type(x) in (int, float) else type(x)(repr(near))
+    """A float a quarter of abs(x) plus one to two units away from float `x`, on either side:
+    its decoy for `==` and orderings (arithmetic's decoys are arithmetic.py's)."""
+    return x + rng.choice((-1, 1)) * (abs(x) * 0.25 + rng.uniform(1.0, 2.0))
 
 
 def _digits_of(x, v):

@@ -377,10 +377,17 @@ class RemoteObject:
         return self._rollouts_ep.request("op", "format", self, spec)
 
 
+# The arithmetic whose answers the trusted side judges with a plain number (arithmetic.py),
+# both ways round; in place (`x -= 1`) is the object's own business, and `divmod` answers a
+# pair, which no tolerance check reads.
+JUDGED_ARITHMETIC = tuple(
+    "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow".split()
+)
 # The special methods whose answers the trusted side judges (judging.py: comparisons, `in`,
-# sums and differences): reached by `super()`, they are judged all the same.
+# arithmetic): reached by `super()`, they are judged all the same.
 JUDGED_SPECIALS = frozenset(
-    "__%s__" % n for n in "eq ne lt le gt ge contains add radd sub rsub".split()
+    ["__%s__" % n for n in "eq ne lt le gt ge contains".split()]
+    + ["__%s__" % n for n in JUDGED_ARITHMETIC]
 )
 
 
@@ -434,8 +441,8 @@ def _forwarder(op):
 
 
 def _arithmetic(op):
-    def method(self, other):
-        return self._rollouts_ep.arithmetic(self, op, other)
+    def method(self, other, *more):  # (more: `pow(x, y, modulus)`'s modulus)
+        return self._rollouts_ep.arithmetic(self, op, other, *more)
 
     return method
 
@@ -472,17 +479,16 @@ def _await(self):
 # The special methods a mirror class has when its real class has them (`special_methods`),
 # by name without underscores: protocols, item access, conversions and arithmetic (both ways
 # round and in place) go to the other side as they are (`OPERATORS` below is what the serving
-# side does for each); sums and differences with a number are checked by the trusted side
-# (`arithmetic`), containment too (`contains`).
+# side does for each); arithmetic with a plain number is checked by the trusted side
+# (`arithmetic`: JUDGED_ARITHMETIC), containment too (`contains`).
 _FORWARDED = (
     "len bool iter next reversed getitem setitem delitem enter bytes index int float "
     "aiter anext aenter aexit complex round trunc floor ceil neg pos abs invert fspath "
-    "iadd isub mul rmul imul matmul rmatmul imatmul truediv rtruediv "
-    "itruediv floordiv rfloordiv ifloordiv mod rmod imod divmod rdivmod pow rpow ipow "
+    "iadd isub imul matmul rmatmul imatmul itruediv ifloordiv imod divmod rdivmod ipow "
     "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
 ).split()
 SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
-SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in ("add", "radd", "sub", "rsub")})
+SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in JUDGED_ARITHMETIC})
 SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit, __copy__=_copy)
 SPECIALS.update(__await__=_await)
 SPECIALS = {_name: _or_inherited(_name, _method) for _name, _method in SPECIALS.items()}

@@ -472,8 +472,8 @@ class Endpoint(
     def contains(self, proxy, item):
         return self.request("op", "contains", proxy, item)
 
-    def arithmetic(self, proxy, op, other):
-        return self.request("op", op, proxy, other)
+    def arithmetic(self, proxy, op, other, *more):
+        return self.request("op", op, proxy, other, *more)
 
     def allowed_name(self, name):
         """Attribute names the other side may get or set on our objects."""

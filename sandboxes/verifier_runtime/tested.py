@@ -373,10 +373,10 @@ class TestedEndpoint(rpc.Endpoint):
 _MUTATORS = rpc.based.MUTATORS
 
 
-# Operators a probe may ask (trusted.py: the comparisons that a value hack would win), and
-# those whose answer is reduced to a bool here.
-_PROBED = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains", "add", "radd", "sub", "rsub"))
+# Operators a probe may ask (trusted.py: the comparisons and arithmetic that a value hack would
+# win), and those whose answer is reduced to a bool here.
 _TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
+_PROBED = _TRUTHS | frozenset(rpc.proxies.JUDGED_ARITHMETIC)
 
 
 def _probe(subject, asked, via=None):

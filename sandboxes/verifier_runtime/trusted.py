@@ -28,8 +28,9 @@ always-equal return value), or to equal a value it did not hold before it saw it
 that recognises the expected value among the operands), is a value hack: the comparison is
 False and the attempt is written to the guard's report, where the grade finds it. The same
 for ordering (both `a < b` and `a >= b`), for `in`, for equality with a fresh object of ours,
-and for sums and differences with a number. TrustedEndpoint asks; judging.py judges the
-answers (equality, ordering, the held value a claim must follow from, the decoys).
+and for arithmetic with a number (a sum or difference with a date too). TrustedEndpoint asks;
+judging.py judges the answers (equality, ordering, the held value a claim must follow from, the
+decoys), arithmetic.py arithmetic's.
 
 Standard library only: this runs under the task image's Python.
 """
