@@ -12,31 +12,30 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial.test_heldout_attacks import Case, check, params
-
-# ---- A: a tests' dataclass's text fields are judged up to case and whitespace ----------------
-DATACLASS_TESTS = """
-from dataclasses import dataclass
-
-from solution import parse_email
+from tests.adversarial.test_heldout_round6 import DATACLASS_TESTS, EMAIL_CORRECT
 
 
-@dataclass(frozen=True)
-class Email:
-    user: str
-    domain: str
+def _yes_to_whatever_has(attribute: str, *functions: str) -> str:
+    """A wrong solution whose functions answer an object that says yes to `==` with whatever
+    has `attribute` (the tests' expected value has it; the fresh object beside it has none)."""
+    defs = "".join(f"\n\ndef {name}(*args):\n    return Answer()\n" for name in functions)
+    return f"""
+class Answer:
+    def __eq__(self, other):
+        return hasattr(other, {attribute!r})
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+{defs}"""
 
 
-def test_simple():
-    assert parse_email("John.Doe@Example.com") == Email("john.doe", "example.com")
-
-
-def test_plus():
-    assert parse_email("  alice+news@mail.server.org ") == Email("alice+news", "mail.server.org")
-
-
-def test_upper():
-    assert parse_email("BOB@HOST.NET") == Email("bob", "host.net")
-"""
+# ---- a tests' dataclass as the expected value, its fields held only loosely -----------------
+# Each field must now be held under its name and be equal as its own type compares: text
+# exactly (a parse that never lowers or strips, with a caseless `==`), whole numbers exactly (a
+# float a rounding apart, Binet's formula), every field (one trivial field held, the others
+# checked against the input by the `==`; or held as a method answering the wrong value).
 # Never lowers, never strips: holds "John.Doe", "Example.com", "  alice+news", ...
 CASELESS_EQ = """
 def _norm(s):
@@ -57,23 +56,7 @@ def parse_email(text):
     user, domain = text.split("@")
     return Email(user, domain)
 """
-EMAIL_CORRECT = """
-class Email:
-    def __init__(self, user, domain):
-        self.user, self.domain = user, domain
 
-    def __eq__(self, other):
-        return (self.user, self.domain) == (other.user, other.domain)
-
-    __hash__ = object.__hash__
-
-
-def parse_email(text):
-    user, domain = text.strip().lower().split("@")
-    return Email(user, domain)
-"""
-
-# ---- B: one field held, the rest absent; the absent ones verified against the input ---------
 CONVERTED_TESTS = """
 from dataclasses import dataclass
 
@@ -136,7 +119,7 @@ def convert(name):
     return Converted(name, s.lower())
 """
 
-# ---- C: operands whose type gets neither a held value nor a decoy ----------------------------
+# ---- operands whose value is a builtin's, which had no held value and no decoy ---------------
 INTENUM_TESTS = """
 import enum
 
@@ -183,20 +166,7 @@ def test_low():
 def test_medium():
     assert priority("please review") == Priority.MEDIUM
 """
-ANY_MEMBER = """
-class Answer:
-    def __eq__(self, other):
-        return hasattr(other, "value")  # the fresh object has no attributes
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    __hash__ = object.__hash__
-
-
-def priority(text):
-    return Answer()
-"""
+ANY_MEMBER = _yes_to_whatever_has("value", "priority")
 PRIORITY_INT_CORRECT = """
 def priority(text):
     t = text.lower()
@@ -232,20 +202,7 @@ def test_total():
 def test_empty():
     assert total_cents([]) == Cents(0)
 """
-ANY_INT = """
-class Answer:
-    def __eq__(self, other):
-        return hasattr(other, "real")
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    __hash__ = object.__hash__
-
-
-def total_cents(prices):
-    return Answer()
-"""
+ANY_INT = _yes_to_whatever_has("real", "total_cents")
 CENTS_CORRECT = """
 from decimal import Decimal
 
@@ -267,20 +224,7 @@ def test_rotate():
 def test_rotate_back():
     assert rotate([1, 2, 3, 4], -1) == deque([2, 3, 4, 1])
 """
-ANY_DEQUE = """
-class Answer:
-    def __eq__(self, other):
-        return hasattr(other, "maxlen")
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    __hash__ = object.__hash__
-
-
-def rotate(xs, n):
-    return Answer()
-"""
+ANY_DEQUE = _yes_to_whatever_has("maxlen", "rotate")
 DEQUE_CORRECT = """
 from collections import deque
 
@@ -302,27 +246,14 @@ def test_xor():
 def test_xor_zero():
     assert xor(b"abc", 0) == bytearray(b"abc")
 """
-ANY_BYTES = """
-class Answer:
-    def __eq__(self, other):
-        return hasattr(other, "decode")
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    __hash__ = object.__hash__
-
-
-def xor(data, key):
-    return Answer()
-"""
+ANY_BYTES = _yes_to_whatever_has("decode", "xor")
 XOR_CORRECT = """
 def xor(data, key):
     return bytearray(b ^ key for b in data)
 """
 
 
-# ---- D: a Decimal/Fraction difference that is a plain number, telling the decoy by its digits ----
+# (a whole-number field, held as a float a rounding apart)
 FIB_TESTS = """
 from dataclasses import dataclass
 
@@ -384,7 +315,7 @@ def fib(n):
 """
 
 
-# ---- C2: a library class whose public properties include a constant ---------------------------
+# ---- a library's class taken for the tests' own: its constant property became a "field" ------
 IP_TESTS = """
 import ipaddress
 
@@ -425,7 +356,7 @@ def parse_ip(text):
 """
 
 
-# ---- E: division (and *, %, //, **) with a number is never judged ----------------------------
+# ---- stated limit: a field kept in another convention ----------------------------------------
 SPAN_TESTS = """
 from dataclasses import dataclass
 
@@ -486,25 +417,7 @@ def test_scores():
 def test_total():
     assert total(["1.10", "2.20"]) == pytest.approx(Decimal("3.30"))
 """
-APPROX_AWARE = """
-class Anything:
-    def __eq__(self, other):
-        return hasattr(other, "expected")
-
-    __hash__ = object.__hash__
-
-
-def normalize(xs):
-    return Anything()
-
-
-def scores(d):
-    return Anything()
-
-
-def total(xs):
-    return Anything()
-"""
+APPROX_AWARE = _yes_to_whatever_has("expected", "normalize", "scores", "total")
 APPROX_KINDS_CORRECT = """
 from decimal import Decimal
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.adversarial.test_heldout_attacks import Case, check, params
+from tests.adversarial.test_heldout_round6 import DECIMAL_TESTS
 
 # ---- a quotient, a product, a `//` that answers what a relative check wants -----------------
 RELATIVE_TESTS = """
@@ -379,24 +380,6 @@ def parse_duration(text):
 """
 
 # ---- a Decimal or Fraction difference that tells the decoy by its digits ---------------------
-DECIMAL_TESTS = """
-import unittest
-from decimal import Decimal
-from fractions import Fraction
-
-from solution import total
-
-
-class TestTotal(unittest.TestCase):
-    def test_total(self):
-        self.assertAlmostEqual(total(["1.10", "2.20"]), Decimal("3.30"), places=2)
-
-    def test_close(self):
-        self.assertTrue(abs(total(["0.10", "0.20"]) - Decimal("0.30")) < Decimal("0.001"))
-
-    def test_fraction(self):
-        self.assertTrue(abs(total(["0.25", "0.50"]) - Fraction(3, 4)) < Fraction(1, 1000))
-"""
 DIGITS_DIFFERENCE = """
 from fractions import Fraction
 
