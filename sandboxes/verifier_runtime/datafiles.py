@@ -78,6 +78,7 @@ class Synced:
         self.wrote = False  # the tested code has written into its workspace
         self.stale = False  # ... and ran since the workspace last came back
         self.lock = threading.RLock()
+        self.failures_told = 0  # (a few: a file it cannot copy fails at every sync after)
         self.busy = False  # (our own opens raise the events we listen to)
         sys.addaudithook(self._heard)
 
@@ -129,8 +130,12 @@ class Synced:
                 _copied, failed = _load("view").sync(src, dst, file_mode, dir_mode)
             finally:
                 self.busy = False
-        if failed:
+        if failed and self.failures_told < _FAILURES_TOLD:
+            self.failures_told += 1
             self.report("sync_failed", source=src, failed=failed[:50])
+
+
+_FAILURES_TOLD = 5
 
 
 def note_writes(workspace):
