@@ -14,7 +14,6 @@ import collections
 import copy
 import dataclasses
 import enum
-import os
 import random
 import string
 import sys
@@ -287,30 +286,13 @@ def _fields_of(v):
 
 
 def _tests_own(t):
-    """Whether `t` is a plain class of the tests with an `==` of its own: not a builtin, nor
-    the runner's or mock's helpers (`pytest.approx` of a sequence, `mock.ANY`), whose
-    attributes are their machinery, not a value an honest object would hold."""
-    module = str(getattr(t, "__module__", ""))
-    return (
-        t.__eq__ is not object.__eq__
-        and module != "builtins"
-        and not module.startswith(("_pytest.", "pytest", "unittest.mock"))
-        and not _a_librarys(module)
+    """Whether `t` is a plain class of the tests with an `==` of its own: no class of the
+    standard library's or an installed package's (mirrors.py `_installed`), whose attributes
+    are their machinery, not a value an honest object would hold (`IPv4Address.version`,
+    `pytest.approx` of a sequence, `mock.ANY`)."""
+    return t.__eq__ is not object.__eq__ and not rpc.mirrors._installed(
+        str(getattr(t, "__module__", ""))
     )
-
-
-def _a_librarys(module):
-    """Whether module `module` is the standard library's or an installed package's (its
-    classes' attributes are their own machinery, `IPv4Address.version`, not fields a value
-    of the tests names), judged by where its file is."""
-    where = getattr(sys.modules.get(module), "__file__", None)
-    if not isinstance(where, str):
-        return True  # (built in, or made with no file: no class of the tests' files)
-    return where.startswith(_LIBRARY) or any(p in where for p in _INSTALLED)
-
-
-_LIBRARY = os.path.dirname(os.__file__) + os.sep  # (the standard library's folder)
-_INSTALLED = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
 
 def _slots(klass):
@@ -370,7 +352,7 @@ def _forms(v):
 
 def _same_plain(a, b):
     """True or False for two plain forms of one kind; None where they say nothing."""
-    if _is_plain_number(a) and _is_plain_number(b):
+    if type(a) in (int, float) and type(b) in (int, float):
         return _same_field_number(a, b)
     if type(a) is not type(b):
         return None
@@ -380,10 +362,6 @@ def _same_plain(a, b):
         sames = [_same_plain(x, y) for x, y in zip(a, b)]  # noqa: B905 - (3.8)
         return None if None in sames else all(sames)
     return bool(a == b)
-
-
-def _is_plain_number(v):
-    return type(v) in (int, float)
 
 
 def _same_field_number(a, b):
