@@ -8,7 +8,9 @@ what the other side sent); other exceptions become mirror classes derived from t
 such exception or builtin one, so no exception from the tested code can be one that a test
 runner treats as a skip, an exit or an interrupt (`_RUNNER_PACKAGES`; `PeerExit` for
 SystemExit). What stays a mirror although it is the standard library's or a package's goes
-to `fidelity_gap`.
+to `fidelity_gap`. An exception that crosses back to the side that made it is that side's own
+object again: a mirror by its id, as any proxy, and a copy made of our own class by the id of
+the original, which its sender keeps while the copy lives (`Mirrors._copied`).
 
 Standard library only, Python >= 3.8.
 """
@@ -244,6 +246,13 @@ class Mirrors:
             # the solution let through): back as itself, so `pytest.raises(TheirError)` and
             # `except TheirError` catch it as in one process.
             return ["x", e.__dict__["_rollouts_oid"]]
+        origin = self._origin(e)
+        if origin is not None and (memo.op is None or self.shares_by_reference(memo.op)):
+            # Our copy of an exception of the other side's (rebuilt as our own class): back
+            # as the original, so `info.value is err`, `__cause__ is err` and contextlib's
+            # `exc is value` hold as in one process. (Not in a probe, whose operands are
+            # copies, as its shares are: trusted.py.)
+            return ["x", origin]
         encoder = self._reference_encoder(memo)
         try:
             args = [codec.leaf(a, memo, encoder) for a in e.args]
@@ -327,7 +336,7 @@ class Mirrors:
             rebuilt = self._rebuilt_exception(meta, args, raw_attrs, memo)
         if rebuilt is not None:
             exc = rebuilt
-            self.releases.append([oid, 1])
+            self._copied(exc, oid)
         else:
             if meta.get("m") == "builtins" and builtin_name == "SystemExit":
                 cls = PeerExit
@@ -347,6 +356,34 @@ class Mirrors:
         if chain is not None:
             self._set_chain(exc, chain, memo)
         return exc
+
+    def _copied(self, exc, oid):
+        """Remember that `exc` is our copy of the other side's exception `oid`, which the
+        other side keeps (we release it once the copy is gone) so the copy can go back as it.
+        An exception takes no weak reference: the copy's instance dictionary, which only the
+        copy and this table hold, tells when the copy is gone (`sweep_copies`)."""
+        copies = self.copies
+        stale = copies.pop(id(exc), None)  # (a gone copy's, not swept yet: its id is free)
+        if stale is None and len(copies) >= COPIES_KEPT:
+            stale = copies.pop(next(iter(copies)))  # (the oldest crosses as a copy from now)
+        if stale is not None:
+            self.releases.append([stale[1], 1])
+        copies[id(exc)] = (exc.__dict__, oid)
+
+    def _origin(self, e):
+        """The other side's id of the exception that `e` is our copy of, or None."""
+        held = self.copies.get(id(e)) if self.copies else None
+        if held is None or getattr(e, "__dict__", None) is not held[0]:
+            return None
+        return held[1]
+
+    def sweep_copies(self):
+        """Release the other side's exceptions whose copies here are gone (before a request:
+        a gone copy is in no message from then on)."""
+        copies = self.copies
+        for key, count in _held_counts(copies):
+            if count <= _HELD_BY_TABLE_ALONE:
+                self.releases.append([copies.pop(key)[1], 1])
 
     def _raised_back(self, oid):
         """Our own exception, raised back through the other side's code. A runner's outcome
@@ -464,6 +501,21 @@ _RUNNER_PACKAGES = frozenset(
         "py",
     }
 )
+
+
+# Copies of the other side's exceptions whose originals it keeps for them (`_copied`): past
+# this many, the oldest copy's original is released (and the copy crosses as a copy again).
+COPIES_KEPT = 64
+
+
+def _held_counts(copies):
+    """[(key, references to the copy's dictionary)] of `copies` (`Mirrors.sweep_copies`)."""
+    return [(key, sys.getrefcount(held[0])) for key, held in list(copies.items())]
+
+
+# What `_held_counts` counts of a dictionary that only the table holds (measured, not assumed:
+# the count includes the interpreter's own references, which differ by version).
+_HELD_BY_TABLE_ALONE = _held_counts({0: ({}, 0)})[0][1]
 
 
 def _refused(cls):

@@ -37,8 +37,8 @@ here, our own objects (references.py). A proxy's mirror class has the special me
 abstract base classes of the real class, nothing more (proxies.py, mirrors.py). Exceptions
 (mirrors.py), named tuples, dataclasses and namespaces (records.py) of the standard library
 or of installed packages become instances of our own class of that name where it is
-imported here; no exception from the tested code can be one that a test runner treats as a
-skip, an exit or an interrupt.
+imported here (an exception that crosses back is its sender's own object again); no exception
+from the tested code can be one that a test runner treats as a skip, an exit or an interrupt.
 
 Standard library only, Python >= 3.8: it runs under the task image's interpreter.
 """
@@ -184,6 +184,8 @@ class Endpoint(
         self.facts = {}  # id(class) -> (class, what its class node says of it but its oid)
         self.gaps = set()  # (module, qualname) of classes reported to `fidelity_gap`
         self.chaining = False  # encoding an exception's cause or context (mirrors.py)
+        self.copies = {}  # id(our copy of an exception of the other side's) -> (its __dict__,
+        #                   the other side's id of the original), kept (mirrors.py)
         self.making = 0  # mirror classes being made (mirrors.py: no class statement of ours)
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
         self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
@@ -430,6 +432,8 @@ class Endpoint(
     # ---- hooks (the trusted and the tested side override these) --------------------------
 
     def before_request(self, msg):
+        if self.copies:
+            self.sweep_copies()
         if self.releases:
             msg["rel"], self.releases = self.releases, []
         self.bindings.changed(msg)

@@ -2519,3 +2519,215 @@ def test_a_workspace_modules_docstring_is_its_texts(tmp_path: Path, shape: str) 
     tests = f"import solution\n\n\ndef test_doc():\n    assert solution.__doc__ == {doc!r}\n"
     run = _graded(tmp_path, text, "test_doc.py", tests)
     assert run.rc == 0, run.output
+
+
+# ---- exceptions that cross back to the side that made them -----------------------------------
+# An exception of a builtin, standard library or installed class crosses as a copy, our own
+# class's instance; one that crosses back is its sender's original again, so the identity
+# checks of the tests (`info.value is err`, `__cause__ is err`) and of contextlib's
+# `__exit__` (`exc is value`: a StopIteration in the body of the tests' `contextmanager` of
+# the solution's generator read as RuntimeError) hold as in one process. Each shape failed
+# on 40e1349's runtime (a copy of the copy came back).
+RETURNED_SOLUTION = """
+class Wrapped(Exception):
+    pass
+
+
+def call(cb):
+    return cb()
+
+
+def reraise(cb):
+    try:
+        return cb()
+    except ValueError:
+        raise
+
+
+def reraise_named(cb):
+    try:
+        return cb()
+    except ValueError as e:
+        raise e
+
+
+def wrap(cb):
+    try:
+        return cb()
+    except ValueError as e:
+        raise Wrapped("wrapped") from e
+
+
+def convert(cb):
+    try:
+        return cb()
+    except ValueError:
+        raise KeyError("k")
+
+
+def fail_with(err):
+    raise err
+
+
+def caught(cb):
+    try:
+        cb()
+    except Exception as e:
+        return e
+
+
+def same(x):
+    return x
+
+
+_RAISED = []
+
+
+def failing():
+    _RAISED.append(ValueError("mine"))
+    raise _RAISED[-1]
+
+
+def is_mine(e):
+    return e is _RAISED[-1]
+
+
+_KEPT = [None]
+
+
+def keep(x):
+    _KEPT[0] = x
+
+
+def kept():
+    return _KEPT[0]
+
+
+def managed(log):
+    log.append("enter")
+    try:
+        yield 1
+    finally:
+        log.append("exit")
+
+
+async def managed_async(log):
+    log.append("enter")
+    try:
+        yield 1
+    finally:
+        log.append("exit")
+"""
+RETURNED_TESTS = """
+import asyncio
+import contextlib
+import sys
+
+import pytest
+
+import solution
+
+
+def _raising(err):
+    def cb():
+        raise err
+
+    return cb
+
+
+def test_our_exception_raised_on_through_the_solution_is_ours():
+    err = ValueError("x")
+    for fn in (solution.call, solution.reraise, solution.reraise_named):
+        with pytest.raises(ValueError) as info:
+            fn(_raising(err))
+        assert info.value is err, fn
+        assert info.traceback[-1].name == "cb"
+
+
+def test_the_chain_of_the_solutions_exception_is_ours():
+    err = ValueError("x")
+    with pytest.raises(solution.Wrapped) as info:
+        solution.wrap(_raising(err))
+    assert info.value.__cause__ is err
+    with pytest.raises(KeyError) as info:
+        solution.convert(_raising(err))
+    assert info.value.__context__ is err
+
+
+def test_our_exception_handed_over_comes_back_as_ours():
+    err = KeyError("k")
+    with pytest.raises(KeyError) as info:
+        solution.fail_with(err)
+    assert info.value is err and err.__traceback__ is not None
+    assert solution.same(err) is err and solution.same([err])[0] is err
+    assert solution.caught(_raising(err)) is err
+    assert solution.same(StopIteration(1)) is not solution.same(StopIteration(1))
+
+
+def test_the_solutions_exception_handed_back_is_its_own():
+    with pytest.raises(ValueError) as info:
+        solution.failing()
+    assert solution.is_mine(info.value)
+    assert not solution.is_mine(ValueError("mine"))
+
+
+def test_our_exception_is_kept_while_the_solution_keeps_its_copy():
+    endpoint = sys.modules["_rollouts_trusted"]._endpoint
+    err = KeyError("kept")
+    solution.keep(err)
+    solution.call(lambda: None)  # (a request of the tested process's: releases go with it)
+    assert solution.kept() is err
+    assert any(o is err for o in list(endpoint.exports.values()))
+    solution.keep(None)
+    solution.call(lambda: None)
+    assert not any(o is err for o in list(endpoint.exports.values()))
+
+
+def test_our_contextmanager_of_the_solutions_generator_lets_the_bodys_exception_through():
+    log = []
+    cm = contextlib.contextmanager(solution.managed)
+    with pytest.raises(StopIteration):
+        with cm(log):
+            raise StopIteration
+    with pytest.raises(StopIteration):
+        with cm(log):
+            next(iter([]))
+    err = KeyError("k")
+    with pytest.raises(KeyError) as info:
+        with cm(log):
+            raise err
+    assert info.value is err
+    with pytest.raises(KeyError) as info:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(cm(log))
+            stack.callback(solution.same, 1)
+            raise err
+    assert info.value is err
+    assert log == ["enter", "exit"] * 4
+
+
+def test_our_asynccontextmanager_of_the_solutions_async_generator_too():
+    log = []
+    acm = contextlib.asynccontextmanager(solution.managed_async)
+
+    async def body(err):
+        try:
+            async with acm(log):
+                raise err
+        except BaseException as e:
+            return e
+
+    for err in (StopIteration(), StopAsyncIteration(), KeyError("k")):
+        assert asyncio.run(body(err)) is err, err
+    assert log == ["enter", "exit"] * 3
+"""
+
+
+@pytest.fixture(scope="module")
+def returned(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _shapes_run(tmp_path_factory, RETURNED_SOLUTION, RETURNED_TESTS)
+
+
+@pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", RETURNED_TESTS, re.M))
+def test_exceptions_that_cross_back_are_their_senders_own(returned: Run, case: str) -> None:
+    assert _outcome(returned, case) == "PASSED", returned.output[-4000:]
