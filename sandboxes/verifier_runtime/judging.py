@@ -60,7 +60,7 @@ class Judge:
         first, and pick the real one by the decoys' shape (each one field apart from it)."""
         order = list(range(len(asked)))
         rng.shuffle(order)
-        questions = [[asked[i][0], _unchanged(asked[i][1])] for i in order]
+        questions = [[asked[i][0], _unchanged(asked[i][1]), *asked[i][2:]] for i in order]
         if one_by_one:
             answers = []
             for question in questions:
@@ -93,38 +93,59 @@ class Judge:
         return self.request("probe", proxy, questions, via)
 
     def arithmetic(self, proxy, op, other, *more):
-        """`proxy op x` (or `x op proxy`) for +, -, *, /, //, % and ** with a plain number x,
-        and + and - with a date or duration: the answer that makes `pytest.approx`,
-        `assertAlmostEqual` and `abs(x / expected - 1) < tol` pass whatever is expected. Asked
-        with a decoy that looks like x, and judged by arithmetic.py. Anything else (a proxy, a
-        tests' object, `pow`'s modulus) is asked as it is: no request more per call."""
+        """`proxy op x` (or `x op proxy`) for +, -, *, /, //, %, ** and divmod with a plain
+        number x, in place too (`proxy -= x`), and + and - with a date or duration: the answer
+        that makes `pytest.approx`, `assertAlmostEqual` and `abs(x / expected - 1) < tol` pass
+        whatever is expected. Asked with a decoy that looks like x, and judged by
+        arithmetic.py. Anything else (a proxy, a tests' object, `pow`'s modulus) is asked as it
+        is: no request more per call."""
         if more or not arithmetic.judged(op, other):
             via = self.via.get(id(proxy))
             if via is not None:
                 return self.request("inherited", via, "__%s__" % op, proxy, (other,) + more, ())
             return self.request("op", op, proxy, other, *more)
-        # What it holds, asked before the operand (as in compare()); not with a Decimal or
-        # Fraction, whose honest classes often hold no float and round as money does, nor with
-        # a date: only the decoy's answer judges those.
-        exact = type(other) not in (int, float)
-        held = None if exact else self.request("held", proxy, "float")
+        # What it holds, asked before the operand (as in compare()), where arithmetic.py judges
+        # the answer by it (`asks_held`: not a Decimal's + - * /, whose honest classes often
+        # hold no float and round as money does, nor a date's: the decoy alone judges those).
+        held = self.request("held", proxy, "float") if arithmetic.asks_held(op, other) else None
         decoy = arithmetic.decoy(other)
-        real, twin = self._probe(proxy, [(op, other), (op, decoy)])
-        if not arithmetic.explained(op, other, decoy, real, twin):
-            # (both plain numbers, or dates or durations: the only answers it judges)
-            if real == twin:
-                self.value_hack(proxy, op, "the same %s for different operands" % op)
-            else:
-                self.value_hack(proxy, op, "a %s that no one value gives for both operands" % op)
-            return NotImplemented
-        if _number(real) and not exact and not arithmetic.follows(op, held, other, real):
-            self.value_hack(proxy, op, "a %s that its own number does not give" % op)
+        in_place = arithmetic.in_place(op)
+        # In place, the decoy is asked of a copy of the object (tested.py `_probe`): asked of
+        # the object itself, it would change it twice.
+        twin_question = (op, decoy, "copy") if in_place else (op, decoy)
+        real, twin = self._probe(proxy, [(op, other), twin_question])
+        why = arithmetic.unexplained(op, held, other, decoy, real, twin)
+        if why is None and type(held) is float and isinstance(real, rpc.RemoteObject):
+            why = self._holds_after(op, held, other, real)
+        if why is not None:
+            self.value_hack(proxy, op, why % op)
             return NotImplemented
         if isinstance(real, BaseException):
             raise rpc.leaked_stop(real, "a %s" % op)
-        if op in _PAIRED:
+        # (In place, not the object itself where what it holds judged it: paired, every number
+        # taken from it later, its int() or floor(), would be asked beside its copy's, which
+        # may be equal.)
+        itself = in_place and real is proxy and type(held) is float
+        if arithmetic.binary(op) in _PAIRED and not itself:
             self._pair(real, twin)
         return real
+
+    def _holds_after(self, op, held, other, answer):
+        """Why an answer that is an object of the tested process is a value hack (None: it is
+        not), where the object held a float: in place (the object itself was never asked the
+        decoy, its copy was, which its code may tell from it), or for //, % and ** (which no
+        money rounds), what the answer holds must be what that float gives, as a plain answer
+        must be; else an answer holding what the check wants passes it on (`x % 1` answering
+        an object whose float is 0.5). One that holds no float is judged where a check reads
+        it (its own arithmetic and `==` ask for its float), except in place."""
+        if not arithmetic.follows_objects(op):
+            return None
+        after = self.request("held", answer, "float")
+        if type(after) is not float and not arithmetic.in_place(op):
+            return None
+        if arithmetic.follows(op, held, other, after):
+            return None
+        return "a %s whose answer holds what its own number does not give"
 
     def _pair(self, real, twin):
         """Remember the decoy's answer beside the real one when both are objects of the tested

@@ -377,11 +377,13 @@ class RemoteObject:
         return self._rollouts_ep.request("op", "format", self, spec)
 
 
-# The arithmetic whose answers the trusted side judges with a plain number (arithmetic.py),
-# both ways round; in place (`x -= 1`) is the object's own business, and `divmod` answers a
-# pair, which no tolerance check reads.
+# The arithmetic whose answers the trusted side judges with a plain number (arithmetic.py):
+# both ways round, `divmod` (whose pair a check reads: `q, r = divmod(x, 1)`), and in place
+# (`d -= expected`: an `__isub__` answers as freely as a `__sub__`; where a class has none,
+# Python asks the binary operator, judged all the same).
 JUDGED_ARITHMETIC = tuple(
-    "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow".split()
+    "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow "
+    "divmod rdivmod iadd isub imul itruediv ifloordiv imod ipow".split()
 )
 # The special methods whose answers the trusted side judges (judging.py: comparisons, `in`,
 # arithmetic): reached by `super()`, they are judged all the same.
@@ -478,15 +480,15 @@ def _await(self):
 
 
 # The special methods a mirror class has when its real class has them (`special_methods`),
-# by name without underscores: protocols, item access, conversions and arithmetic (both ways
-# round and in place) go to the other side as they are (`OPERATORS` below is what the serving
-# side does for each); arithmetic with a plain number is checked by the trusted side
-# (`arithmetic`: JUDGED_ARITHMETIC), containment too (`contains`).
+# by name without underscores: protocols, item access, conversions, `@`, shifts and bitwise
+# operators (both ways round and in place) go to the other side as they are (`OPERATORS`
+# below is what the serving side does for each); arithmetic with a plain number is checked by
+# the trusted side (`arithmetic`: JUDGED_ARITHMETIC), containment too (`contains`).
 _FORWARDED = (
     "len bool iter next reversed getitem setitem delitem enter bytes index int float "
     "aiter anext aenter aexit complex round trunc floor ceil neg pos abs invert fspath "
-    "iadd isub imul matmul rmatmul imatmul itruediv ifloordiv imod divmod rdivmod ipow "
-    "lshift rlshift ilshift rshift rrshift irshift and rand iand xor rxor ixor or ror ior"
+    "matmul rmatmul imatmul lshift rlshift ilshift rshift rrshift irshift and rand iand "
+    "xor rxor ixor or ror ior"
 ).split()
 SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
 SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in JUDGED_ARITHMETIC})

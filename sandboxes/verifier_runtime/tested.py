@@ -17,6 +17,7 @@ Standard library only: this runs under the task image's Python.
 """
 
 import collections
+import copy
 import ctypes
 import importlib
 import importlib.machinery
@@ -383,19 +384,37 @@ def _probe(subject, asked, via=None):
     """The answer to each of [[operator, operand], ...] about `subject`, taken now and all
     before any is sent: a comparison's as a bool (None: NotImplemented), else the value; the
     exception an operator raised in its place. `via`: a class of ours `subject` is of, whose
-    method answers (a tests' subclass's `super().__eq__`: subclasses.py)."""
+    method answers (a tests' subclass's `super().__eq__`: subclasses.py). A question
+    [operator, operand, "copy"] is asked of a deep copy of `subject` made before any question
+    is answered (an in-place operator's decoy: asked of the object, it would change it twice);
+    a copy that cannot be made answers with its exception."""
     if not isinstance(asked, list) or not (via is None or isinstance(subject, via)):
         raise rpc.ProtocolError("probe")
-    answers = []
     for item in asked:
-        if not (isinstance(item, list) and len(item) == 2 and item[0] in _PROBED):
+        if not (
+            isinstance(item, list)
+            and (len(item) == 2 or (len(item) == 3 and item[2] == "copy"))
+            and item[0] in _PROBED
+        ):
             raise rpc.ProtocolError("probe %r" % (item,))
-        name, operand = item
+    copies = {}
+    for at, item in enumerate(asked):
+        if len(item) == 3:
+            try:
+                copies[at] = (copy.deepcopy(subject), None)
+            except Exception as e:  # noqa: BLE001 - a lock, a file: no copy, no twin
+                copies[at] = (None, e)
+    answers = []
+    for at, item in enumerate(asked):
+        name, operand = item[0], item[1]
+        target, failed = copies.get(at, (subject, None))
         try:
+            if failed is not None:
+                raise failed
             if via is None:
-                answer = rpc._OPERATORS[name](subject, operand)
+                answer = rpc._OPERATORS[name](target, operand)
             else:
-                answer = subclasses.inherited(via, "__%s__" % name, subject, [operand], ())
+                answer = subclasses.inherited(via, "__%s__" % name, target, [operand], ())
             if name in _TRUTHS:
                 answer = _truth(answer)
         except Exception as e:
