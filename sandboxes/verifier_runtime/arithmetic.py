@@ -24,7 +24,6 @@ Standard library only, Python >= 3.8.
 
 import datetime
 import decimal
-import fractions
 import math
 import operator
 import random
@@ -188,7 +187,9 @@ def _fraction_decoy(f):
         if math.gcd(int(drawn), f.denominator) == 1:
             break
         drawn = _digits_decoy(decimal.Decimal(f.numerator))
-    return fractions.Fraction(int(drawn), f.denominator)
+    # (Fraction's own class: only a Fraction operand gets here, so the tests' process need
+    # not import fractions, whose module compiles a regular expression at import)
+    return type(f)(int(drawn), f.denominator)
 
 
 def _moved(v):

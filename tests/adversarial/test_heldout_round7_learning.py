@@ -21,7 +21,7 @@ from tests.unit.test_verifier_runtime import Layout
 # fields) is asked after that, so it holds what it learnt and its claim is "held before it saw
 # it". With decoys one edit from the real operand, the real one was their centre (the red team
 # won 7 to 9 gradings in 10). Decoys are now one edit from a centre that is itself one edit from
-# the real operand (`judging._decoys`): the real one and its decoys are all two edits apart,
+# the real operand (`decoys.decoys`): the real one and its decoys are all two edits apart,
 # none is the centre, and the same decoys come back each time one value is asked, so a second
 # set of candidates does not single the real one out. A learner guesses one of three per
 # comparison (these tests make two: 1 grading in 9; measured 2 in 20 for each attack). That
