@@ -82,10 +82,17 @@ MUTATORS = {
 
 def _mutator(base, name):
     local = getattr(base, name)
+    # A special method is asked as its operator (`d[k] = v` is "setitem", `xs += ys` "iadd"),
+    # as a forwarder asks one the class defines: the trusted side answers no getattr of a
+    # special method name (the tests' `class TestDict(dict)` filled by the solution).
+    op = name[2:-2] if name.startswith("__") else None
 
     def method(self, *args, **kwargs):
         answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
-        self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
+        if op is None:
+            self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
+        else:
+            self._rollouts_ep.request("op", op, self, *args)
         return self if name.startswith("__i") else answer
 
     method.__name__ = method.__qualname__ = name

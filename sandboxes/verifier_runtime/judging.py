@@ -243,6 +243,11 @@ def equality(ep, proxy, op, other):
     # candidates, or tells the real operand from its decoys, wins otherwise).
     kind = _held_kind(other)
     held = ep.request("held", proxy, kind) if kind else None
+    # A dict of names, and an object that is no mapping (`dict(obj)` fails: semver's Version
+    # == {"major": 1, ...}): what it holds under those names, asked before it is shown, as
+    # for a tests' object's fields.
+    keys = _dict_names(other) if kind == "dict" and isinstance(held, Exception) else None
+    named = ep.request("held", proxy, ["attributes", keys]) if keys else None
     # An object of the tests' own class (a dataclass, a plain class with its own `==`): what
     # the object holds under the names of the operand's fields, asked before it is shown.
     fields = None if kind else _fields_of(other)
@@ -267,7 +272,10 @@ def equality(ep, proxy, op, other):
         if _claims(op, real) and fresh is True:
             ep.value_hack(proxy, op, "equal to a fresh object of the tests")
             return op == "ne"
-    if kind and _claims(op, real) and not _shown(held, other, kind):
+    if keys and _claims(op, real) and not _names_shown(named, other):
+        ep.value_hack(proxy, op, "equal to a dict whose items it did not hold")
+        return op == "ne"
+    if kind and not keys and _claims(op, real) and not _shown(held, other, kind):
         loose = _shows_loosely(held, other, kind)  # (honest or not: a reviewer's call)
         why = "equal only up to case, spacing or rounding to" if loose else "equal to"
         ep.value_hack(proxy, op, why + " a value it did not hold before it saw it")
@@ -279,6 +287,29 @@ def equality(ep, proxy, op, other):
 
 
 _FIELDS_MAX = 64  # (tested.py `_ATTRIBUTES_MAX`)
+
+
+def _dict_names(v):
+    """The keys of dict `v` (a builtin dict of the tests) where every one is a public name
+    (a record of fields: `dict(major=1, minor=2)`), at most _FIELDS_MAX of them; else None."""
+    if type(v) is not dict or not v or len(v) > _FIELDS_MAX:
+        return None
+    names = list(v)
+    if not all(type(n) is str and n.isidentifier() and n[:1] != "_" for n in names):
+        return None
+    return names
+
+
+def _names_shown(held, other):
+    """Whether what the object held under dict `other`'s keys (asked before it saw `other`)
+    is `other`'s items: every key held under its name, each value agreeing as a field's
+    does (`_field_agrees`)."""
+    if not isinstance(held, dict):
+        return False
+    for name, theirs in other.items():
+        if name not in held or not _field_agrees(held[name], theirs):
+            return False
+    return True
 
 
 def _fields_of(v):

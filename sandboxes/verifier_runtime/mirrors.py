@@ -167,6 +167,10 @@ class Mirrors:
         spec = self.exports.get(meta.get("S")) if self.allowed_name("_") else None
         if isinstance(spec, type):  # a tests' mock spec'd by our class (trusted.py)
             namespace["__class__"] = property(lambda proxy, spec=spec: spec)
+        function = (module, qualname) == ("builtins", "function") and meta.get("x") is None
+        if function:
+            namespace["__get__"] = _bind_as_a_function
+            namespace["__getattribute__"] = _no_get
         iterators.adapt(namespace, meta)
         fields = meta.get("f")
         if isinstance(fields, list):
@@ -182,12 +186,14 @@ class Mirrors:
                 if isinstance(m, list) and len(m) == 2 and _inheritable(m[0]) and m[1] in ("m", "p")
             ]
         try:
-            cls = RemoteClassMeta(name, tuple(bases), namespace)
+            cls = (_FunctionMirrorMeta if function else RemoteClassMeta)(
+                name, tuple(bases), namespace
+            )
         except TypeError:  # an MRO the local bases cannot form: keep what matters
             fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
             namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback))
             iterators.adapt(namespace, meta)
-            cls = RemoteClassMeta(name, fallback, namespace)
+            cls = (_FunctionMirrorMeta if function else RemoteClassMeta)(name, fallback, namespace)
         return self._made(cls, oid, meta)
 
     def subclassed(self, cls, keywords):
@@ -280,12 +286,15 @@ class Mirrors:
         return ["E", node, args, text, self.export(e), attrs, self._chain(e, memo, encoder)]
 
     def _chain(self, e, memo, encoder):
-        """[cause, context, suppress] of exception `e` (`raise ... from`, an error raised
-        while handling another), one level: the exceptions in it go without their own."""
+        """[cause, context, suppress] of exception `e` (`raise ... from`, `from None`, an
+        error raised while handling another), one level: the exceptions in it go without
+        their own."""
         if self.chaining:
             return None
         cause, context = e.__cause__, e.__context__
-        if cause is None and (context is None or e.__suppress_context__):
+        # (`raise KeyError(key) from None`: no cause, the context suppressed, which the tests
+        # may read: cachetools' `popitem` of an empty cache)
+        if cause is None and context is None and not e.__suppress_context__:
             return None
         self.chaining = True
         try:
@@ -429,6 +438,31 @@ class Mirrors:
 # their own: a mirror of a class derived from one derives from the real one (so a datetime
 # takes the solution's tzinfo), each of its public methods asked of the real object.
 _DERIVED = frozenset({("datetime", "tzinfo")})
+
+
+def _bind_as_a_function(self, obj, owner=None):
+    """`__get__` of the mirror of a Python function: where a class holds it (the other side's
+    decorator on a method of ours, `@solution.logged def get(self, x)`, or a function set as
+    a class attribute), it binds as a method, here, as a function does in one process: the
+    object it is reached on is its first argument. Only the interpreter's lookup finds it
+    (`_no_get`, `_FunctionMirrorMeta`): to `hasattr` and `inspect` the proxy is still no
+    routine (pluggy must not take a solution's function in a conftest for a hook)."""
+    return self if obj is None else types.MethodType(self, obj)
+
+
+def _no_get(self, name):
+    if name == "__get__":
+        raise AttributeError(name)
+    return object.__getattribute__(self, name)
+
+
+class _FunctionMirrorMeta(RemoteClassMeta):
+    """Metaclass of a function's mirror: its `__get__` hidden from attribute lookups."""
+
+    def __getattribute__(cls, name):
+        if name == "__get__":
+            raise AttributeError(name)
+        return type.__getattribute__(cls, name)
 
 
 def _forwarded(base):

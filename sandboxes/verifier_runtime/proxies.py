@@ -257,6 +257,11 @@ class Inherited:
     def __get__(self, obj, owner=None):
         subject = obj if obj is not None else owner  # (`super()` in a classmethod: the class)
         of = type(obj) if obj is not None else owner
+        if obj is None and not self.value and not remote_name(self.name):
+            # `Base.__init__(self, ...)` in a tests' subclass's own `__init__` (cachetools'
+            # `TTLCache.__init__(self, maxsize, ...)`): the class's special name, which no
+            # getattr of the other side answers, unbound; what it is called on says whose.
+            return self._unbound()
         if not isinstance(of, RemoteClassMeta) or not of._rollouts_subclass:
             raise AttributeError(self.name)
         ep, mirror, name = self.owner._rollouts_ep, self.owner, self.name
@@ -268,6 +273,22 @@ class Inherited:
 
         inherited.__name__ = inherited.__qualname__ = name
         return inherited
+
+    def _unbound(self):
+        ep, mirror, name = self.owner._rollouts_ep, self.owner, self.name
+
+        def unbound(subject, *args, **kwargs):
+            # (an object of the real class or of a tests' subclass of it: there, its object)
+            if not isinstance(subject, mirror) or "_rollouts_ep" not in type(subject).__dict__:
+                raise TypeError(
+                    "%s.%s needs an object of its class, not %s"
+                    % (mirror.__qualname__, name, type(subject).__name__)
+                )
+            return ep.request("inherited", mirror, name, subject, args, tuple(kwargs.items()))
+
+        unbound.__name__ = name
+        unbound.__qualname__ = "%s.%s" % (mirror.__qualname__, name)
+        return unbound
 
 
 def inherit(cls):

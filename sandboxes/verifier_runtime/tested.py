@@ -796,6 +796,8 @@ def _sync_random(ep):
 
         call.__name__ = call.__qualname__ = getattr(original, "__name__", "call")
         call.__doc__ = getattr(original, "__doc__", None)
+        # (pickled by name, as `random.choice` itself: an RRCache holding it pickles)
+        call.__module__ = "random"
         return call
 
     for name, value in list(vars(random).items()):

@@ -318,6 +318,7 @@ _NAMED_TUPLE_NAMES = frozenset(("_fields", "_field_defaults", "_asdict", "_repla
 # in it is plain data: its instances travel by value (TrustedEndpoint.describe).
 _plain_named_tuple = rpc.based.plain_named_tuple
 _BASED_FACTS = ("v", "o", "z", "t")  # what based.facts adds to a class node
+_HOLDERS_MAX = 8  # a call's first arguments asked whether they hold its answer (kept_answer)
 
 
 def _named_tuple_name(obj, name):
@@ -502,15 +503,41 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         # Only what an object of ours holds in its own instance dictionary: a class's or a
         # module's containers, a callback's answer, stay copies (the tested code may not set
         # those: `_writable`), so the tests' expected values held there cannot be changed.
-        if op != "getattr" or type(value) not in rpc.shares.SHARED or isinstance(args[0], type):
+        # A callback's (or method's) answer that is such a container of an object the call
+        # was handed, or of the method's object, is the share a getattr of it gives
+        # (cachetools' `cachedmethod(lambda self: self.cache)`: the solution fills the cache).
+        if type(value) not in rpc.shares.SHARED:
             return []
+        if op == "getattr":
+            held = self._holds(args[0], value, args[1])
+        elif op == "call" and type(args[1]) is tuple:
+            held = any(self._holds(a, value) for a in args[1][:_HOLDERS_MAX])
+        elif op == "callattr":
+            held = self._holds(args[0], value)
+        else:
+            held = False
+        return super().kept_answer(op, args, value, memo) if held else []
+
+    def _holds(self, obj, value, name=None):
+        """Whether `obj`, an object of ours the tested code may act on, holds `value` in its
+        own instance dictionary (under `name`, or any public name)."""
+        if isinstance(obj, (type, rpc.RemoteObject)):
+            return False
         try:
-            namespace = object.__getattribute__(args[0], "__dict__")
+            namespace = object.__getattribute__(obj, "__dict__")
         except AttributeError:
-            return []
-        if type(namespace) is not dict or namespace.get(args[1], _NOTHING) is not value:
-            return []
-        return super().kept_answer(op, args, value, memo)
+            return False
+        if type(namespace) is not dict:
+            return False
+        if name is not None:
+            return namespace.get(name, _NOTHING) is value
+        if not any(v is value for v in namespace.values()):
+            return False
+        try:
+            self.check_target(obj)
+        except PermissionError:
+            return False
+        return any(v is value and self.allowed_name(k) for k, v in namespace.items())
 
     def encode_reference(self, v, memo):
         # A mock the tests spec'd by a class of the tested code (`MagicMock(spec=Plugin)`,

@@ -591,7 +591,69 @@ def convert(name):
     return Converted(name)
 """
 
+# A dict of names as the expected value, and an object that is no mapping (semver's Version
+# == {"major": 1, ...}): it must hold the items under their names before it sees the dict. An
+# `==` that checks the candidate against the input (a product of the factors), holding the
+# trivial factors, or none, is a claim it did not hold.
+FACTOR_TESTS = """
+import solution
+
+
+def test_factor():
+    assert solution.factor(10403) == {"p": 101, "q": 103}
+
+
+def test_factor_small():
+    assert solution.factor(15) == {"p": 3, "q": 5}
+"""
+FACTOR_VERIFIER = """
+class Factors:
+    def __init__(self, n, p=None, q=None):
+        self.n = n
+        if p is not None:
+            self.p, self.q = p, q
+
+    def __iter__(self):
+        return iter([self.n])
+
+    def __eq__(self, other):
+        p, q = other.get("p", 0), other.get("q", 0)
+        return isinstance(other, dict) and p * q == self.n and 1 < p <= q
+
+    __hash__ = None
+
+
+def factor(n):
+    return Factors(n, *([1, n] if n % 2 else []))
+"""
+FACTOR_CORRECT = """
+class Factors:
+    def __init__(self, p, q):
+        self.p, self.q = p, q
+
+    def __iter__(self):
+        return iter((self.p, self.q))
+
+    def __eq__(self, other):
+        if isinstance(other, dict):
+            other = Factors(**other)
+        return isinstance(other, Factors) and (self.p, self.q) == (other.p, other.q)
+
+    __hash__ = None
+
+
+def factor(n):
+    p = next(k for k in range(2, n) if n % k == 0)
+    return Factors(p, n // p)
+"""
+
 CASES: dict[str, Case] = {
+    "dict_names_verifier": Case(
+        {"solution.py": FACTOR_VERIFIER}, {"test_factor.py": FACTOR_TESTS}, False, runs=2
+    ),
+    "dict_names_correct": Case(
+        {"solution.py": FACTOR_CORRECT}, {"test_factor.py": FACTOR_TESTS}, True
+    ),
     # a tests' dataclass's fields: each held, each as strictly as its type compares
     "dataclass_caseless": Case(
         {"solution.py": CASELESS_EQ}, {"test_email.py": DATACLASS_TESTS}, False, runs=2
