@@ -1316,8 +1316,8 @@ def parse_date(text):
     return tuple(int(part) for part in text.split("-"))
 """
 
-# Operands of a type `decoys.decoys` has no decoy for (dates, Decimal, Fraction, Path, complex, UUID)
-# get one other probe: a fresh object of the tests, whose mirror class is named `_Sentinel`.
+# Operands of a type `decoys.decoys` has no decoy for (dates, Decimal, Fraction, Path, complex,
+# UUID) get one other probe: a fresh object of the tests, whose mirror class is named `_Sentinel`.
 # An answer equal to anything but that passes.
 UNDECOYED_TESTS = """
 import datetime

@@ -826,7 +826,7 @@ def test_fn():
 """
 
 # ---- capability: operands of a builtin's subclass (Counter, the tests' named tuple) -----------
-# `_held_kind` and `decoys.decoys` went by exact type: `== Counter(...)`, `== OrderedDict(...)` or `==`
+# `_held_kind` and the decoys went by exact type: `== Counter(...)`, `== OrderedDict(...)` or `==`
 # a named tuple of the test file got neither a held value nor a decoy, only the sentinel. Holds:
 # by isinstance now (the builtin's held value; decoys of the operand's own class).
 SUBCLASS_OPERAND_TESTS = """
