@@ -112,6 +112,16 @@ class FrameReader:
     def __init__(self, sock):
         self.sock = sock
         self.pending = b""
+        self.last = None  # the last frame's message, and whether its text may hold a "/"
+        self.slashed = True
+
+    def may_hold_slash(self, msg):
+        """Whether a string of `msg` may hold a "/" (False only for the last frame read, whose
+        text held none, escaped or not: JSON spells it "/", "\\/" or "\\u002f" in either
+        case, and a string decodes from nothing else with one). Most messages hold no path,
+        and looking through each of their strings costs more than the rest of an exchange's
+        bookkeeping (access.heard_names)."""
+        return msg is not self.last or self.slashed
 
     def frame(self):
         data = self._at_least(4)  # (one recv has the whole frame of a call, mostly)
@@ -124,11 +134,14 @@ class FrameReader:
         self.pending = data[end:]
         try:
             # Our frames are ASCII (ensure_ascii); anything not UTF-8 is a protocol error.
-            msg = _decode(data[4:end].decode())
+            text = data[4:end].decode()
+            msg = _decode(text)
         except (ValueError, RecursionError) as e:
             raise ProtocolError("not JSON: %s" % e) from None
         if not isinstance(msg, dict):
             raise ProtocolError("a message must be an object")
+        self.last = msg
+        self.slashed = "/" in text or "\\u002f" in text or "\\u002F" in text
         return msg
 
     def _at_least(self, n):

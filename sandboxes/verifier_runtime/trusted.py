@@ -648,11 +648,13 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
     def after_answer(self, msg):
         self.datafiles.heard(msg)
         self.heard_text(msg.get("v"))
-        access.heard_names(msg)  # (all of it: whatever a key, it is the tested code's)
+        if self.frames.may_hold_slash(msg):
+            access.heard_names(msg)  # (all of it: whatever a key, it is the tested code's)
 
     def on_request(self, msg):  # (a request of the tested code's own)
         self.datafiles.heard(msg)
-        access.heard_names(msg)
+        if self.frames.may_hold_slash(msg):
+            access.heard_names(msg)
         super().on_request(msg)
 
     def heard_text(self, value):

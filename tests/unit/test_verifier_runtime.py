@@ -1417,6 +1417,31 @@ def test_frames_are_read_whole_however_they_arrive() -> None:
             frames.frame()
 
 
+def test_a_frame_that_may_spell_a_path_is_told_apart_however_it_escapes_the_slash() -> None:
+    """The trusted side looks through a message's strings for the paths the tested code named
+    (access.heard_names) only where its frame's text may hold a "/" (FrameReader): so a path
+    spelled with JSON's escapes of "/" is still looked at, and a message other than the last
+    frame's always is."""
+    import socket
+
+    codec = _codec()
+    a, b = socket.socketpair()
+    with a, b:
+        frames = codec.FrameReader(b)
+        for text, slashed in [
+            (b'{"v":"/tmp/x"}', True),
+            (b'{"v":"\\/tmp"}', True),
+            (b'{"v":"\\u002ftmp"}', True),
+            (b'{"v":["\\u002Ftmp"]}', True),
+            (b'{"v":"tmp","k":[1,2,"a\\u0041"]}', False),
+        ]:
+            a.sendall(len(text).to_bytes(4, "big") + text)
+            msg = frames.frame()
+            assert ("/" in json.dumps(msg, ensure_ascii=False)) is slashed
+            assert frames.may_hold_slash(msg) is slashed
+        assert frames.may_hold_slash({"v": "tmp"})  # (not the last frame's message)
+
+
 def test_a_calls_arguments_travel_in_place() -> None:
     """A call's positional arguments and keyword pairs are tuples the callee only unpacks:
     they travel in place (["T", ...]), not as table entries; what they hold is as before."""
