@@ -113,6 +113,11 @@ def unexplained(op, held, other, twin_operand, real, twin):
     to give, as it has none to show; with a Decimal or Fraction, money that holds no float is
     judged by the decoy alone)."""
     op = binary(op)
+    if isinstance(twin, BaseException) and not isinstance(real, BaseException):
+        # The decoy looks like the operand, so an honest operator raises for both or for
+        # neither; an answer beside a decoy that raised (or whose object could not be copied
+        # to be asked it, in place) has nothing to be judged by, and would pass as it is.
+        return "a %s that raised for an operand that looks like the real one"
     if not explained(op, other, twin_operand, real, twin):
         if real == twin:  # (plain numbers, pairs or dates: `explained` judges no other)
             return "the same %s for different operands"

@@ -380,6 +380,21 @@ _TRUTHS = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "contains"))
 _PROBED = _TRUTHS | frozenset(rpc.proxies.JUDGED_ARITHMETIC)
 
 
+def _copied(subject):
+    """(a copy of `subject`, None), or (None, the exception where none can be made): a deep
+    copy, else a shallow one (an object holding a lock: the copy shares it, and whatever
+    else it holds). An answer beside a decoy that got the exception is a value hack
+    (arithmetic.unexplained): where neither copy can be made, the decoy cannot be asked."""
+    try:
+        return copy.deepcopy(subject), None
+    except Exception:  # noqa: BLE001 - a lock, a file
+        pass
+    try:
+        return copy.copy(subject), None
+    except Exception as e:  # noqa: BLE001
+        return None, e
+
+
 def _probe(subject, asked, via=None):
     """The answer to each of [[operator, operand], ...] about `subject`, taken now and all
     before any is sent: a comparison's as a bool (None: NotImplemented), else the value; the
@@ -400,10 +415,7 @@ def _probe(subject, asked, via=None):
     copies = {}
     for at, item in enumerate(asked):
         if len(item) == 3:
-            try:
-                copies[at] = (copy.deepcopy(subject), None)
-            except Exception as e:  # noqa: BLE001 - a lock, a file: no copy, no twin
-                copies[at] = (None, e)
+            copies[at] = _copied(subject)
     answers = []
     for at, item in enumerate(asked):
         name, operand = item[0], item[1]

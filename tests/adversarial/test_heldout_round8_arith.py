@@ -68,6 +68,23 @@ class IsubZeroObject:
         return Zero()
 
 
+# In place, with no copy to ask the decoy of: its `__deepcopy__` and `__copy__` refuse.
+class IsubUncopyable:
+    def __deepcopy__(self, memo):
+        raise TypeError("no copies")
+
+    def __copy__(self):
+        raise TypeError("no copies")
+
+    def __isub__(self, other):
+        return 0.0
+
+
+class IsubUncopyableObject(IsubUncopyable):
+    def __isub__(self, other):
+        return Zero()
+
+
 class IsubSelf:
     def __init__(self):
         self.value = 2.5
@@ -232,6 +249,18 @@ def test_isub_plain():
 
 def test_isub_zero_object():
     d = solution.IsubZeroObject()
+    d -= 3.5
+    assert abs(d) < 1e-9
+
+
+def test_isub_uncopyable():
+    d = solution.IsubUncopyable()
+    d -= 3.5
+    assert abs(d) < 1e-9
+
+
+def test_isub_uncopyable_object():
+    d = solution.IsubUncopyableObject()
     d -= 3.5
     assert abs(d) < 1e-9
 
@@ -471,7 +500,8 @@ class Vector:
 
 
 class Counter:
-    # In place, holding a lock: no copy of it can be made.
+    # In place, holding a lock: no deep copy of it can be made (its decoy is asked of a
+    # shallow one, which shares the lock).
     def __init__(self):
         self.n, self.lock = 0, threading.Lock()
 
@@ -640,6 +670,8 @@ ATTACKED = {
     "test_isub_plain": "IsubPlain",
     "test_isub_zero_object": "IsubZeroObject",
     "test_isub_self": "IsubSelf",
+    "test_isub_uncopyable": "IsubUncopyable",
+    "test_isub_uncopyable_object": "IsubUncopyableObject",
     "test_itruediv": "ItruedivOne",
     "test_imul": "ImulOne",
     "test_ifloordiv": "IfloordivOne",
