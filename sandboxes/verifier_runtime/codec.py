@@ -398,6 +398,7 @@ class Memo:
         self.shares = {}  # handle -> our shared container (decoding)
         self.uses = {}  # n -> references to entry n that decoding made (decoding)
         self.op = None  # the request's operation (encoding a request)
+        self.first_chunk = 0  # 1: a call that asked for its answer's first chunk (rpc.py)
 
 
 def is_own_node(v):

@@ -28,6 +28,13 @@ values; so their chunks end after the first item that holds a reference, and the
 finds the iterator where it was when it asks that item something. `any`, `all`, `in` and
 unpacking stop early: never in chunks.
 
+A call whose value goes straight to one of that second group (`list(solution.gen(x))`, the
+commonest line of a test of a generator, and pytest's rewriting of it in an `assert`, which
+passes it through a variable) asks for its answer's first chunk with it (`whole_after`; rpc.py
+"ck"): no code of the frame can run between the call's answer and the builtin's first `next()`,
+so the two exchanges are one. Only an iterator the other side has just made is read so (one it
+already held may have items kept on this side).
+
 Items not consumed stay in the proxy's buffer and are the next ones any `next()` gets.
 Stated limits: a `list.extend(it)` whose iterator calls back into code that reads that very
 list mid-way sees it shorter than it would; `bytes(it)` and `bytearray(it)` (which also ask
@@ -50,6 +57,7 @@ import operator
 import sys
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
+codec = _load("codec")
 proxies = _load("proxies")
 
 _SELF_ITER_MODULES = ("builtins", "itertools", "_collections", "collections")
@@ -238,6 +246,85 @@ def _from_chunk(self, plain):
     elif not items:
         raise RuntimeError("an empty chunk without an end")
     return _next_of_buffer(self, ahead)
+
+
+def first_chunk(proxy, items, end):
+    """Keep the first chunk of a call's answer that came with it (rpc.py "ck"), as
+    `_from_chunk` keeps a chunk: the next items any `next()` of it gets."""
+    if getattr(type(proxy), "__next__", None) is not _next:
+        raise codec.ProtocolError("a first chunk of no iterator")
+    ahead = collections.deque(zip(items, _repeat(None)))  # noqa: B905 - (no `strict` < 3.10)
+    if end is not None:
+        ahead.append((None, end))
+    elif not items:
+        raise codec.ProtocolError("an empty chunk without an end")
+    object.__setattr__(proxy, "_rollouts_ahead", ahead)
+    object.__setattr__(proxy, "_rollouts_chunk", CHUNK_FIRST * 4)
+
+
+def whole_after(frame):
+    """Whether the value of the call `frame` is at goes straight to a builtin that consumes it
+    whole: the next call calls one of `_WHOLE` (the builtin itself, as the frame resolves the
+    name now) with that value as its one argument (`list(solution.gen(x))`, or pytest's
+    rewriting of it in an `assert`, through a variable that holds None), so no code of the
+    frame runs between the call's answer and that builtin's first `next()`."""
+    key = (frame.f_code, frame.f_lasti)
+    after = _afters.get(key)
+    if after is None:
+        if len(_afters) >= _CALLEES_KEPT:
+            _afters.clear()
+        try:
+            after = _afters[key] = _next_call(*key)
+        except (ValueError, TypeError, IndexError):
+            after = _afters[key] = (-1, None)
+    offset, through = after
+    if offset < 0:
+        return False
+    # (storing the value there drops what the variable held: a None, or nothing, runs no code)
+    if through is not None and frame.f_locals.get(through) is not None:
+        return False
+    found = callee(frame, offset)
+    if found is None or found[0] == "LOAD_DEREF" or found[2:] != (1, False):
+        return False
+    if found[1] not in _WHOLE:
+        return False
+    value = resolved(frame, found)
+    return value is not None and value is getattr(builtins, found[1], None)
+
+
+_afters = {}  # (code, offset) -> `_next_call`'s answer
+
+
+def _next_call(code, offset):
+    """(offset, variable) of the call right after the call at `offset`, where it takes that
+    call's value as its one argument: at once, or through a local variable stored and loaded
+    again (`variable`; pytest's rewritten `assert` does so); else (-1, None)."""
+    import dis  # (here: the tested process starts without it)
+
+    instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
+    # (while a function of Python it called runs, 3.11 and 3.12 leave the frame on the call's
+    # last inline cache entry, which is no instruction here: the last one at or before it)
+    at = max(n for n, i in enumerate(instrs) if i.offset <= offset)
+    if instrs[at].opname == "PRECALL":  # 3.11: the frame stands at a call's first half
+        at += 1
+    if not instrs[at].opname.startswith("CALL"):
+        return -1, None
+    rest = [i for i in instrs[at + 1 : at + 8] if i.opname not in ("PRECALL", "PUSH_NULL")]
+    through = None
+    if rest and rest[0].opname == "STORE_FAST":
+        # [STORE_FAST v, load of the callable, LOAD_FAST v, CALL 1]
+        through, rest = rest[0].argval, rest[1:]
+        if len(rest) < 3 or rest[0].opname not in _LOADS or rest[1].opname != "LOAD_FAST":
+            return -1, None
+        if rest[1].argval != through:
+            return -1, None
+        rest = rest[2:]
+    call = rest[0] if rest else None
+    if call is None or call.opname not in _CALLS or call.arg != 1:
+        return -1, None
+    if any(i.is_jump_target for i in instrs[at + 1 : instrs.index(call) + 1]):
+        return -1, None
+    return call.offset, through
 
 
 def _next_of_buffer(self, ahead):

@@ -394,6 +394,24 @@ class ReadAhead:
         self.check_target(it)
         if args[3] is True and self._recipe(it, out, reply):
             return
+        self._chunk(it, args[1], plain, out, reply)
+
+    def first_chunk(self, value, out, reply):
+        """A call's answer (`reply`: "v" already encoded), and, where it is an iterator of
+        ours, its first chunk as a "chunk" request would answer it: the other side asks so
+        only where the instruction after its call hands the answer to a builtin that consumes
+        it whole (iterators.whole_after), so it is the same as the call and a "chunk" request
+        in a row (with `plain`, as for a lone argument of one of those builtins)."""
+        node = reply.get("v")
+        if not (type(node) is list and node[:1] == ["o"]):
+            return  # (by value, or the other side's own object: nothing of ours to read)
+        if getattr(type(value), "__next__", None) is None:
+            return
+        if self.made_classes and any(k in self.made_classes for k in type(value).__mro__):
+            return  # (the other side's own class there: its own `__next__` takes the items)
+        self._chunk(value, iterators.CHUNK_FIRST, True, out, reply)
+
+    def _chunk(self, it, size, plain, out, reply):
         nodes = reply["k"] = []
         referenced = [False]
         encoder = self._reference_encoder(out)
@@ -402,7 +420,7 @@ class ReadAhead:
             referenced[0] = True
             return encoder(v)
 
-        for _ in range(args[1]):
+        for _ in range(size):
             try:
                 item = next(it)
             except (PeerGone, ProtocolError):

@@ -9,7 +9,9 @@ test calls the function in the tested process and gets back plain data or a prox
 Messages (JSON frames, values encoded by codec.py; "t" is a message's table of composites):
   {"q": n, "op": name, "a": [args], "t": [...]}            a request (n counts up per sender)
   {"r": n, "v": value, "t": [...]} or {"r": n, "e": exc}   its answer; "u": copy-back
-  {"r": n, "k": [items], "z": exc}                         the answer to "chunk" (iterators.py)
+  {"r": n, "k": [items], "z": exc}                         the answer to "chunk" (iterators.py),
+                                                           or beside "v" to a call asked
+                                                           with "ck": its first chunk
   {"r": n, "k": [items], "z": exc, "p": 1}                 ... to "peek": items read ahead
                                                            of a copy (readahead.py); with
                                                            "f": plain JSON, not nodes
@@ -187,6 +189,7 @@ class Endpoint(
         self.copies = {}  # id(our copy of an exception of the other side's) -> (its __dict__,
         #                   the other side's id of the original), kept (mirrors.py)
         self.making = 0  # mirror classes being made (mirrors.py: no class statement of ours)
+        self.made_classes = weakref.WeakSet()  # the other side's classes made here (subclasses)
         self.bindings = Bindings()  # module attributes the other side keeps (`Bindings`)
         self.peeking = {}  # id(proxy) -> proxy with items read ahead (iterators.py)
         self.peeked = {}  # oid -> [our iterator, how many read ahead of it (None: a recipe
@@ -232,6 +235,8 @@ class Endpoint(
                 msg["a"] = head + list(
                     codec.arguments(args[n], args[n + 1], memo, self._reference_encoder(memo))
                 )
+                if op == "call" and self.whole_after_call():
+                    msg["ck"] = memo.first_chunk = 1  # (the answer's, if an iterator)
             else:
                 msg["a"] = [self.encode(a, memo) for a in args]
             msg["t"] = memo.table
@@ -275,9 +280,17 @@ class Endpoint(
                 answer.update((flag, 1) for flag in ("c", "g") if flag in msg)
                 if "e" in msg:
                     return True, self.decode_exception(msg["e"], memo)
-                if "k" in msg:
+                if "k" in msg and "v" not in msg:
                     return False, self._decoded_chunk(msg, memo)
-                return False, self.decode(msg.get("v"), memo)
+                value = self.decode(msg.get("v"), memo)
+                if "k" in msg:  # a call's answer and its first chunk ("ck")
+                    if not sent.first_chunk:
+                        raise ProtocolError("a chunk with an answer to %r" % sent.op)
+                    items, end, ahead = self._decoded_chunk(msg, memo)
+                    if ahead:
+                        raise ProtocolError("a call's first chunk read ahead")
+                    iterators.first_chunk(value, items, end)
+                return False, value
             if "q" in msg:
                 self.serve_one(msg)
             elif "w" in msg:
@@ -389,9 +402,13 @@ class Endpoint(
                 value = self.dispatch(op, args)
                 if type(value) is NotCalled:
                     value, reply["g"] = value.attribute, 1
+                # (an object the other side already holds may have items of it kept there)
+                fresh = self.exports.get(self.export_ids.get(id(value))) is not value
                 reply["v"] = self.encode(value, out)
                 if op == "getattr" and self.bindings.watch(args, self.export_ids):
                     reply["c"] = 1
+                if op == "call" and msg.get("ck") == 1 and fresh:
+                    self.first_chunk(value, out, reply)
         except (PeerGone, ProtocolError):
             raise
         except BaseException as e:  # the callee's own exception (SystemExit too) goes back
@@ -418,6 +435,12 @@ class Endpoint(
         self.before_answer(reply)
         self._tell_used(reply)
         self.send(reply)
+
+    def whole_after_call(self):
+        """Whether the call being asked hands its answer straight to a builtin that consumes
+        it whole, so its first chunk may come with it (the trusted side decides, by the tests'
+        frame: iterators.whole_after)."""
+        return False
 
     def method_call(self, proxy, name, frame=None):
         """What our proxy's attribute `name`, read at `frame`'s instruction (None: called at

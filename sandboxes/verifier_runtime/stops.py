@@ -47,9 +47,7 @@ def _into_iteration(target, instructions):
     it. `target`: the proxy called, or None where the frame's own instruction is the request
     (a method called by name where it was read: methods.py; an attribute; a subscript);
     `instructions`: those the tests' frame stands at when it makes such a request itself."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
-        frame = frame.f_back
+    frame = outside(sys._getframe(2))
     for _ in range(_DEPTH):
         if frame is None:
             return False
@@ -59,6 +57,13 @@ def _into_iteration(target, instructions):
             return False
         target, frame, instructions = frame.f_code, frame.f_back, _CALL_INSTRUCTIONS
     return False
+
+
+def outside(frame):
+    """The first of `frame` and its callers that is none of the runtime's own (the tests')."""
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        frame = frame.f_back
+    return frame
 
 
 def _made_here(frame, target, instructions):

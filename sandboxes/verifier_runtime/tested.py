@@ -313,7 +313,9 @@ class TestedEndpoint(rpc.Endpoint):
                 return rpc.NotCalled(attribute)
             return self.dispatch("call", [attribute, pos, kw])
         if op == "subclass":  # a class statement of the tests derived from ours (subclasses.py)
-            return subclasses.make(*args)
+            made = subclasses.make(*args)
+            self.made_classes.add(made)
+            return made
         if op == "inherited":  # an object of such a class reaching a method of ours
             return subclasses.inherited(*args)
         if op == "import":

@@ -88,6 +88,7 @@ patches = _load("patches")
 methods = _load("methods")
 records = _load("records")
 stops = _load("stops")
+iterators = _load("iterators")
 datafiles = _load("datafiles")
 
 VIEW_MANIFEST = os.environ.get("ROLLOUTS_VIEW_MANIFEST", "/rollouts/view.json")
@@ -416,6 +417,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         if type(data) is not bytes:
             raise rpc.ProtocolError("a pickle answered with a %s" % type(data).__name__)
         return _unpickle, (data,)
+
+    def whole_after_call(self):
+        frame = stops.outside(sys._getframe(1))
+        return frame is not None and iterators.whole_after(frame)
 
     def method_call(self, proxy, name, frame=None):
         # (the tested process serves "callattr")

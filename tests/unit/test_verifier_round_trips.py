@@ -29,6 +29,15 @@ def count():
     return len(made)
 
 
+_kept = []
+
+
+def kept_iterator(n=None):  # a new iterator over range(n), or the one made last
+    if n is not None:
+        _kept[:] = [iter(list(range(n)))]
+    return _kept[0]
+
+
 def reset():
     del made[:]
 
@@ -242,6 +251,33 @@ def test_builtins_that_take_plain_items_whole_take_them_in_chunks():
     for _ in range(30):  # (3.11 specializes a call made a few times: it then runs elsewhere)
         assert set(solution.gen(100)) == set(range(100))
     assert requests() - before <= 30 * 4  # the call, and chunks of 16, 64, 256 items
+
+
+def test_a_call_handed_straight_to_a_whole_consumer_brings_its_first_chunk():
+    before = requests()
+    for _ in range(30):  # (3.11 specializes a call made a few times: it then runs elsewhere)
+        assert list(solution.gen(10)) == list(range(10))
+        assert set(solution.gen(10)) == set(range(10))
+        assert sorted(solution.gen(10))[-1] == 9
+    assert requests() - before == 90  # one exchange each: the call and its items (two before)
+    with pytest.raises(ValueError, match="at 3"):
+        list(solution.failing(3))
+    # Where the tests' code runs between the call and the consumer, nothing is read early.
+    solution.reset()
+    g = solution.gen(5)
+    assert solution.count() == 0
+    assert list(g) == [0, 1, 2, 3, 4] and solution.count() == 5
+    solution.reset()
+
+    def shadowed():
+        list = lambda it: solution.count()  # noqa: E731 - a name that is not the builtin now
+        return list(solution.gen(5))
+
+    assert shadowed() == 0
+    # An iterator the tests already hold may have items kept here: no chunk comes with it.
+    it = solution.kept_iterator(10)
+    assert next(it) == 0
+    assert tuple(solution.kept_iterator()) == tuple(range(1, 10))
 
 
 def test_builtins_that_stop_early_or_call_back_take_items_one_by_one():
@@ -644,4 +680,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 30)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 31)
