@@ -149,7 +149,13 @@ def _whole_builtin_call(frame):
     the frame resolves the name now) with exactly one positional argument: the call that
     asked for the iterator and now takes its items, from C, with no code of the frame in
     between (any other would have moved the frame's instruction)."""
-    found = callee(frame)
+    return _calls_whole_builtin(frame, None)
+
+
+def _calls_whole_builtin(frame, offset):
+    """Whether the call at `offset` of `frame` (None: where it stands) calls one of `_WHOLE`,
+    the builtin itself as the frame resolves the name now, with one positional argument."""
+    found = callee(frame, offset)
     if found is None or found[0] == "LOAD_DEREF" or found[2:] != (1, False):
         return False
     if found[1] not in _WHOLE:
@@ -283,13 +289,7 @@ def whole_after(frame):
     # (storing the value there drops what the variable held: a None, or nothing, runs no code)
     if through is not None and frame.f_locals.get(through) is not None:
         return False
-    found = callee(frame, offset)
-    if found is None or found[0] == "LOAD_DEREF" or found[2:] != (1, False):
-        return False
-    if found[1] not in _WHOLE:
-        return False
-    value = resolved(frame, found)
-    return value is not None and value is getattr(builtins, found[1], None)
+    return _calls_whole_builtin(frame, offset)
 
 
 _afters = {}  # (code, offset) -> `_next_call`'s answer
