@@ -402,9 +402,9 @@ def _probe(subject, asked, via=None):
     before any is sent: a comparison's as a bool (None: NotImplemented), else the value; the
     exception an operator raised in its place. `via`: a class of ours `subject` is of, whose
     method answers (a tests' subclass's `super().__eq__`: subclasses.py). A question
-    [operator, operand, "copy"] is asked of a deep copy of `subject` made before any question
-    is answered (an in-place operator's decoy: asked of the object, it would change it twice);
-    a copy that cannot be made answers with its exception."""
+    [operator, operand, "copy"] is asked of a copy of `subject` made before any question is
+    answered (`_copied`: an in-place operator's decoy, which asked of the object would change
+    it twice); where no copy can be made, it answers with the copy's exception."""
     if not isinstance(asked, list) or not (via is None or isinstance(subject, via)):
         raise rpc.ProtocolError("probe")
     for item in asked:
