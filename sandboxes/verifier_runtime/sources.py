@@ -89,6 +89,7 @@ _PROGRAM_EVENTS = {
     "os.spawn": (2, None),
     "os.system": (0, None),
 }
+_AUDITED = frozenset(("open", "compile", *_PROGRAM_EVENTS))  # (the events `_audit` acts on)
 _LINES = re.compile(r"\r\n|\r|\n")
 _TOKEN = re.compile(r"[\s'\"=;|&<>()`]+")
 _PYTHON = re.compile(r"^python[0-9.]*$")
@@ -650,7 +651,9 @@ def _agents(statement):
 
 
 def _audit(event, args):
-    if getattr(_busy, "on", False):
+    # Every audit event of the process comes here (each `id()`, `sys._getframe`, frame's
+    # `f_code`, several a call through a proxy): those we act on are told apart first.
+    if event not in _AUDITED or getattr(_busy, "on", False):
         return
     if event == "open":
         path = args[0] if args else None
