@@ -102,11 +102,13 @@ _STEP = "_rollouts_step"  # (on a proxy: what a getattr of a step's name answere
 
 def iterator_step(op, args):
     """Whether request `op` with `args` is an iterator's own step (see `leaked_stop`): a call
-    of one of `_STEP_METHODS` by name, or of what a getattr of that name gave (`step_method`)."""
+    of one of `_STEP_METHODS` by name on an object that steps, or of what a getattr of that
+    name gave (`step_method`)."""
     if op == "op":
         return bool(args) and args[0] in _STEP_OPS
-    if op in ("callattr", "inherited"):
-        return len(args) > 1 and args[1] in _STEP_METHODS
+    if op in ("callattr", "inherited"):  # (the object; the class whose method runs)
+        cls = type(args[0]) if op == "callattr" else args[0]
+        return len(args) > 1 and args[1] in _STEP_METHODS and _steps(cls)
     if op == "call":
         return bool(args) and isinstance(args[0], RemoteObject) and _STEP in args[0].__dict__
     return op in ("chunk", "peek")  # (their end travels as a value, and is the iterator's)
@@ -114,9 +116,23 @@ def iterator_step(op, args):
 
 def step_method(op, args, answer):
     """Mark what a getattr of a step's name answered (`gen.send`, kept and called later)."""
-    if op == "getattr" and len(args) > 1 and args[1] in _STEP_METHODS:
+    if op == "getattr" and len(args) > 1 and args[1] in _STEP_METHODS and _steps(type(args[0])):
         if isinstance(answer, RemoteObject):
             object.__setattr__(answer, _STEP, True)
+
+
+def _steps(cls):
+    """Whether objects of `cls` are iterators, asynchronous iterators or awaitables (generators,
+    asynchronous ones, coroutines), whose step methods end with StopIteration by protocol.
+    A module's function or another object's method of such a name (`solution.send`,
+    `Mailer().throw`) is no step: mapped by the tests, its StopIteration would end their
+    iteration. Read off the class's own dictionaries: a mirror has these special methods
+    where the real class has them (a lookup missed on a mirror class may ask the other side)."""
+    mro = getattr(cls, "__mro__", ())
+    return any(name in vars(k) for k in mro for name in _STEPPING)
+
+
+_STEPPING = ("__next__", "__anext__", "__await__")
 
 
 def leaked_stop(answer, where):

@@ -59,6 +59,30 @@ def fn(text):
     kept = [c.lower() for c in text if c.isalnum()]
     return kept == kept[::-1]
 """
+# A function or method named as a generator's step (`send`, `throw`, `__next__`) is no step of
+# an iterator unless its object is one: mapped, its StopIteration ends the tests' iteration too.
+STEP_NAMED_TESTS = MAP_TESTS.replace("from solution import fn", "from solution import send as fn")
+STEP_NAMED_METHOD_TESTS = MAP_TESTS.replace(
+    "from solution import fn", "from solution import Mailer\n\nfn = Mailer().throw"
+)
+STEP_NAMED = """
+def send(text):
+    raise StopIteration
+
+
+class Mailer:
+    def throw(self, text):
+        raise StopIteration
+"""
+STEP_NAMED_CORRECT = (
+    PALINDROME_CORRECT.replace("def fn(", "def send(")
+    + """
+
+class Mailer:
+    def throw(self, text):
+        return send(text)
+"""
+)
 # Where StopIteration is the protocol itself (an iterator's __next__, a generator's send and
 # throw, next() with no default), it crosses as it is.
 ITERATOR_TESTS = """
@@ -961,6 +985,17 @@ CASES: dict[str, Case] = {
     ),
     "method_stop_iteration_in_map": Case(
         {"solution.py": METHOD_STOP_ITERATION}, {"test_palindrome.py": MAP_TESTS}, correct=False
+    ),
+    "step_named_function_in_map": Case(
+        {"solution.py": STEP_NAMED}, {"test_palindrome.py": STEP_NAMED_TESTS}, correct=False
+    ),
+    "step_named_method_in_map": Case(
+        {"solution.py": STEP_NAMED}, {"test_palindrome.py": STEP_NAMED_METHOD_TESTS}, correct=False
+    ),
+    "step_named_correct": Case(
+        {"solution.py": STEP_NAMED_CORRECT},
+        {"test_palindrome.py": STEP_NAMED_TESTS, "test_methods.py": STEP_NAMED_METHOD_TESTS},
+        correct=True,
     ),
     "map_correct": Case(
         {"solution.py": PALINDROME_CORRECT}, {"test_palindrome.py": MAP_TESTS}, correct=True
