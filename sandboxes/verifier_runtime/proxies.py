@@ -248,8 +248,12 @@ class _CoroutineMark:
 class Inherited:
     """A method the real class defines, on its mirror, for the tests' subclasses of it
     (subclasses.py): reached from an object of one (inherited, or by `super()`), it runs the real
-    class's method on the real object there. On the mirror's own proxies it is absent here, so
-    they ask for the attribute as before (`RemoteObject.__getattr__`)."""
+    class's method on the real object there. Where no class of the tests' defines that name
+    (so it was not reached by `super()` from their own), it is read on the real object as any
+    proxy's attribute, its instance dictionary first: a name the object holds itself hides
+    the method, as in one process (one reached by `super()` from a tests' method of another
+    name reads it too). On the mirror's own proxies it is absent here, so they ask for the
+    attribute as before (`RemoteObject.__getattr__`)."""
 
     def __init__(self, owner, name, value=False):
         self.owner, self.name, self.value = owner, name, value  # value: a property's
@@ -265,6 +269,12 @@ class Inherited:
         if not isinstance(of, RemoteClassMeta) or not of._rollouts_subclass:
             raise AttributeError(self.name)
         ep, mirror, name = self.owner._rollouts_ep, self.owner, self.name
+        if obj is not None and not self.value and remote_name(name) and not overridden(of, name):
+            # Found on the object, no class of the tests' defining it: read there as any
+            # proxy's attribute, so what its instance dictionary holds comes first, as in one
+            # process (cachetools' `self.getsizeof = getsizeof` over the class's static method).
+            call = ep.method_call(obj, name, sys._getframe(1))
+            return call if call is not None else ep.request("getattr", obj, name)
         if self.value:
             return ep.request("inherited", mirror, name, subject, None, ())
 

@@ -2431,6 +2431,23 @@ class Counter:
 
 def drained(it):
     return list(it)
+
+
+class Sized:
+    def __init__(self, getsizeof=None):
+        if getsizeof:
+            self.getsizeof = getsizeof
+
+    @staticmethod
+    def getsizeof(value):
+        return 1
+
+    def kind(self):
+        return "class"
+
+
+def set_kind(obj, value):
+    obj.kind = value
 """
 SUBCLASSED_TESTS = """import asyncio
 from unittest import mock
@@ -2666,6 +2683,22 @@ def test_super_next_of_an_iterator_runs_the_real_one_and_its_stop_ends_the_loop(
     with pytest.raises(StopIteration):
         next(one)
     assert solution.drained(Doubled(2)) == [2, 4]
+
+
+class SizedTest(solution.Sized):
+    def __init__(self, **kwargs):
+        solution.Sized.__init__(self, **kwargs)
+
+
+def test_what_the_objects_dictionary_holds_comes_before_the_bases_method():
+    # (cachetools' `TTLTestCache(maxsize=3, getsizeof=lambda x: x)`: `self.getsizeof =
+    # getsizeof` there, and `cache.getsizeof(2)` ran the class's static method)
+    s = SizedTest(getsizeof=lambda x: x)
+    assert s.getsizeof(2) == 2
+    sizer = s.getsizeof
+    assert sizer(3) == 3 and SizedTest().getsizeof(2) == 1
+    solution.set_kind(s, "own")
+    assert s.kind == "own" and SizedTest().kind() == "class"
 """
 
 
