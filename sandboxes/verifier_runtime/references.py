@@ -76,7 +76,13 @@ class References:
                 self.received[oid] = left
             self.releases.append([oid, 1])
             return
-        if oid is not None and self.proxies.get(oid) is None:
+        if oid is None:
+            return
+        # (A proxy that dies of its last reference is finalized before its weak references
+        # are cleared: the table still gives it back here. One of a cycle the collector
+        # found is gone from it, and a newer proxy of the same object may stand there.)
+        current = self.proxies.get(oid)
+        if current is None or current is proxy:
             count = self.received.pop(oid, 0)
             if count:
                 self.releases.append([oid, count])

@@ -257,6 +257,7 @@ class Endpoint(
                 msg["a"] = [self.encode(a, memo) for a in args]
             msg["t"] = memo.table
             self.send_shares(msg, memo)
+            self.share_iterated(op, args, memo, msg)
             self.before_request(msg)
             self._tell_used(msg)
             held = self.before_wait(msg)
@@ -273,7 +274,13 @@ class Endpoint(
             finally:
                 self.after_wait(held)
         if failed:
-            raise outcome
+            try:
+                raise outcome
+            finally:
+                # (else this frame, which the traceback holds, holds the exception: a cycle,
+                # and with it the caller's frame and its objects, ours and the other side's,
+                # live on until a collection; in one process they went when it was handled)
+                outcome = None
         if op == "getattr" and "c" in answer:
             self.bindings.keep(args[0], args[1], outcome)
         if op == "callattr" and "g" in answer:  # the attribute, not called there (methods.py)
@@ -292,21 +299,11 @@ class Endpoint(
                     raise ProtocolError("answer %r to request %r" % (msg["r"], q))
                 self._advance_used(msg)
                 self.after_answer(msg)
-                memo = self._built(msg, sent)
-                answer.update((flag, 1) for flag in ("c", "g") if flag in msg)
-                if "e" in msg:
-                    return True, self.decode_exception(msg["e"], memo)
-                if "k" in msg and "v" not in msg:
-                    return False, self._decoded_chunk(msg, memo)
-                value = self.decode(msg.get("v"), memo)
-                if "k" in msg:  # a call's answer and its first chunk ("ck")
-                    if not sent.first_chunk:
-                        raise ProtocolError("a chunk with an answer to %r" % sent.op)
-                    items, end, ahead = self._decoded_chunk(msg, memo)
-                    if ahead:
-                        raise ProtocolError("a call's first chunk read ahead")
-                    iterators.first_chunk(value, items, end)
-                return False, value
+                outcome = self._answered(msg, sent, answer)
+                # Our objects the other side dropped with its answer, once the answer (which
+                # may name them) is decoded: a value it handed back is ours alone again.
+                self._released(msg)
+                return outcome
             if "q" in msg:
                 self.serve_one(msg)
             elif "w" in msg:
@@ -315,6 +312,34 @@ class Endpoint(
                 self.on_log(msg)
             else:
                 raise ProtocolError("unknown message")
+
+    def _answered(self, msg, sent, answer):
+        """(failed, exception or value) of answer `msg` to our request `sent`."""
+        memo = self._built(msg, sent)
+        answer.update((flag, 1) for flag in ("c", "g") if flag in msg)
+        if "e" in msg:
+            return True, self.decode_exception(msg["e"], memo)
+        if "k" in msg and "v" not in msg:
+            return False, self._decoded_chunk(msg, memo)
+        value = self.decode(msg.get("v"), memo)
+        if "k" in msg:  # a call's answer and its first chunk ("ck")
+            if not sent.first_chunk:
+                raise ProtocolError("a chunk with an answer to %r" % sent.op)
+            items, end, ahead = self._decoded_chunk(msg, memo)
+            if ahead:
+                raise ProtocolError("a call's first chunk read ahead")
+            iterators.first_chunk(value, items, end)
+        return False, value
+
+    def _released(self, msg):
+        """Our objects the other side says it dropped ("rel")."""
+        released = msg.get("rel")
+        if released is None:
+            return
+        if not isinstance(released, list):
+            raise ProtocolError("release")
+        for item in released:
+            self._release(item)
 
     def _built(self, msg, sent=None):
         """The message's composites built; for an answer, the copy-back applied to ours."""
@@ -444,12 +469,18 @@ class Endpoint(
         kept = self.kept_answer(op, subject, value, out)
         if kept:
             reply.setdefault("sk", []).extend(kept)
-        value = None
-        reply["t"] = out.table
+        value = subject = None
+        reply["t"], out = out.table, None
         if back:
             reply["u"] = back
         self.before_answer(reply)
         self._tell_used(reply)
+        # The other side's objects that died with this call (its answer's value too, dropped
+        # just now): released with the answer, not with our next message, so that an object
+        # of theirs we only passed through is theirs alone again when the call returns (a
+        # `WeakValueDictionary` entry, a `weakref.ref` of theirs dies as in one process).
+        if self.releases:
+            reply["rel"], self.releases = self.releases, []
         self.send(reply)
 
     def whole_after_call(self):
@@ -492,8 +523,7 @@ class Endpoint(
         the trusted side keeps it from being run as code (sources.py)."""
 
     def on_request(self, msg):
-        for item in msg.get("rel") or []:
-            self._release(item)
+        self._released(msg)
         self.bindings.forget(msg.get("inv"))
 
     def before_answer(self, reply):

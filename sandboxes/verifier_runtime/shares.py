@@ -17,7 +17,9 @@ changes to it reach the module. From then on:
   their own `==` (a proxy's would be a request);
 - a share sent anywhere travels as ["K", handle] (codec.py), so the receiver gets its own
   container (`logger.sink is sink` holds, and handing it over again hands the same object);
-- a list, dict or set first sent inside a share's entry is a share too ("sk": [n, handle]);
+- a list, dict or set first sent inside a share's entry is a share too ("sk": [n, handle]),
+  and so is a list a request hands over beside an iterator of the sender's over it
+  (`share_iterated`: the callee's changes reach the sender's iterator as it walks);
 - a side whose code no longer holds a share (only this registry does) ends it ("sx").
 
 Handles are numbered by the side that made them, with its own sign (`share_sign`), so the
@@ -52,6 +54,15 @@ MAX_SHARED_ITEMS = 1 << 14
 KEEPING_OPS = frozenset(("call", "callattr", "setattr", "op", "mutate"))
 # Requests whose answer may be a container the callee's code keeps (Shares.kept_answer).
 ANSWERING_OPS = frozenset(("call", "callattr", "getattr", "op"))
+_LIST_ITERATORS = (type(iter([])), type(reversed([])))
+_CALLS = ("call", "callattr")  # (their arguments: [..., (positional...), ((name, value)...)])
+
+
+def _iterated(it):
+    """The list that list iterator `it` walks (None once it has ended). Runs no code but the
+    interpreter's."""
+    args = it.__reduce__()[1]
+    return args[0] if len(args) == 1 and type(args[0]) is list else None
 
 
 def _children(v):
@@ -205,6 +216,31 @@ class Shares:
                     new.append([n, self._share(x)])
         if new:
             msg["sk"] = new
+
+    def share_iterated(self, op, args, memo, msg):
+        """Into our request `op` on `args` encoded into `memo`: each list of ours handed over
+        beside an iterator of ours over it (`solution.walk(iter(items), items)`) is a share
+        from now on ("sk"), so what the callee changes in its copy reaches our list before
+        our iterator gives it its next item, as one list would (a copy came back only with
+        the answer)."""
+        if op not in KEEPING_OPS or not self.shares_by_reference(op):
+            return
+        values = args
+        if op in _CALLS and len(args) >= 2 and type(args[-2]) is tuple:
+            values = list(args[-2]) + [pair[1] for pair in args[-1]]
+        walked = [_iterated(v) for v in values if type(v) in _LIST_ITERATORS]
+        if not walked:
+            return
+        handed = {id(v) for v in values}
+        new = []
+        for v in walked:
+            if v is None or id(v) not in handed or id(v) in self.share_ids:
+                continue
+            n = memo.ids.get(id(v))
+            if n is not None and self._room(v):
+                new.append([n, self._share(v)])
+        if new:
+            msg.setdefault("sk", []).extend(new)
 
     def kept_arguments(self, memo):
         """[n, handle] for each list, dict or set of a request we served that our code still

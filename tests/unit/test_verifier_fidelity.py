@@ -1132,6 +1132,14 @@ def test_items_of_a_list_both_sides_keep_are_never_read_ahead_stale():
     assert solution.walk_changing(iter(items), items)[2] == "changed"
 
 
+def test_our_list_handed_over_beside_our_iterator_over_it_is_one_list():
+    # (it crossed as a copy: the solution's change reached our list, and our iterator, only
+    # with the answer. The case above passed only because the `Keeper` that handed its list
+    # out was never released, so that list stayed one on both sides)
+    items = list(range(10))
+    assert solution.walk_changing(iter(items), items)[2] == "changed" and items[2] == "changed"
+
+
 def test_we_walk_the_solutions_iterator_while_its_methods_change_it():
     box = solution.Items(list(range(10)))
     assert [box.touch(x) for x in box] == [0, 1, 2, 3, 4, "changed", 6, 7, 8, 9, "more"]
@@ -1858,6 +1866,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import inspect
 import pickle
 import random
@@ -1964,6 +1973,19 @@ def cachedmethod(cache):
     return decorator
 
 
+def weakly_cached(cache, key, make):
+    gc.disable()  # (no collection between: nothing but reference counts frees what it made)
+    try:
+        try:
+            return cache[key]
+        except KeyError:
+            pass
+        value = cache[key] = make()
+        return value
+    finally:
+        gc.enable()
+
+
 class Chooser:
     def __init__(self, choice=random.choice):
         self.choice = choice
@@ -2028,6 +2050,9 @@ HANDED_TESTS = """
 import asyncio
 import collections
 import dataclasses
+import fractions
+import gc
+import weakref
 from unittest import mock
 
 import pytest
@@ -2215,6 +2240,25 @@ def test_the_solution_fills_the_container_our_callback_answers_from_our_object()
     # object the call was handed, was a copy, so nothing was ever cached)
     c = Counted({})
     assert [c.get(1), c.get(1), c.get(2)] == [1, 1, 2] and len(c.cache) == 2
+
+
+class Int(fractions.Fraction):
+    pass
+
+
+def test_our_object_the_solution_only_passed_on_is_ours_alone_after_the_call():
+    # (cachetools' `cachedmethod` over our `WeakValueDictionary`: the value it made through
+    # our callback and stored there stayed alive, held for the tested process, which released
+    # it only with a later message, or never: the entry outlived `gc.collect()`)
+    cache = weakref.WeakValueDictionary()
+    assert solution.weakly_cached(cache, "k", lambda: Int(1)) == 1
+    gc.collect()
+    assert "k" not in cache
+    held = solution.weakly_cached(cache, "k", lambda: Int(2))
+    assert solution.weakly_cached(cache, "k", lambda: Int(3)) is held == 2
+    ref = weakref.ref(solution.weakly_cached({}, "k", lambda: Int(4)))
+    gc.collect()
+    assert ref() is None
 
 
 def test_an_object_holding_random_choice_pickles():
