@@ -379,7 +379,35 @@ def no_reference(v):
 class ReadAhead:
     """What an endpoint (rpc.py) serves and keeps of the items of iterators each way: chunks
     and items read ahead of its own iterators, the recipes it sent, the counts it tells and
-    the counts it is told. `peeked` and `peeking` are its own."""
+    the counts it is told, and the chunks it is answered, decoded. `peeked` and `peeking`
+    are its own."""
+
+    def decoded_chunk(self, msg, memo):
+        """(items, the exception that ended the iterator or None, whether they were read
+        ahead) of a "chunk" or "peek" answer."""
+        items, end, flat = msg["k"], msg.get("z"), msg.get("f")
+        if not isinstance(items, list):
+            raise ProtocolError("chunk")
+        if "b" in msg:  # a recipe: the iterator to end with, made here (`rebuild`)
+            if not self.rebuilds or items or end is not None or msg.get("p") != 1:
+                raise ProtocolError("recipe")
+            try:
+                return rebuild(self.decode(msg["b"], memo)), StopIteration(), True
+            except (TypeError, ValueError):
+                raise ProtocolError("recipe") from None
+        if flat is None:
+            if _leaves_only(items):
+                values = items  # (JSON scalars: each node is its value; most chunks of numbers)
+            else:
+                values = [self.decode(node, memo) for node in items]
+        elif flat == "t" and all(type(v) is list for v in items):
+            values = [tuple(v) for v in items]
+        elif flat == "s" and _leaves_only(items):
+            values = items
+        else:
+            raise ProtocolError("chunk")
+        end = None if end is None else self.decode_exception(end, memo)
+        return values, end, msg.get("p") == 1
 
     def serve_chunk(self, args, out, reply):
         """Up to n items of an iterator of ours in one answer ("k"), each encoded as it comes
@@ -582,3 +610,11 @@ class ReadAhead:
                     iterators.resume_peeking(found[0], found[1], keep, with_end)
         for proxy, left in offered.values():
             iterators.drop_peeking(proxy, left[1])
+
+
+def _leaves_only(nodes):
+    """Whether no node is a list or a JSON object: every one a scalar, its own value."""
+    for node in nodes:
+        if type(node) is list or type(node) is dict:
+            return False
+    return True

@@ -68,6 +68,16 @@ class References:
         if obj is not None and self.export_ids.get(id(obj)) == oid:
             del self.export_ids[id(obj)]
 
+    def _released(self, msg):
+        """Our objects the other side says it dropped ("rel")."""
+        released = msg.get("rel")
+        if released is None:
+            return
+        if not isinstance(released, list):
+            raise ProtocolError("release")
+        for item in released:
+            self._release(item)
+
     def dropped(self, proxy):
         oid = proxy.__dict__.get("_rollouts_oid")
         if proxy.__dict__.get("_rollouts_single"):  # one reference each (based.py)

@@ -320,26 +320,16 @@ class Endpoint(
         if "e" in msg:
             return True, self.decode_exception(msg["e"], memo)
         if "k" in msg and "v" not in msg:
-            return False, self._decoded_chunk(msg, memo)
+            return False, self.decoded_chunk(msg, memo)
         value = self.decode(msg.get("v"), memo)
         if "k" in msg:  # a call's answer and its first chunk ("ck")
             if not sent.first_chunk:
                 raise ProtocolError("a chunk with an answer to %r" % sent.op)
-            items, end, ahead = self._decoded_chunk(msg, memo)
+            items, end, ahead = self.decoded_chunk(msg, memo)
             if ahead:
                 raise ProtocolError("a call's first chunk read ahead")
             iterators.first_chunk(value, items, end)
         return False, value
-
-    def _released(self, msg):
-        """Our objects the other side says it dropped ("rel")."""
-        released = msg.get("rel")
-        if released is None:
-            return
-        if not isinstance(released, list):
-            raise ProtocolError("release")
-        for item in released:
-            self._release(item)
 
     def _built(self, msg, sent=None):
         """The message's composites built; for an answer, the copy-back applied to ours."""
@@ -391,33 +381,6 @@ class Endpoint(
             if "q" not in msg:
                 raise ProtocolError("only requests are expected here")
             self.serve_one(msg)
-
-    def _decoded_chunk(self, msg, memo):
-        """(items, the exception that ended the iterator or None, whether they were read
-        ahead) of a "chunk" or "peek" answer."""
-        items, end, flat = msg["k"], msg.get("z"), msg.get("f")
-        if not isinstance(items, list):
-            raise ProtocolError("chunk")
-        if "b" in msg:  # a recipe: the iterator to end with, made here (readahead.py)
-            if not self.rebuilds or items or end is not None or msg.get("p") != 1:
-                raise ProtocolError("recipe")
-            try:
-                return readahead.rebuild(self.decode(msg["b"], memo)), StopIteration(), True
-            except (TypeError, ValueError):
-                raise ProtocolError("recipe") from None
-        if flat is None:
-            if _leaves_only(items):
-                values = items  # (JSON scalars: each node is its value; most chunks of numbers)
-            else:
-                values = [self.decode(node, memo) for node in items]
-        elif flat == "t" and all(type(v) is list for v in items):
-            values = [tuple(v) for v in items]
-        elif flat == "s" and _leaves_only(items):
-            values = items
-        else:
-            raise ProtocolError("chunk")
-        end = None if end is None else self.decode_exception(end, memo)
-        return values, end, msg.get("p") == 1
 
     def serve_one(self, msg):
         q, op, raw = msg.get("q"), msg.get("op"), msg.get("a")
@@ -584,14 +547,6 @@ class Endpoint(
 
     def dispatch_other(self, op, args):
         raise ProtocolError("unknown request %r" % op)
-
-
-def _leaves_only(nodes):
-    """Whether no node is a list or a JSON object: every one a scalar, its own value."""
-    for node in nodes:
-        if type(node) is list or type(node) is dict:
-            return False
-    return True
 
 
 def _same_entry(new, old):

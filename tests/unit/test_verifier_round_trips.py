@@ -439,7 +439,7 @@ def test_only_immutable_plain_iterators_are_copied_and_only_by_the_tested_side()
     refused = sys.modules["_rollouts_codec"].ProtocolError
     memo = sys.modules["_rollouts_codec"].Memo(records=ep)
     with pytest.raises(refused):  # the tests' side makes nothing from the tested side's word
-        ep._decoded_chunk({"k": [], "p": 1, "b": ["count", [0], None]}, memo)
+        ep.decoded_chunk({"k": [], "p": 1, "b": ["count", [0], None]}, memo)
 
 
 def test_a_count_of_items_of_a_copy_is_checked_against_the_iterator():
