@@ -23,7 +23,9 @@ Any request or answer may carry the lists, dicts and sets both sides share (shar
 changed ones, "sk" new ones inside them, "sx" ended ones; an answer "sr" the request's
 containers the callee kept. A getattr's answer with "c" may be kept; any message's "inv"
 lists kept answers that no longer hold (bindings.py); any request or answer's "ra" lists
-[oid, used, ended] of the items read ahead that the sender used (readahead.py).
+[oid, used, ended] of the items read ahead that the sender used (readahead.py), and "rel"
+[oid, count] of the receiver's objects whose proxies died at the sender (references.py;
+in an answer, applied once the rest of it is decoded: its value may name them).
 
 Plain values and standard library values travel by value. A list, dict, set or bytearray
 sent as an argument comes back in the answer ("u") with what the callee did to it and is
