@@ -166,7 +166,9 @@ LOCAL_DUNDERS = frozenset(
 # other one is answered here, as absent unless the mirror class has it: the interpreter,
 # `inspect`, `functools`, `dataclasses` and test runners decide what an object is by them
 # (`__get__` and `__signature__` make a routine with any signature, `__wrapped__` another
-# object, `__code__` a function), so the other side must not be the one to say.
+# object, `__code__` a function), so the other side must not be the one to say. Only the
+# tests' own code reading `__wrapped__` (`assert wrapper.__wrapped__ is fn`) asks it, as it
+# would any attribute; `inspect.unwrap` and the runners' lookups do not (`read_by_tests`).
 REMOTE_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__members__", "__match_args__"})
 
 
@@ -337,7 +339,9 @@ class RemoteObject:
 
     def __getattr__(self, name):
         if not remote_name(name):
-            raise AttributeError(name)
+            if name != "__wrapped__" or not self._rollouts_ep.read_by_tests(sys._getframe(1)):
+                raise AttributeError(name)
+            return self._rollouts_ep.request("getattr", self, name)
         ep = self._rollouts_ep
         call = ep.method_call(self, name, sys._getframe(1))
         return call if call is not None else ep.request("getattr", self, name)

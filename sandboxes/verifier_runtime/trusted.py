@@ -166,6 +166,8 @@ def _forbidden(obj):
         owner = getattr(obj, "__self__", None)  # a bound method: its object's class counts
         if owner is None or isinstance(owner, types.ModuleType):
             return False
+        if _tests_own_method(obj):
+            return False
         return _runner_class(owner if isinstance(owner, type) else type(owner))
     if isinstance(obj, enum.Enum) and type(getattr(obj, "__dict__", {}).get("_value_")) in (
         int, str, float, bool, bytes,
@@ -174,6 +176,27 @@ def _forbidden(obj):
     if _an_approx(obj):
         return False
     return _runner_class(type(obj))
+
+
+def _tests_own_method(obj):
+    """Whether `obj` is a function of the tests' own files bound to an object (a callback
+    `self.func` of a unittest.TestCase's). Called, it runs the tests' own code, as any
+    callback they hand over; its object stays out of reach (a private name, and a forbidden
+    object wherever it is sent): no skip, fail or report of the runner's can be reached."""
+    if type(obj) is not types.MethodType or type(obj.__func__) is not types.FunctionType:
+        return False
+    return _tests_code(obj.__func__.__module__)
+
+
+def _tests_code(module):
+    """Whether module `module` (a name) is of the tests' own files: imported, and no runner's,
+    this runtime's, the standard library's or an installed package's."""
+    return (
+        isinstance(module, str)
+        and module in sys.modules
+        and not _runner_module(module)
+        and not rpc.mirrors._installed(module)
+    )
 
 
 def _an_approx(obj):
@@ -427,6 +450,9 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         if frame is None or methods.called_at_once(frame, name):
             return methods.MethodCall(self, proxy, name)
         return None
+
+    def read_by_tests(self, frame):
+        return _tests_code(frame.f_globals.get("__name__"))
 
     def allowed_name(self, name):
         # Public names only: no path from a handed-over callable to its globals or builtins.

@@ -494,6 +494,70 @@ def test_the_tested_code_makes_only_the_tests_own_objects(layout: Layout) -> Non
     assert "FAILED ../tests/test_it.py::test_raises_the_kept_skip" in run.output, run.output
 
 
+# A method of a unittest.TestCase's that the tests hand over (cachetools' `cached(cache)(
+# self.func)`) is a callback like any other: called, it runs the tests' own code; its object
+# (the runner's skip, fail and report) stays out of reach, also where the method answers it.
+# And `__wrapped__`, which the tests' own code may read of the solution's function, is never
+# what the tests' process follows for them (`inspect.unwrap`, `inspect.signature`).
+BOUND_METHOD = """
+def use(cb, kept_fn):
+    denied = []
+    for name, act in (
+        ("its object", lambda: cb.__self__),
+        ("its function", lambda: cb.__func__),
+        ("its globals", lambda: cb.__globals__),
+        ("the object it answers, skipped", lambda: cb("self").skipTest("no")),
+        ("the object it answers, failed", lambda: cb("self").fail("no")),
+    ):
+        try:
+            act()
+        except (AttributeError, PermissionError, TypeError):
+            denied.append(name)
+    return denied, cb(2)
+
+
+def fn(a, b):
+    return a + b
+
+
+def disguise(kept_fn):
+    fn.__wrapped__ = kept_fn
+"""
+BOUND_METHOD_TESTS = """
+import inspect
+import unittest
+
+import solution
+
+
+def kept_fn(x, y, z):
+    return 0
+
+
+class Case(unittest.TestCase):
+    def helper(self, x):
+        return self if x == "self" else x * 3
+
+    def test_its_method_is_a_callback_and_nothing_more(self):
+        denied, value = solution.use(self.helper, kept_fn)
+        self.assertEqual(len(denied), 5, denied)
+        self.assertEqual(value, 6)
+
+    def test_the_solutions_wrapped_is_not_followed_for_the_tests(self):
+        solution.disguise(kept_fn)
+        self.assertIs(solution.fn.__wrapped__, kept_fn)  # (read by the tests: as it is)
+        self.assertIsNot(inspect.unwrap(solution.fn), kept_fn)
+        self.assertEqual(str(inspect.signature(solution.fn)), "(a, b)")
+        self.assertEqual(solution.fn(1, 2), 3)
+"""
+
+
+def test_a_test_cases_method_handed_over_is_only_a_callback(layout: Layout) -> None:
+    run = _pytest_run(layout, BOUND_METHOD, BOUND_METHOD_TESTS)
+    assert run.rc == 0 and "2 passed" in run.output, run.output
+    assert "skipped" not in run.output, run.output
+
+
 # A tests' class derived from the solution's is made in the tested process too; the tested
 # side answers with the class it made, and a class it had sent before (the base's own) is
 # refused: taken as the mirror of the tests' class, the base's objects would be judged by the

@@ -2994,3 +2994,52 @@ def returned(tmp_path_factory: pytest.TempPathFactory) -> Run:
 @pytest.mark.parametrize("case", re.findall(r"^def (test_\w+)", RETURNED_TESTS, re.M))
 def test_exceptions_that_cross_back_are_their_senders_own(returned: Run, case: str) -> None:
     assert _outcome(returned, case) == "PASSED", returned.output[-4000:]
+
+
+# cachetools' own tests: a unittest.TestCase hands its method to the solution's decorator, and
+# reads back what the wrapper wraps (`functools.wraps` sets `__wrapped__`).
+WRAPPING_SOLUTION = """
+import functools
+
+
+def cached(fn):
+    memo = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if args not in memo:
+            memo[args] = fn(*args)
+        return memo[args]
+
+    return wrapper
+"""
+WRAPPING_TESTS = """
+import unittest
+
+import solution
+
+
+class Counting:
+    def func(self, x):
+        self.count = getattr(self, "count", 0) + 1
+        return x * 10
+
+
+class CachedTest(Counting, unittest.TestCase):
+    def test_our_method_handed_over_is_called(self):
+        wrapper = solution.cached(self.func)
+        self.assertEqual(wrapper(1), 10)
+        self.assertEqual(wrapper(1), 10)
+        self.assertEqual(self.count, 1)
+
+    def test_what_it_wraps_is_our_method(self):
+        wrapper = solution.cached(self.func)
+        self.assertEqual(wrapper.__wrapped__, self.func)
+        self.assertEqual(wrapper.__name__, "func")
+"""
+
+
+def test_a_test_cases_method_wrapped_by_the_solution(tmp_path: Path) -> None:
+    run = _graded(tmp_path, WRAPPING_SOLUTION, "test_wrapping.py", WRAPPING_TESTS)
+    assert run.rc == 0 and "2 passed" in run.output, run.output
+    assert run.named("value_hack") == []
