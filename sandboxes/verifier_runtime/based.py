@@ -278,6 +278,23 @@ def _asdict(self):
 # ---- the receiving side: the object ----------------------------------------------------------
 
 _MUTABLE = ("list", "dict", "set")
+# Each answer compares every object tracked with its value as sent (C, ~50 ns an item): past
+# these, an object sent is not tracked, and the other side's value of it is what it was sent
+# as until it is sent again (the cost per call stays bounded, as shares.py bounds its own).
+_TRACKED = 256
+_TRACKED_ITEMS = 1 << 14
+
+
+def _items(value):
+    """The items of a list, dict or set value (keys, then values, of a dict), held: compared
+    by identity, no id is reused while they are."""
+    return list(value) + list(value.values()) if type(value) is dict else list(value)
+
+
+def _same_items(value, items):
+    """Whether `value` holds the very objects of `items` (identity, in C: no `==` runs)."""
+    now = _items(value)
+    return len(now) == len(items) and all(map(operator.is_, now, items))
 
 
 def check(node):
@@ -306,12 +323,46 @@ def check(node):
 class Based:
     """The builtin subclasses part of an endpoint (rpc.Endpoint)."""
 
+    # Whether our objects' changes are sent after they crossed (`resend_changed`): the tested
+    # side's only. The trusted side's would tell the tested code what the tests' own object
+    # holds now, and the tests' objects it was shown in a comparison's probe are its expected
+    # values (trusted.py); what it may change of theirs comes back to them as it changes.
+    resends_based = False
+
     def based(self, v):
         """The builtin base (codec.BASE_TYPES) `v` travels with, or None: a reference only."""
         cls = type(v)
         if issubclass(cls, (RemoteObject, type, proxies.AsReference, BaseException)):
             return None
-        return codec.builtin_base(cls)
+        base = codec.builtin_base(cls)
+        if base in _MUTABLE and self.resends_based:  # (its value as sent: `resend_changed`)
+            self._track_sent(v, base)
+        return base
+
+    def _track_sent(self, v, base):
+        sent = self.based_sent
+        items = _items(codec.BASE_VALUES[base](v))
+        old = sent.pop(id(v), None)
+        if old is not None:
+            self.based_items -= len(old[2])
+        if len(sent) < _TRACKED and self.based_items + len(items) <= _TRACKED_ITEMS:
+            sent[id(v)] = (v, base, items)
+            self.based_items += len(items)
+
+    def resend_changed(self, memo):
+        """Our objects of list, dict and set subclasses that the other side holds, whose value
+        changed since they were last sent (a `push` of the solution's `class Stack(list)`),
+        sent again in the message of `memo`: their entries refill the other side's proxies
+        (`based_object`), whose builtin's methods (`==`, `len`, `[i]`) read that value there."""
+        sent = self.based_sent
+        for key, (v, base, items) in list(sent.items()):
+            oid = self.export_ids.get(key)
+            if oid is None or self.exports.get(oid) is not v:  # (released: no proxy holds it)
+                del sent[key]
+                self.based_items -= len(items)
+            elif not _same_items(codec.BASE_VALUES[base](v), items):
+                codec.leaf(v, memo, self._reference_encoder(memo))
+        codec.drain(memo, self._reference_encoder(memo))
 
     def based_object(self, node, values):
         """The object of an "S" entry: our proxy of it, an instance of its mirror class holding

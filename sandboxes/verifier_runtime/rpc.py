@@ -220,6 +220,9 @@ class Endpoint(
         self.snapshots = {}  # handle -> its items when last sent or heard
         self.ending_shares = []  # handles ended in the message being written, once sent
         self.next_share = 0
+        self.based_sent = {}  # id(our list, dict or set subclass's object) -> (it, its base,
+        #                       its items when last sent) (based.py `resend_changed`)
+        self.based_items = 0  # those items, in all
 
     def send(self, msg):
         with self.send_lock:
@@ -434,6 +437,8 @@ class Endpoint(
         kept = self.kept_answer(op, subject, value, out)
         if kept:
             reply.setdefault("sk", []).extend(kept)
+        if self.based_sent:
+            self.resend_changed(out)
         value = subject = None
         reply["t"], out = out.table, None
         if back:

@@ -128,6 +128,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.bindings.watching = True  # its modules' functions and classes may be kept
         self.rebuilds = True  # the tests' pure iterators may be copied here (readahead.py)
         self.shares_answers = True  # what its code answers and keeps is shared (shares.py)
+        self.resends_based = True  # its builtin subclasses' objects, changed (based.py)
         self.random_stale = True  # the tests' random state may have moved since it was taken
         self.quiet = set()  # warnings the tests' filters will not show again in this request
         self.serving = 0  # requests of the tests being served (nested ones too)

@@ -208,7 +208,19 @@ def _an_approx(obj):
 
 
 def _runner_class(cls):
-    return any(_runner_module(getattr(k, "__module__", None)) for k in cls.__mro__)
+    return any(
+        _runner_module(getattr(k, "__module__", None)) or _a_patcher_class(k) for k in cls.__mro__
+    )
+
+
+def _a_patcher_class(klass):
+    """Whether `klass` is unittest.mock's patcher (what `mock.patch` makes, and a function it
+    decorates holds in `patchings`): its `start` would change the tests' own namespaces, and
+    leave them changed, for the tested code. The mocks themselves are the tests' to hand."""
+    return getattr(klass, "__module__", None) == "unittest.mock" and klass.__name__ in _PATCHERS
+
+
+_PATCHERS = ("_patch", "_patch_dict")
 
 
 def _tests_own_class(obj):
@@ -478,6 +490,10 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
                     % (name, type(obj).__name__)
                 )
             return value
+        if op == "op" and len(args) == 2 and args[0] in ("copy", "deepcopy"):
+            owner = getattr(args[1], "__self__", None)
+            if type(args[1]) is types.MethodType and _forbidden(owner):
+                raise TypeError("a method of %s is not copied" % type(owner).__name__)
         if op in ("setattr", "delattr"):
             obj, name = args[0], args[1]
             if not self.allowed_name(name):

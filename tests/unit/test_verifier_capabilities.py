@@ -500,6 +500,9 @@ def test_the_tested_code_makes_only_the_tests_own_objects(layout: Layout) -> Non
 # And `__wrapped__`, which the tests' own code may read of the solution's function, is never
 # what the tests' process follows for them (`inspect.unwrap`, `inspect.signature`).
 BOUND_METHOD = """
+import copy
+
+
 def use(cb, kept_fn):
     denied = []
     for name, act in (
@@ -508,6 +511,7 @@ def use(cb, kept_fn):
         ("its globals", lambda: cb.__globals__),
         ("the object it answers, skipped", lambda: cb("self").skipTest("no")),
         ("the object it answers, failed", lambda: cb("self").fail("no")),
+        ("a deep copy (its object's)", lambda: copy.deepcopy(cb)),
     ):
         try:
             act()
@@ -540,7 +544,7 @@ class Case(unittest.TestCase):
 
     def test_its_method_is_a_callback_and_nothing_more(self):
         denied, value = solution.use(self.helper, kept_fn)
-        self.assertEqual(len(denied), 5, denied)
+        self.assertEqual(len(denied), 6, denied)
         self.assertEqual(value, 6)
 
     def test_the_solutions_wrapped_is_not_followed_for_the_tests(self):
@@ -556,6 +560,62 @@ def test_a_test_cases_method_handed_over_is_only_a_callback(layout: Layout) -> N
     run = _pytest_run(layout, BOUND_METHOD, BOUND_METHOD_TESTS)
     assert run.rc == 0 and "2 passed" in run.output, run.output
     assert "skipped" not in run.output, run.output
+
+
+# A function that `mock.patch` decorates holds its patchers (`patchings`): their `start` would
+# apply the tests' patch for the tested code and leave it applied, and the mock it answers
+# would then stand for the tests' own expected function (red team, stop 63: a wrong `total`
+# scored 1). A patcher is the runner's, never a target; nor is a handed method's object copied.
+PATCHER = """
+held = []
+
+
+def each(cb, xs):
+    for act in (lambda: held or held.append(cb.patchings[0].start()([0])),):
+        try:
+            act()
+        except (AttributeError, PermissionError, TypeError):
+            pass
+    return [cb(x) for x in xs]
+
+
+def total(items):
+    return held[0] if held else 0
+"""
+PATCHER_TESTS = """
+import unittest
+from unittest import mock
+
+import solution
+
+
+def expected_total(items):
+    return sum(items)
+
+
+@mock.patch("test_it.expected_total")
+def quiet(x, _m):
+    return x
+
+
+class Case(unittest.TestCase):
+    @mock.patch("test_it.expected_total")
+    def quiet(self, x, _m):
+        return x
+
+    def test_1_each(self):
+        self.assertEqual(solution.each(self.quiet, [1, 2]), [1, 2])
+        self.assertEqual(solution.each(quiet, [3]), [3])
+
+    def test_2_total(self):
+        self.assertEqual(solution.total([1, 2, 3]), expected_total([1, 2, 3]))
+"""
+
+
+def test_a_patcher_the_tests_hold_is_never_started_by_the_tested_code(layout: Layout) -> None:
+    run = _pytest_run(layout, PATCHER, PATCHER_TESTS)
+    assert "1 failed, 1 passed" in run.output, run.output
+    assert "FAILED ../tests/test_it.py::Case::test_2_total" in run.output, run.output
 
 
 # A tests' class derived from the solution's is made in the tested process too; the tested

@@ -3043,3 +3043,69 @@ def test_a_test_cases_method_wrapped_by_the_solution(tmp_path: Path) -> None:
     run = _graded(tmp_path, WRAPPING_SOLUTION, "test_wrapping.py", WRAPPING_TESTS)
     assert run.rc == 0 and "2 passed" in run.output, run.output
     assert run.named("value_hack") == []
+
+
+# The solution's subclasses of list, dict and set, changed by their own methods (or by another
+# of its functions) after the tests got them: the tests' `==`, `len`, `[i]` and iteration,
+# the builtin's own, read the value the object holds now (based.py `resend_changed`).
+BASED_SOLUTION = """
+class Stack(list):
+    def push(self, x):
+        self.append(x)
+
+    def peek(self):
+        return self[-1]
+
+
+class Registry(dict):
+    def register(self, name):
+        self[name] = len(self)
+
+
+class Tags(set):
+    def tag(self, *names):
+        for n in names:
+            self.add(n)
+
+
+def made():
+    return Stack([5])
+
+
+def push_onto(stack, x):
+    stack.push(x)
+"""
+BASED_TESTS = """
+import solution
+
+
+def test_a_list_subclass_changed_by_its_own_method():
+    s = solution.Stack()
+    s.push(1)
+    s.push(2)
+    assert s == [1, 2] and len(s) == 2 and s[-1] == 2 and list(s) == [1, 2]
+    s.append(3)  # (the builtin's own: here and there)
+    assert s.peek() == 3 and s == [1, 2, 3]
+
+
+def test_a_dict_subclass_and_a_set_subclass():
+    r = solution.Registry()
+    r.register("a")
+    r.register("b")
+    assert r == {"a": 0, "b": 1} and sorted(r) == ["a", "b"] and r["b"] == 1
+    t = solution.Tags()
+    t.tag("x", "y")
+    assert t == {"x", "y"} and "x" in t and len(t) == 2
+
+
+def test_one_it_answered_changed_by_another_function():
+    s = solution.made()
+    solution.push_onto(s, 6)
+    assert s == [5, 6]
+"""
+
+
+def test_the_solutions_builtin_subclasses_changed_after_they_crossed(tmp_path: Path) -> None:
+    run = _graded(tmp_path, BASED_SOLUTION, "test_based.py", BASED_TESTS)
+    assert run.rc == 0 and "3 passed" in run.output, run.output
+    assert run.named("value_hack") == []
