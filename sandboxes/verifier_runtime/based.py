@@ -88,6 +88,7 @@ def _mutator(base, name):
     op = name[2:-2] if name.startswith("__") else None
 
     def method(self, *args, **kwargs):
+        _current(self)
         answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
         if op is None:
             self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
@@ -97,6 +98,72 @@ def _mutator(base, name):
 
     method.__name__ = method.__qualname__ = name
     return method
+
+
+# The builtin's own reads of a list, dict or set, on a mirror of a subclass of one whose class
+# does not define them: each first takes up the value the real object was last sent with
+# (`_current`), unless a read of the object is in progress, and iteration (and a dict's views)
+# walks a copy. A value that arrives while the tests' code reads the object (a `==` in C, a
+# `for` over it, whose items' comparisons are requests) waits for the next read: changed under
+# the read, the builtin's loop could end early and answer "equal" (red team, stop 63).
+READS = {
+    list: "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __len__ __iter__ __reversed__ __contains__ "
+          "__getitem__ __repr__ __add__ __mul__ __rmul__ copy index count".split(),
+    dict: "__eq__ __ne__ __len__ __iter__ __reversed__ __contains__ __getitem__ __repr__ __or__ "
+          "__ror__ keys values items get copy".split(),
+    set: "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __len__ __iter__ __contains__ __repr__ "
+         "__or__ __ror__ __and__ __rand__ __sub__ __rsub__ __xor__ __rxor__ copy union "
+         "intersection difference symmetric_difference issubset issuperset isdisjoint".split(),
+}  # fmt: skip
+_WALKS = frozenset(("__iter__", "__reversed__", "keys", "values", "items"))
+
+
+def _reader(base, name):
+    own = getattr(base, name)
+    copy = codec.BASE_VALUES[base.__name__]
+
+    def read(self, *args, **kwargs):
+        _current(self)
+        if name in _WALKS:
+            return own(copy(self), *args, **kwargs)
+        object.__setattr__(self, "_rollouts_reading", _reading(self) + 1)
+        try:
+            return own(self, *args, **kwargs)
+        finally:
+            object.__setattr__(self, "_rollouts_reading", _reading(self) - 1)
+
+    read.__name__ = read.__qualname__ = name
+    return read
+
+
+def _reading(obj):
+    try:
+        return object.__getattribute__(obj, "_rollouts_reading")
+    except AttributeError:
+        return 0
+
+
+def _current(obj):
+    """Mirror `obj` made to hold the value its real object was last sent with, if one waits
+    and no read of it is in progress."""
+    try:
+        value = object.__getattribute__(obj, "_rollouts_pending")
+    except AttributeError:
+        return
+    if not _reading(obj):
+        object.__delattr__(obj, "_rollouts_pending")
+        _fill(obj, value)
+
+
+def _fill(obj, value):
+    """Make mirror `obj` hold plain list, dict or set `value`, by the builtin's own methods
+    (the mirror's may be the real class's)."""
+    if isinstance(value, list):
+        list.__init__(obj, value)
+    else:
+        base = dict if isinstance(value, dict) else set
+        base.clear(obj)
+        base.update(obj, value)
 
 
 # ---- the sending side: what a class node says of such a class --------------------------------
@@ -209,6 +276,9 @@ def make(meta, bases, namespace):
             own = _special(local, name)
             if own is not None:
                 namespace[name] = own
+    for name in READS.get(value_base, ()):
+        if name not in over and name not in none and hasattr(value_base, name):
+            namespace[name] = _reader(value_base, name)
     for name in MUTATORS.get(value_base, ()):
         if name not in over and name not in none and hasattr(value_base, name):
             namespace[name] = _mutator(value_base, name)  # (dict's |= is 3.9's)
@@ -409,14 +479,15 @@ class Based:
         if not isinstance(obj, codec.BASE_TYPES[base]):  # a plain proxy (`based_object`)
             return
         try:
-            if base == "list":
-                list.__init__(obj, items)
-            elif base == "set":
-                set.clear(obj)
-                set.update(obj, items)
-            else:
-                dict.clear(obj)
-                for k, v in items:
-                    dict.__setitem__(obj, k, v)
-        except TypeError as e:
+            value = list(items) if base == "list" else set(items) if base == "set" else dict(items)
+        except (TypeError, ValueError) as e:
             raise ProtocolError("bad 'S' items: %s" % e) from None
+        try:
+            object.__getattribute__(obj, "_rollouts_filled")
+        except AttributeError:  # (just made: filled now)
+            object.__setattr__(obj, "_rollouts_filled", True)
+            _fill(obj, value)
+            return
+        # Sent again (it crossed again, or changed: `resend_changed`): taken up at its next
+        # read, never under one in progress (`READS`).
+        object.__setattr__(obj, "_rollouts_pending", value)

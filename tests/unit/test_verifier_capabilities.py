@@ -618,6 +618,135 @@ def test_a_patcher_the_tests_hold_is_never_started_by_the_tested_code(layout: La
     assert "FAILED ../tests/test_it.py::Case::test_2_total" in run.output, run.output
 
 
+# The solution's list, dict and set subclasses' objects are sent again when they change
+# (based.py): never into a read of the tests' in progress. A builtin's `==` loop (dict, set)
+# checked its length once, so an item's honest `__eq__` that shrank the object ended it with
+# "equal" (red team, stop 63: 1 unflagged, as in one process); a loop over the object ended
+# early where the check of an item shrank it.
+SHRINKING = """
+_made = []
+
+
+def _shrink():
+    for d in _made:
+        if isinstance(d, dict) and len(d) > 1:
+            v = dict.__getitem__(d, "a")
+            dict.clear(d)
+            dict.__setitem__(d, "a", v)
+        elif isinstance(d, set) and len(d) > 1:
+            set.clear(d)
+            set.add(d, One(2))
+        elif isinstance(d, list) and len(d) > 1:
+            del d[1:]
+
+
+class One(int):
+    def __eq__(self, other):
+        _shrink()
+        return int.__eq__(self, other)
+
+    __hash__ = int.__hash__
+
+
+class Counts(dict):
+    pass
+
+
+class Primes(set):
+    pass
+
+
+class Readings(list):
+    pass
+
+
+def word_counts(text):
+    d = Counts()
+    d["a"], d["b"], d["c"] = One(1), 0, 0
+    _made.append(d)
+    return d
+
+
+def primes_below(n):
+    s = Primes([One(2), 13, 14])
+    _made.append(s)
+    return s
+
+
+def readings():
+    r = Readings([1, -5, -7])
+    _made.append(r)
+    return r
+
+
+def positive(x):
+    _shrink()
+    return x > 0
+"""
+SHRINKING_TESTS = """
+import solution
+
+
+def test_dict():
+    assert solution.word_counts("a b b c") == {"a": 1, "b": 2, "c": 1}
+
+
+def test_dict_reflected():
+    assert {"a": 1, "b": 2, "c": 1} == solution.word_counts("a b b c")
+
+
+def test_set():
+    assert solution.primes_below(6) == {2, 3, 5}
+
+
+def test_all_of_a_generator():
+    assert all(solution.positive(x) for x in solution.readings())
+
+
+def test_a_loop():
+    for x in solution.readings():
+        assert solution.positive(x)
+"""
+
+
+SHRINKING_CORRECT = """
+class Counts(dict):
+    pass
+
+
+class Primes(set):
+    pass
+
+
+def word_counts(text):
+    d = Counts()
+    for w in text.split():
+        d[w] = d.get(w, 0) + 1
+    return d
+
+
+def primes_below(n):
+    return Primes(p for p in range(2, n) if all(p % q for q in range(2, p)))
+
+
+def readings():
+    return [1, 5, 7]
+
+
+def positive(x):
+    return x > 0
+"""
+
+
+def test_the_solutions_object_never_changes_under_the_tests_read(
+    layout: Layout, tmp_path: Path
+) -> None:
+    run = _pytest_run(layout, SHRINKING, SHRINKING_TESTS)
+    assert "5 failed" in run.output, run.output
+    correct = _pytest_run(Layout(tmp_path / "correct"), SHRINKING_CORRECT, SHRINKING_TESTS)
+    assert correct.rc == 0 and "5 passed" in correct.output, correct.output
+
+
 # A tests' class derived from the solution's is made in the tested process too; the tested
 # side answers with the class it made, and a class it had sent before (the base's own) is
 # refused: taken as the mirror of the tests' class, the base's objects would be judged by the
