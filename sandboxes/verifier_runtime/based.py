@@ -101,11 +101,11 @@ def _mutator(base, name):
 
 
 # The builtin's own reads of a list, dict or set, on a mirror of a subclass of one whose class
-# does not define them: each first takes up the value the real object was last sent with
-# (`_current`), unless a read of the object is in progress, and iteration (and a dict's views)
-# walks a copy. A value that arrives while the tests' code reads the object (a `==` in C, a
-# `for` over it, whose items' comparisons are requests) waits for the next read: changed under
-# the read, the builtin's loop could end early and answer "equal" (red team, stop 63).
+# does not define them: each marks a read in progress, and first takes up a value the real
+# object was sent with during an earlier one (`_current`); iteration (and a dict's views) walks
+# a copy. A value that arrives under a read (a `==` in C, whose items' comparisons are
+# requests) waits for the next: changed under the read, the builtin's loop could end early and
+# answer "equal", as under a `for` over the object (red team, stop 63).
 READS = {
     list: "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __len__ __iter__ __reversed__ __contains__ "
           "__getitem__ __repr__ __add__ __mul__ __rmul__ copy index count".split(),
@@ -488,6 +488,7 @@ class Based:
             object.__setattr__(obj, "_rollouts_filled", True)
             _fill(obj, value)
             return
-        # Sent again (it crossed again, or changed: `resend_changed`): taken up at its next
-        # read, never under one in progress (`READS`).
+        # Sent again (it crossed again, or changed: `resend_changed`): taken up now, or, where
+        # a read of it is in progress, at its next read (`READS`).
         object.__setattr__(obj, "_rollouts_pending", value)
+        _current(obj)

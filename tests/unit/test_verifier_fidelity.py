@@ -3076,6 +3076,8 @@ def push_onto(stack, x):
     stack.push(x)
 """
 BASED_TESTS = """
+import json
+
 import solution
 
 
@@ -3092,6 +3094,7 @@ def test_a_dict_subclass_and_a_set_subclass():
     r = solution.Registry()
     r.register("a")
     r.register("b")
+    assert json.dumps(r) == '{"a": 0, "b": 1}'  # (C that reads the dict itself: no method)
     assert r == {"a": 0, "b": 1} and sorted(r) == ["a", "b"] and r["b"] == 1
     t = solution.Tags()
     t.tag("x", "y")
