@@ -12,6 +12,10 @@ the class does not define them. Every special method and public name that the cl
 non-builtin base) defines over its builtin's is asked of the real object, as for any proxy;
 comparisons, containment and arithmetic through the trusted side's checks (trusted.py
 `compare`, `contains`, `arithmetic`), so an override that would lie meets the held-value rule.
+A list, dict or set value stays current: the tests' changes through the builtin's mutators
+are made to the real object too (`MUTATORS`), and the tested side sends its object again with
+an answer once its own code changed it (`resend_changed`), taken up where no read of the
+tests' is in progress (`READS`).
 A mirror of an enum class derives from the enum module's own base (`enum.Enum`, `IntEnum`, ...)
 under a metaclass of both (`RemoteEnumMeta`), so its members are `enum.Enum` instances.
 
