@@ -14,8 +14,8 @@ comparisons, containment and arithmetic through the trusted side's checks (trust
 `compare`, `contains`, `arithmetic`), so an override that would lie meets the held-value rule.
 A list, dict or set value stays current: the tests' changes through the builtin's mutators
 are made to the real object too (`MUTATORS`), and the tested side sends its object again with
-an answer once its own code changed it (`resend_changed`), taken up where no read of the
-tests' is in progress (`READS`).
+the answer to the tests' call that changed it (`resend_changed`, `resends_after`), taken up
+where no read of the tests' is in progress (`READS`).
 A mirror of an enum class derives from the enum module's own base (`enum.Enum`, `IntEnum`, ...)
 under a metaclass of both (`RemoteEnumMeta`), so its members are `enum.Enum` instances.
 
@@ -356,6 +356,7 @@ _MUTABLE = ("list", "dict", "set")
 # these, an object sent is not tracked, and the other side's value of it is what it was sent
 # as until it is sent again (the cost per call stays bounded, as shares.py bounds its own).
 _TRACKED = 256
+_RESENDING = frozenset(("call", "callattr", "inherited"))  # (`resends_after`)
 _TRACKED_ITEMS = 1 << 14
 
 
@@ -422,6 +423,17 @@ class Based:
         if len(sent) < _TRACKED and self.based_items + len(items) <= _TRACKED_ITEMS:
             sent[id(v)] = (v, base, items)
             self.based_items += len(items)
+
+    def resends_after(self, op):
+        """Whether the answer to request `op` carries our changed objects (`resend_changed`):
+        only a call's (`s.push(2)`, `solution.fill(s)`), made by the tests' code, not one
+        nested in the serving of a request of ours. Never a comparison's, a hash's, a
+        probe's: those the tests' checks make, and an object changed in the middle of one
+        (by an item's honest `__eq__`) would be read at two moments by C code that reads its
+        storage itself (`expected.__eq__(d)`, `dict(d)`, `set.difference`): as in one
+        process, a loop that ends early or finds each expected item once (red team, stop 63).
+        A check then reads the value of the last call, whatever its items' comparisons do."""
+        return op in _RESENDING and self.serving == 1
 
     def resend_changed(self, memo):
         """Our objects of list, dict and set subclasses that the other side holds, whose value

@@ -1,0 +1,303 @@
+"""The solution's list, dict and set subclasses' objects are sent again when the solution's own
+code changes them (based.py `resend_changed`): only with the answer to a call the tests made, so
+no check of the tests reads one at two moments. Each case is a wrong solution whose item's honest
+`__eq__` changes its object while the tests' check runs (red team, stop 63: every one scored 1,
+unflagged, where the changes were sent with any answer, a comparison's too; most pass under plain
+pytest in one process), and the correct solution passes the same tests. Run through the real
+runtime (`Layout`), without Docker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_verifier_runtime import Layout
+
+
+def _run(root: Path, solution: str, tests: str) -> str:
+    layout = Layout(root)
+    layout.files("workspace", {"solution.py": solution})
+    layout.files("tests", {"test_it.py": tests})
+    layout.view()
+    return layout.pytest().output
+
+
+LIST_EQ = """_made = []
+class One(int):
+    def __eq__(self, other):
+        for r in _made:
+            list.__init__(r, [9, 2, 3])
+        return int.__eq__(self, other)
+    __hash__ = int.__hash__
+
+class Readings(list):
+    pass
+
+def readings():
+    r = Readings([One(1), 0, 0])
+    _made.append(r)
+    return r
+"""
+LIST_EQ_TESTS = """import solution
+
+def test_eq_method():
+    assert [1, 2, 3].__eq__(solution.readings())
+
+def test_list_eq():
+    assert list.__eq__([1, 2, 3], solution.readings())
+
+def test_operator():
+    import operator
+    assert operator.eq([1, 2, 3], solution.readings())
+
+def test_plain():
+    assert [1, 2, 3] == solution.readings()
+"""
+
+SUBCLASS = """_made = []
+class One(int):
+    def __eq__(self, other):
+        for r in _made:
+            list.__init__(r, [9, 2, 3])
+        return int.__eq__(self, other)
+    __hash__ = int.__hash__
+
+class Readings(list):
+    pass
+
+def readings():
+    r = Readings([One(1), 0, 0])
+    _made.append(r)
+    return r
+"""
+SUBCLASS_TESTS = """import solution
+
+class Mine(solution.Readings):
+    pass
+
+def test_sub():
+    assert Mine([1, 2, 3]) == solution.readings()
+
+def test_sub2():
+    assert solution.readings() == Mine([1, 2, 3])
+"""
+
+KEY_AT_A_TIME = """_made = []
+EXP = {"a": 0.5, "b": 0.25, "c": 0.25}
+ORDER = ["a", "b", "c"]
+
+class F(float):
+    def __eq__(self, other):
+        k = getattr(self, "key", None)
+        if k is not None and _made:
+            nxt = ORDER.index(k) + 1
+            if nxt < 3:
+                d = _made[0]
+                for kk in ORDER:
+                    dict.__setitem__(d, kk, _val(kk, ORDER[nxt]))
+        return float.__eq__(self, other)
+    __hash__ = float.__hash__
+
+def _val(kk, good):
+    f = F(EXP[kk] if kk == good else 0.0)
+    f.key = kk
+    return f
+
+class Freq(dict):
+    pass
+
+def frequencies(text):
+    d = Freq()
+    for kk in ORDER:
+        dict.__setitem__(d, kk, _val(kk, "a"))
+    _made[:] = [d]
+    return d
+"""
+KEY_AT_A_TIME_TESTS = """import pytest
+import solution
+
+def test_approx():
+    assert solution.frequencies("a a b c") == pytest.approx({"a": 0.5, "b": 0.25, "c": 0.25})
+
+def test_loop():
+    d = solution.frequencies("a a b c")
+    for k, v in {"a": 0.5, "b": 0.25, "c": 0.25}.items():
+        assert d[k] == v
+
+def test_loop_approx():
+    d = solution.frequencies("a a b c")
+    for k, v in {"a": 0.5, "b": 0.25, "c": 0.25}.items():
+        assert d[k] == pytest.approx(v)
+"""
+
+SET_EQUAL = """_made = []
+_calls = {}
+class One(int):
+    def __eq__(self, other):
+        v = int(self)
+        _calls[v] = _calls.get(v, 0) + 1
+        for s in _made:
+            if v == 3 and _calls[v] == 4:
+                set.clear(s); set.update(s, [3, One(5)])
+            if v == 5 and _calls[v] == 1:
+                set.clear(s); set.update(s, [5, 8])
+        return int.__eq__(self, other)
+    __hash__ = int.__hash__
+
+class Primes(set):
+    pass
+
+def primes_below(n):
+    s = Primes([2, One(3)])
+    _made[:] = [s]
+    _calls.clear()
+    return s
+"""
+SET_EQUAL_TESTS = """import unittest
+import solution
+
+class T(unittest.TestCase):
+    def test_set_equal(self):
+        self.assertSetEqual(solution.primes_below(6), {2, 3, 5})
+"""
+
+SET_AND_DICT = """_made = {}
+_once = set()
+
+class One(int):
+    def __eq__(self, other):
+        tag = getattr(self, "tag", None)
+        if tag and tag not in _once:
+            _once.add(tag)
+            ACTIONS[tag]()
+        return int.__eq__(self, other)
+    __hash__ = int.__hash__
+
+def one(v, tag=None):
+    o = One(v); o.tag = tag; return o
+
+class Primes(set):
+    pass
+
+class Counts(dict):
+    pass
+
+def _sup():
+    s = _made["sup"]; set.clear(s); set.update(s, [1, 2, 3])
+def _seteq():
+    s = _made["seteq"]; set.clear(s); set.update(s, [3, 5, 99, 100])
+def _dicteq():
+    d = _made["dicteq"]; dict.clear(d); d.update({"a": 1, "b": 2, "c": 1, "zz": 0})
+def _two():
+    b = _made["two_b"]; set.clear(b); set.update(b, [2, 3, 5, 6])
+
+ACTIONS = {"sup": _sup, "seteq": _seteq, "dicteq": _dicteq, "two": _two}
+
+def superset_case():
+    s = Primes([2, one(3, "sup"), 4]); _made["sup"] = s; _once.discard("sup"); return s
+
+def seteq_case():
+    s = Primes([2, one(3, "seteq"), 4]); _made["seteq"] = s; _once.discard("seteq"); return s
+
+def dicteq_case():
+    d = Counts(a=one(1, "dicteq"), b=0, c=0); _made["dicteq"] = d; _once.discard("dicteq"); return d
+
+def two_case():
+    a = Primes([2, one(3, "two"), 5]); b = Primes([2, 3, 7])
+    _made["two_b"] = b; _once.discard("two")
+    return a, b
+"""
+SET_AND_DICT_TESTS = """import solution
+
+def test_superset():
+    assert {2, 3, 5, 7}.issuperset(solution.superset_case())
+
+def test_set_eq_method():
+    assert {2, 3, 5}.__eq__(solution.seteq_case())
+
+def test_dict_eq_method():
+    assert {"a": 1, "b": 2, "c": 1}.__eq__(solution.dicteq_case())
+
+def test_two_mirrors():
+    a, b = solution.two_case()
+    assert a == b
+"""
+
+CORRECT = """class Readings(list): pass
+class Primes(set): pass
+class Counts(dict): pass
+class Freq(dict): pass
+def readings(): return Readings([1, 2, 3])
+def primes_below(n): return Primes([2, 3, 5])
+def word_counts(t): return Counts({1: 10, 2: 20, 3: 30})
+def frequencies(t): return Freq(a=0.5, b=0.25, c=0.25)
+def superset_case(): return Primes([2, 3, 5])
+def seteq_case(): return Primes([2, 3, 5])
+def dicteq_case(): return Counts(a=1, b=2, c=1)
+def two_case(): return Primes([2, 3, 5]), Primes([2, 3, 5])
+"""
+CORRECT_TESTS = """import unittest, pytest
+import solution
+
+def test_list_eq_method():
+    assert [1, 2, 3].__eq__(solution.readings())
+
+class T(unittest.TestCase):
+    def test_set_equal(self):
+        self.assertSetEqual(solution.primes_below(6), {2, 3, 5})
+
+def test_dict_copy():
+    assert dict(solution.word_counts("x")) == {1: 10, 2: 20, 3: 30}
+
+def test_approx():
+    assert solution.frequencies("a a b c") == pytest.approx({"a": 0.5, "b": 0.25, "c": 0.25})
+
+def test_loop():
+    d = solution.frequencies("a a b c")
+    for k, v in {"a": 0.5, "b": 0.25, "c": 0.25}.items():
+        assert d[k] == v
+
+def test_superset():
+    assert {2, 3, 5, 7}.issuperset(solution.superset_case())
+
+def test_set_eq_method():
+    assert {2, 3, 5}.__eq__(solution.seteq_case())
+
+def test_dict_eq_method():
+    assert {"a": 1, "b": 2, "c": 1}.__eq__(solution.dicteq_case())
+
+def test_two_mirrors():
+    a, b = solution.two_case()
+    assert a == b
+"""
+SUBCLASS_CORRECT = """class Readings(list):
+    pass
+
+def readings():
+    return Readings([1, 2, 3])
+"""
+
+CASES = {
+    "an explicit list __eq__, operator.eq": (LIST_EQ, LIST_EQ_TESTS),
+    "the tests' subclass of the solution's list": (SUBCLASS, SUBCLASS_TESTS),
+    "approx, and a key at a time": (KEY_AT_A_TIME, KEY_AT_A_TIME_TESTS),
+    "assertSetEqual": (SET_EQUAL, SET_EQUAL_TESTS),
+    "issuperset, a set's and a dict's __eq__, two mirrors": (SET_AND_DICT, SET_AND_DICT_TESTS),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_wrong_solution_that_changes_its_object_under_the_check_fails(
+    case: str, tmp_path: Path
+) -> None:
+    solution, tests = CASES[case]
+    output = _run(tmp_path / "v", solution, tests)
+    assert " failed" in output and " passed" not in output, output
+
+
+def test_the_correct_solutions_pass(tmp_path: Path) -> None:
+    output = _run(tmp_path / "a", CORRECT, CORRECT_TESTS)
+    assert "9 passed" in output and "failed" not in output, output
+    output = _run(tmp_path / "b", SUBCLASS_CORRECT, SUBCLASS_TESTS)
+    assert "2 passed" in output and "failed" not in output, output
