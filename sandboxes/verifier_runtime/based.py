@@ -352,24 +352,39 @@ def _asdict(self):
 # ---- the receiving side: the object ----------------------------------------------------------
 
 _MUTABLE = ("list", "dict", "set")
-# Each answer compares every object tracked with its value as sent (C, ~50 ns an item): past
-# these, an object sent is not tracked, and the other side's value of it is what it was sent
-# as until it is sent again (the cost per call stays bounded, as shares.py bounds its own).
+_WALKED = (list, tuple, dict, set, frozenset)  # (`_items`)
+# An answer to a call compares every object tracked with its value as sent, items nested in
+# its plain containers too (~50 ns an item): past these, an object sent is not tracked, and the
+# other side's value of it is what it was sent as until it is sent again (the cost per call
+# stays bounded, as shares.py bounds its own).
 _TRACKED = 256
-_RESENDING = frozenset(("call", "callattr", "inherited"))  # (`resends_after`)
 _TRACKED_ITEMS = 1 << 14
+_RESENDING = frozenset(("call", "callattr", "inherited"))  # (`resends_after`)
 
 
 def _items(value):
-    """The items of a list, dict or set value (keys, then values, of a dict), held: compared
-    by identity, no id is reused while they are."""
-    return list(value) + list(value.values()) if type(value) is dict else list(value)
+    """The objects list, dict or set `value` holds, through the plain lists, tuples, dicts and
+    sets inside it (a matrix's rows, changed in place), held, so no id is reused while they
+    are; and the sizes of those containers. Compared by identity (`_same_items`)."""
+    held, sizes, seen, todo = [], [], set(), [value]
+    while todo:
+        v = todo.pop()
+        items = list(v) + list(v.values()) if type(v) is dict else list(v)
+        sizes.append(len(items))
+        for x in items:
+            held.append(x)
+            if type(x) in _WALKED and id(x) not in seen:
+                seen.add(id(x))
+                todo.append(x)
+    return held, sizes
 
 
 def _same_items(value, items):
     """Whether `value` holds the very objects of `items` (identity, in C: no `==` runs)."""
-    now = _items(value)
-    return len(now) == len(items) and all(map(operator.is_, now, items))
+    held, sizes = _items(value)
+    return (
+        sizes == items[1] and len(held) == len(items[0]) and all(map(operator.is_, held, items[0]))
+    )
 
 
 def check(node):
@@ -419,10 +434,10 @@ class Based:
         items = _items(codec.BASE_VALUES[base](v))
         old = sent.pop(id(v), None)
         if old is not None:
-            self.based_items -= len(old[2])
-        if len(sent) < _TRACKED and self.based_items + len(items) <= _TRACKED_ITEMS:
+            self.based_items -= len(old[2][0])
+        if len(sent) < _TRACKED and self.based_items + len(items[0]) <= _TRACKED_ITEMS:
             sent[id(v)] = (v, base, items)
-            self.based_items += len(items)
+            self.based_items += len(items[0])
 
     def resends_after(self, op):
         """Whether the answer to request `op` carries our changed objects (`resend_changed`):
@@ -445,7 +460,7 @@ class Based:
             oid = self.export_ids.get(key)
             if oid is None or self.exports.get(oid) is not v:  # (released: no proxy holds it)
                 del sent[key]
-                self.based_items -= len(items)
+                self.based_items -= len(items[0])
             elif not _same_items(codec.BASE_VALUES[base](v), items):
                 codec.leaf(v, memo, self._reference_encoder(memo))
         codec.drain(memo, self._reference_encoder(memo))

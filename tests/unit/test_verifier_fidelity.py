@@ -3068,6 +3068,17 @@ class Tags(set):
             self.add(n)
 
 
+class Matrix(list):
+    def transpose(self):
+        self[:] = [list(r) for r in zip(*self)]
+
+    def scale(self, k):
+        for row in self:
+            for i in range(len(row)):
+                row[i] *= k
+        return self
+
+
 def made():
     return Stack([5])
 
@@ -3105,10 +3116,18 @@ def test_one_it_answered_changed_by_another_function():
     s = solution.made()
     solution.push_onto(s, 6)
     assert s == [5, 6]
+
+
+def test_a_matrix_changed_in_place():
+    m = solution.Matrix([[1, 2], [3, 4]])
+    m.transpose()
+    assert m == [[1, 3], [2, 4]]
+    m.scale(10)  # (its rows, lists inside it, changed in place)
+    assert m == [[10, 30], [20, 40]] and m[1] == [20, 40]
 """
 
 
 def test_the_solutions_builtin_subclasses_changed_after_they_crossed(tmp_path: Path) -> None:
     run = _graded(tmp_path, BASED_SOLUTION, "test_based.py", BASED_TESTS)
-    assert run.rc == 0 and "3 passed" in run.output, run.output
+    assert run.rc == 0 and "4 passed" in run.output, run.output
     assert run.named("value_hack") == []
