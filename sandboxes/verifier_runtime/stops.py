@@ -69,6 +69,11 @@ def outside(frame):
     return frame
 
 
+def at_a_call(frame):
+    """Whether `frame` stands at a call (a function it calls runs, or its C code does)."""
+    return _opname(frame.f_code, _where(frame)) in _CALL_INSTRUCTIONS
+
+
 def _ours(path):
     return type(path) is str and path.startswith(_OURS)
 

@@ -221,6 +221,15 @@ def _a_patcher_class(klass):
 
 
 _PATCHERS = ("_patch", "_patch_dict")
+# The runners' functions that call a test or a fixture themselves (`testfunction(**testargs)`,
+# unittest's `method()`): no C code runs between them and it (`called_by_a_test`).
+_CALLS_A_TEST = frozenset(
+    (
+        ("_pytest.python", "pytest_pyfunc_call"),
+        ("_pytest.fixtures", "call_fixture_func"),
+        ("unittest.case", "_callTestMethod"),
+    )
+)
 
 
 def _tests_own_class(obj):
@@ -465,6 +474,23 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
 
     def read_by_tests(self, frame):
         return _tests_code(frame.f_globals.get("__name__"))
+
+    def called_by_a_test(self):
+        # The frame that made the request (past ours) is the tests', stands at a call, and the
+        # runner's own call of a test or fixture made it: a test's own statement, not a tests'
+        # `__eq__` or key function that C code called (`expected.issubset(got)`).
+        frame = stops.outside(sys._getframe(1))
+        if frame is None or not self.read_by_tests(frame) or not stops.at_a_call(frame):
+            return False
+        caller = stops.outside(frame.f_back)
+        return (
+            caller is not None
+            and (
+                caller.f_globals.get("__name__"),
+                caller.f_code.co_name,
+            )
+            in _CALLS_A_TEST
+        )
 
     def allowed_name(self, name):
         # Public names only: no path from a handed-over callable to its globals or builtins.

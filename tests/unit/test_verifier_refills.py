@@ -278,12 +278,143 @@ def readings():
     return Readings([1, 2, 3])
 """
 
+# (red team, round 3) The tests' own item `__eq__` calls the solution while C code reads the
+# object (`frozenset(expected) == got`, `expected.issubset(got)`, `OrderedDict(...) == got`): a
+# call's answer is taken up at once only where a test's own statement made the call.
+CALLED_UNDER_A_SET_CHECK = """_made = []
+_done = []
+class Primes(set):
+    pass
+Y = 3 + (2**61 - 1)   # hash(Y) == hash(3), Y != 3
+def canonical(n):
+    if n == 3 and _made and not _done:
+        _done.append(1)
+        s = _made[0]; s.clear(); s.add(3)     # now {3}: never {2, 3}
+    return n
+def primes_below(n):
+    _done.clear()
+    s = Primes([2, Y]); _made[:] = [s]; return s
+"""
+CALLED_UNDER_A_SET_CHECK_CORRECT = """class Primes(set):
+    pass
+def canonical(n):
+    return n
+def primes_below(n):
+    return Primes(p for p in range(2, n) if all(p % d for d in range(2, p)))
+"""
+CALLED_UNDER_A_SET_CHECK_TESTS = """import unittest
+import solution
+
+class Num:
+    # an expected number, as the solution's own canonical() writes it
+    def __init__(self, n): self.n = n
+    def __hash__(self): return hash(self.n)
+    def __eq__(self, other): return other == solution.canonical(self.n)
+    def __repr__(self): return "Num(%r)" % self.n
+
+def test_frozenset():
+    assert frozenset([Num(2), Num(3)]) == solution.primes_below(4)
+
+class T(unittest.TestCase):
+    def test_set_equal(self):
+        self.assertSetEqual({Num(2), Num(3)}, solution.primes_below(4))
+    def test_assert_equal(self):
+        self.assertEqual(frozenset([Num(2), Num(3)]), solution.primes_below(4))
+    def test_issubset(self):
+        got = solution.primes_below(4)
+        self.assertEqual(len(got), 2)
+        self.assertTrue({Num(2), Num(3)}.issubset(got))
+"""
+
+CALLED_UNDER_A_DICT_OR_LIST_CHECK = """_made = {}
+_done = set()
+def _once(tag, fn):
+    if tag in _made and tag not in _done:
+        _done.add(tag); fn(_made[tag])
+class Counts(dict):
+    pass
+class Readings(list):
+    pass
+class Primes(set):
+    pass
+def canonical(n):
+    if n == 1:
+        _once("d", lambda d: (d.clear(), d.update({"a": 0, "b": 2})))
+        _once("l", lambda r: r.__setitem__(slice(None), [9, 2, 3]))
+    if n == 3:
+        _once("s", lambda s: (s.clear(), s.add(3)))
+    return n
+def counts():
+    _done.discard("d"); d = Counts(a=1, b=0); _made["d"] = d; return d
+def readings():
+    _done.discard("l"); r = Readings([1, 0, 0]); _made["l"] = r; return r
+Y = 3 + (2**61 - 1)
+def primes_below(n):
+    _done.discard("s"); s = Primes([2, Y]); _made["s"] = s; return s
+"""
+CALLED_UNDER_A_DICT_OR_LIST_CHECK_CORRECT = """class Counts(dict):
+    pass
+class Readings(list):
+    pass
+class Primes(set):
+    pass
+def canonical(n):
+    return n
+def counts():
+    return Counts(a=1, b=2)
+def readings():
+    return Readings([1, 2, 3])
+def primes_below(n):
+    return Primes(p for p in range(2, n) if all(p % d for d in range(2, p)))
+"""
+CALLED_UNDER_A_DICT_OR_LIST_CHECK_TESTS = """import collections
+import solution
+
+class Num:
+    def __init__(self, n): self.n = n
+    def __hash__(self): return hash(self.n)
+    def __eq__(self, other): return other == solution.canonical(self.n)
+    def __repr__(self): return "Num(%r)" % self.n
+
+def test_ordered():
+    assert collections.OrderedDict(a=Num(1), b=Num(2)) == solution.counts()
+
+def test_defaultdict():
+    expected = collections.defaultdict(list)
+    expected.update(a=Num(1), b=Num(2))
+    assert expected == solution.counts()
+
+def test_two_mirrors():
+    assert solution.Readings([Num(1), Num(2), Num(3)]) == solution.readings()
+
+class Row(list):
+    pass
+
+def test_tests_list_subclass():
+    assert Row([Num(1), Num(2), Num(3)]) == solution.readings()
+
+def test_isub():
+    got = solution.primes_below(4)
+    remaining = {Num(2), Num(3)}
+    assert len(got) == len(remaining)
+    remaining -= got   # set_difference_update reads got's table
+    assert not remaining, remaining
+"""
+
 CASES = {
     "an explicit list __eq__, operator.eq": (LIST_EQ, LIST_EQ_TESTS),
     "the tests' subclass of the solution's list": (SUBCLASS, SUBCLASS_TESTS),
     "approx, and a key at a time": (KEY_AT_A_TIME, KEY_AT_A_TIME_TESTS),
     "assertSetEqual": (SET_EQUAL, SET_EQUAL_TESTS),
     "issuperset, a set's and a dict's __eq__, two mirrors": (SET_AND_DICT, SET_AND_DICT_TESTS),
+    "the tests' __eq__ calls it under a set's check": (
+        CALLED_UNDER_A_SET_CHECK,
+        CALLED_UNDER_A_SET_CHECK_TESTS,
+    ),
+    "the tests' __eq__ calls it under a dict's or list's check": (
+        CALLED_UNDER_A_DICT_OR_LIST_CHECK,
+        CALLED_UNDER_A_DICT_OR_LIST_CHECK_TESTS,
+    ),
 }
 
 
@@ -301,3 +432,11 @@ def test_the_correct_solutions_pass(tmp_path: Path) -> None:
     assert "9 passed" in output and "failed" not in output, output
     output = _run(tmp_path / "b", SUBCLASS_CORRECT, SUBCLASS_TESTS)
     assert "2 passed" in output and "failed" not in output, output
+    output = _run(tmp_path / "c", CALLED_UNDER_A_SET_CHECK_CORRECT, CALLED_UNDER_A_SET_CHECK_TESTS)
+    assert "4 passed" in output and "failed" not in output, output
+    output = _run(
+        tmp_path / "d",
+        CALLED_UNDER_A_DICT_OR_LIST_CHECK_CORRECT,
+        CALLED_UNDER_A_DICT_OR_LIST_CHECK_TESTS,
+    )
+    assert "5 passed" in output and "failed" not in output, output
