@@ -372,7 +372,13 @@ _WALKED = (list, tuple, dict, set, frozenset)  # (`_items`)
 # stays bounded, as shares.py bounds its own).
 _TRACKED = 256
 _TRACKED_ITEMS = 1 << 14
-_RESENDING = frozenset(("call", "callattr", "inherited"))  # (`resends_after`)
+# (`resends_after`) Requests that change an object as a statement of the tests' does: a call,
+# an item's or attribute's assignment or deletion, an operator in place.
+_RESENDING = frozenset(("call", "callattr", "inherited", "setattr", "delattr"))
+_RESENDING_OPERATORS = frozenset(
+    "setitem delitem iadd isub imul imatmul itruediv ifloordiv imod ipow ilshift irshift iand "
+    "ixor ior".split()
+)
 
 
 def _items(value):
@@ -452,16 +458,23 @@ class Based:
             sent[id(v)] = (v, base, items)
             self.based_items += len(items[0])
 
-    def resends_after(self, op):
-        """Whether the answer to request `op` carries our changed objects (`resend_changed`):
-        only a call's (`s.push(2)`, `solution.fill(s)`), made by the tests' code, not one
-        nested in the serving of a request of ours. Never a comparison's, a hash's, a
-        probe's: those the tests' checks make, and an object changed in the middle of one
-        (by an item's honest `__eq__`) would be read at two moments by C code that reads its
-        storage itself (`expected.__eq__(d)`, `dict(d)`, `set.difference`): as in one
-        process, a loop that ends early or finds each expected item once (red team, stop 63).
-        A check then reads the value of the last call, whatever its items' comparisons do."""
-        return op in _RESENDING and self.serving == 1
+    def resends_after(self, op, args):
+        """Whether the answer to request `op` (of arguments `args`, the first two) carries our
+        changed objects (`resend_changed`): only one that changes an object as a statement of
+        the tests' does (`s.push(2)`, `solution.fill(s)`, `d[k] = v` and `d.key = v` where its
+        class defines them, `s |= t`), not one nested in the serving of a request of ours.
+        Never a comparison's, a hash's, a probe's: those the tests' checks make, and an object
+        changed in the middle of one (by an item's honest `__eq__`) would be read at two
+        moments by C code that reads its storage itself (`expected.__eq__(d)`, `dict(d)`,
+        `set.difference`): as in one process, a loop that ends early or finds each expected
+        item once (red team, stop 63). A check then reads the value of the last change."""
+        if op == "op":
+            op = args[0] if args else None
+            if op not in _RESENDING_OPERATORS:
+                return False
+        elif op not in _RESENDING:
+            return False
+        return self.serving == 1
 
     def resend_changed(self, memo):
         """Our objects of list, dict and set subclasses that the other side holds, whose value

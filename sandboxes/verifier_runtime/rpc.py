@@ -437,7 +437,7 @@ class Endpoint(
         kept = self.kept_answer(op, subject, value, out)
         if kept:
             reply.setdefault("sk", []).extend(kept)
-        if self.based_sent and self.resends_after(op):
+        if self.based_sent and self.resends_after(op, subject):
             self.resend_changed(out)
         value = subject = None
         reply["t"], out = out.table, None

@@ -69,9 +69,11 @@ def outside(frame):
     return frame
 
 
-def at_a_call(frame):
-    """Whether `frame` stands at a call (a function it calls runs, or its C code does)."""
-    return _opname(frame.f_code, _where(frame)) in _CALL_INSTRUCTIONS
+def at_a_change(frame):
+    """Whether `frame` stands at a call, an item's or attribute's assignment or deletion, or a
+    binary operator (in place too): where a request to change an object is its own (not a
+    comparison's, whose C code may read the object: trusted.py `called_by_a_test`)."""
+    return _opname(frame.f_code, _where(frame)) in _CHANGE_INSTRUCTIONS
 
 
 def _ours(path):
@@ -111,6 +113,12 @@ _CALL_INSTRUCTIONS = frozenset(
 )  # fmt: skip
 _ATTRIBUTE_INSTRUCTIONS = frozenset(("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"))
 _SUBSCRIPT_INSTRUCTIONS = frozenset(("BINARY_SUBSCR",))
+_CHANGE_INSTRUCTIONS = _CALL_INSTRUCTIONS | {
+    "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "BINARY_OP", "INPLACE_ADD",
+    "INPLACE_SUBTRACT", "INPLACE_MULTIPLY", "INPLACE_MATRIX_MULTIPLY", "INPLACE_TRUE_DIVIDE",
+    "INPLACE_FLOOR_DIVIDE", "INPLACE_MODULO", "INPLACE_POWER", "INPLACE_LSHIFT",
+    "INPLACE_RSHIFT", "INPLACE_AND", "INPLACE_XOR", "INPLACE_OR",
+}  # fmt: skip
 
 
 def _where(frame):

@@ -476,11 +476,12 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
         return _tests_code(frame.f_globals.get("__name__"))
 
     def called_by_a_test(self):
-        # The frame that made the request (past ours) is the tests', stands at a call, and the
-        # runner's own call of a test or fixture made it: a test's own statement, not a tests'
-        # `__eq__` or key function that C code called (`expected.issubset(got)`).
+        # The frame that made the request (past ours) is the tests', stands at a call or a
+        # change (`d[k] = v`, `s |= t`), and the runner's own call of a test or fixture made
+        # it: a test's own statement, not a tests' `__eq__` or key function that C code called
+        # (`expected.issubset(got)`).
         frame = stops.outside(sys._getframe(1))
-        if frame is None or not self.read_by_tests(frame) or not stops.at_a_call(frame):
+        if frame is None or not self.read_by_tests(frame) or not stops.at_a_change(frame):
             return False
         caller = stops.outside(frame.f_back)
         return (

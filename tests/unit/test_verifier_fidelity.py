@@ -3079,6 +3079,21 @@ class Matrix(list):
         return self
 
 
+class Lower(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key.lower(), value)
+
+
+class Config(dict):
+    def __setattr__(self, name, value):
+        self[name] = value
+
+    def __ior__(self, other):
+        for k, v in other.items():
+            self[k] = v * 2
+        return self
+
+
 def made():
     return Stack([5])
 
@@ -3118,6 +3133,16 @@ def test_one_it_answered_changed_by_another_function():
     assert s == [5, 6]
 
 
+def test_a_dict_changed_by_its_own_item_and_attribute_assignment():
+    d = solution.Lower()
+    d["A"] = 1
+    assert d == {"a": 1} and "a" in d
+    c = solution.Config()
+    c.name = "x"
+    c |= {"n": 1}
+    assert c == {"name": "x", "n": 2} and len(c) == 2
+
+
 def test_a_matrix_changed_in_place():
     m = solution.Matrix([[1, 2], [3, 4]])
     m.transpose()
@@ -3129,5 +3154,5 @@ def test_a_matrix_changed_in_place():
 
 def test_the_solutions_builtin_subclasses_changed_after_they_crossed(tmp_path: Path) -> None:
     run = _graded(tmp_path, BASED_SOLUTION, "test_based.py", BASED_TESTS)
-    assert run.rc == 0 and "4 passed" in run.output, run.output
+    assert run.rc == 0 and "5 passed" in run.output, run.output
     assert run.named("value_hack") == []
