@@ -92,7 +92,7 @@ def _mutator(base, name):
     op = name[2:-2] if name.startswith("__") else None
 
     def method(self, *args, **kwargs):
-        _current(self)
+        _take_up(self)
         answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
         if op is None:
             self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
@@ -105,11 +105,12 @@ def _mutator(base, name):
 
 
 # The builtin's own reads of a list, dict or set, on a mirror of a subclass of one whose class
-# does not define them: each marks a read in progress, and first takes up a value the real
-# object was sent with during an earlier one (`_current`); iteration (and a dict's views) walks
-# a copy. A value that arrives under a read (a `==` in C, whose items' comparisons are
+# does not define them: each marks a read in progress, and, where none was, first takes up the
+# values that real objects were sent with since (`_take_up`); iteration (and a dict's views)
+# walks a copy. A value that arrives under a read (a `==` in C, whose items' comparisons are
 # requests) waits for the next: changed under the read, the builtin's loop could end early and
-# answer "equal", as under a `for` over the object (red team, stop 63).
+# answer "equal", as under a `for` over the object, and an inner object of one read (a grid's
+# row) would be read as it was at another moment than its neighbours (red team, stop 63).
 READS = {
     list: "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __len__ __iter__ __reversed__ __contains__ "
           "__getitem__ __repr__ __add__ __mul__ __rmul__ copy index count".split(),
@@ -120,6 +121,9 @@ READS = {
          "intersection difference symmetric_difference issubset issuperset isdisjoint".split(),
 }  # fmt: skip
 _WALKS = frozenset(("__iter__", "__reversed__", "keys", "values", "items"))
+_reads = [0]  # wrapped reads in progress (in this process: one thread reads at a time here)
+_waiting = {}  # id(mirror) -> that mirror, holding a value it was sent with since
+_arrived = set()  # where the tests stood when those came (`Based.moment`)
 
 
 def _reader(base, name):
@@ -127,47 +131,40 @@ def _reader(base, name):
     copy = codec.BASE_VALUES[base.__name__]
 
     def read(self, *args, **kwargs):
-        # (the other operand too, where it is such a mirror: `a == b`, a tests' subclass's)
-        read = [self] + [a for a in args if _a_mirror(a)]
-        for obj in read:
-            _current(obj)
+        _take_up(self)
         if name in _WALKS:
             return own(copy(self), *args, **kwargs)
-        for obj in read:
-            object.__setattr__(obj, "_rollouts_reading", _reading(obj) + 1)
+        _reads[0] += 1
         try:
             return own(self, *args, **kwargs)
         finally:
-            for obj in read:
-                object.__setattr__(obj, "_rollouts_reading", _reading(obj) - 1)
+            _reads[0] -= 1
 
     read.__name__ = read.__qualname__ = name
     return read
 
 
-def _a_mirror(obj):
-    """Whether `obj` is a mirror holding a list, dict or set value (`based_fill`)."""
-    try:
-        return object.__getattribute__(obj, "_rollouts_filled")
-    except AttributeError:
-        return False
-
-
-def _reading(obj):
-    try:
-        return object.__getattribute__(obj, "_rollouts_reading")
-    except AttributeError:
-        return 0
-
-
-def _current(obj):
-    """Mirror `obj` made to hold the value its real object was last sent with, if one waits
-    and no read of it is in progress."""
-    try:
-        value = object.__getattribute__(obj, "_rollouts_pending")
-    except AttributeError:
+def _take_up(mirror):
+    """Every mirror made to hold the value its real object was last sent with, unless a read
+    is in progress, or the tests still stand where one of those values came (the same
+    statement's evaluation: a `==` of a plain list of mirrors reads each when it reaches it,
+    and one that came while it compared the first would be read in the second)."""
+    if _reads[0] or not _waiting:
         return
-    if not _reading(obj):
+    if _arrived & mirror._rollouts_ep.moment():
+        return
+    _fill_waiting()
+
+
+def _fill_waiting():
+    waiting = list(_waiting.values())
+    _waiting.clear()
+    _arrived.clear()
+    for obj in waiting:
+        try:
+            value = object.__getattribute__(obj, "_rollouts_pending")
+        except AttributeError:
+            continue
         object.__delattr__(obj, "_rollouts_pending")
         _fill(obj, value)
 
@@ -373,11 +370,11 @@ _WALKED = (list, tuple, dict, set, frozenset)  # (`_items`)
 _TRACKED = 256
 _TRACKED_ITEMS = 1 << 14
 # (`resends_after`) Requests that change an object as a statement of the tests' does: a call,
-# an item's or attribute's assignment or deletion, an operator in place.
+# an item's or attribute's assignment or deletion, an operator in place, a `with`.
 _RESENDING = frozenset(("call", "callattr", "inherited", "setattr", "delattr"))
 _RESENDING_OPERATORS = frozenset(
     "setitem delitem iadd isub imul imatmul itruediv ifloordiv imod ipow ilshift irshift iand "
-    "ixor ior".split()
+    "ixor ior enter exit".split()
 )
 
 
@@ -552,8 +549,15 @@ class Based:
         # `expected.issubset(obj)`, `OrderedDict(...) == obj`, whose items' `__eq__` may be
         # the tests' own and call the solution: red team, stop 63).
         object.__setattr__(obj, "_rollouts_pending", value)
+        _waiting[id(obj)] = obj
         if self.called_by_a_test():
-            _current(obj)
+            _fill_waiting()
+        else:
+            _arrived.update(self.moment())
+
+    def moment(self):
+        """Where the tests stand: (id, instruction) of each of their frames (trusted.py)."""
+        return frozenset()
 
     def called_by_a_test(self):
         """Whether the request being answered is a call that a test's own statement made (no

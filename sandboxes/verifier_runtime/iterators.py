@@ -140,6 +140,7 @@ _WHOLE = ("set", "frozenset", "sum", "min", "max", "sorted", "list", "tuple", "d
 # keywords: 3.13, and before 3.11)
 _CALLS = {"CALL": 0, "CALL_FUNCTION": 0, "CALL_KW": 1, "CALL_FUNCTION_KW": 1}
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
+_ATTRIBUTE_LOADS = ("LOAD_ATTR", "LOAD_METHOD")
 _SKIP = ("CACHE", "NOP", "EXTENDED_ARG")
 _callees = {}  # (code, offset) -> `_callee`'s answer
 
@@ -164,11 +165,12 @@ def _calls_whole_builtin(frame, offset):
     return value is not None and value is getattr(builtins, found[1], None)
 
 
-def callee(frame, offset=None):
+def callee(frame, offset=None, attributes=False):
     """(load instruction, name, arguments, whether some are keywords) of the callable of the
-    call the instruction `frame` is at (or at `offset`), where that callable is a plain name;
-    else None (`_callee`, kept per instruction)."""
-    key = (frame.f_code, frame.f_lasti if offset is None else offset)
+    call the instruction `frame` is at (or at `offset`), where that callable is a plain name
+    (or, with `attributes`, an attribute: its name); else None (`_callee`, kept per
+    instruction)."""
+    key = (frame.f_code, frame.f_lasti if offset is None else offset, attributes)
     if key not in _callees:
         if len(_callees) >= _CALLEES_KEPT:
             _callees.clear()
@@ -194,7 +196,7 @@ def resolved(frame, found):
 _CALLEES_KEPT = 4096
 
 
-def _callee(code, offset):
+def _callee(code, offset, attributes=False):
     """(load instruction, name, arguments, keywords) of the callable of the call at `offset`
     when the callable is a plain name (a backward walk over the arguments' instructions by
     their stack effects; None at anything else: a jump, an attribute)."""
@@ -227,7 +229,7 @@ def _callee(code, offset):
     if need != 0 or n < 0:
         return None
     load = instrs[n]
-    if load.opname not in _LOADS:
+    if load.opname not in _LOADS and not (attributes and load.opname in _ATTRIBUTE_LOADS):
         return None
     return load.opname, load.argval, call.arg, keywords
 

@@ -69,11 +69,29 @@ def outside(frame):
     return frame
 
 
-def at_a_change(frame):
-    """Whether `frame` stands at a call, an item's or attribute's assignment or deletion, or a
-    binary operator (in place too): where a request to change an object is its own (not a
-    comparison's, whose C code may read the object: trusted.py `called_by_a_test`)."""
-    return _opname(frame.f_code, _where(frame)) in _CHANGE_INSTRUCTIONS
+def makes(frame, op, target, name):
+    """Whether `frame`'s own instruction makes request `op` (trusted.py `called_by_a_test`): a
+    call of `target` itself (a proxy, by a plain name that stands for it, or by an attribute
+    of its name `name`), an item's or attribute's assignment or deletion, or an operator in
+    place; not C code that it called and that calls or reads the object (`sorted(got,
+    key=solution.rank)`, `frozenset(expected) == got`)."""
+    at = _where(frame)
+    if op in ("call", "callattr"):
+        if _opname(frame.f_code, at) not in _CALL_INSTRUCTIONS:
+            return False
+        found = iterators.callee(frame, at, attributes=True)
+        if found is None:
+            return False
+        if found[0] in iterators._ATTRIBUTE_LOADS:
+            return type(name) is str and found[1] == name
+        return op == "call" and iterators.resolved(frame, found) is target
+    standing = _opname(frame.f_code, at)
+    if op in ("setattr", "delattr"):
+        return standing in ("STORE_ATTR", "DELETE_ATTR")
+    # (an operator: `target` is its name; a `with` calls its `__exit__` where it ends)
+    return op == "op" and (
+        standing in _CHANGE_INSTRUCTIONS or (target == "exit" and standing in _CALL_INSTRUCTIONS)
+    )
 
 
 def _ours(path):
@@ -113,11 +131,12 @@ _CALL_INSTRUCTIONS = frozenset(
 )  # fmt: skip
 _ATTRIBUTE_INSTRUCTIONS = frozenset(("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"))
 _SUBSCRIPT_INSTRUCTIONS = frozenset(("BINARY_SUBSCR",))
-_CHANGE_INSTRUCTIONS = _CALL_INSTRUCTIONS | {
+_CHANGE_INSTRUCTIONS = {
     "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR", "BINARY_OP", "INPLACE_ADD",
     "INPLACE_SUBTRACT", "INPLACE_MULTIPLY", "INPLACE_MATRIX_MULTIPLY", "INPLACE_TRUE_DIVIDE",
     "INPLACE_FLOOR_DIVIDE", "INPLACE_MODULO", "INPLACE_POWER", "INPLACE_LSHIFT",
-    "INPLACE_RSHIFT", "INPLACE_AND", "INPLACE_XOR", "INPLACE_OR",
+    "INPLACE_RSHIFT", "INPLACE_AND", "INPLACE_XOR", "INPLACE_OR", "BEFORE_WITH", "SETUP_WITH",
+    "WITH_EXCEPT_START", "WITH_CLEANUP_START",
 }  # fmt: skip
 
 

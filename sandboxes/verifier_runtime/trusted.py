@@ -221,6 +221,7 @@ def _a_patcher_class(klass):
 
 
 _PATCHERS = ("_patch", "_patch_dict")
+_MOMENT_DEPTH = 64  # the tests' frames a `moment` reads, innermost first
 # The runners' functions that call a test or a fixture themselves (`testfunction(**testargs)`,
 # unittest's `method()`): no C code runs between them and it (`called_by_a_test`).
 _CALLS_A_TEST = frozenset(
@@ -405,6 +406,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
     def __init__(self, sock, manifest):
         super().__init__(sock)
         self.manifest = manifest
+        self.asking = []  # (request, arguments) being asked, innermost last
         self.values = set()  # oids the other side may use: handed over, and never forbidden
         self.output_left = OUTPUT_CAP
         self.warning_registries = {}  # the tested code's modules' __warningregistry__, here
@@ -475,23 +477,40 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
     def read_by_tests(self, frame):
         return _tests_code(frame.f_globals.get("__name__"))
 
+    def moment(self):
+        frame, at = stops.outside(sys._getframe(1)), set()
+        for _ in range(_MOMENT_DEPTH):
+            if frame is None:
+                break
+            if self.read_by_tests(frame):
+                at.add((id(frame), frame.f_lasti))
+            frame = stops.outside(frame.f_back)
+        return at
+
     def called_by_a_test(self):
-        # The frame that made the request (past ours) is the tests', stands at a call or a
-        # change (`d[k] = v`, `s |= t`), and the runner's own call of a test or fixture made
-        # it: a test's own statement, not a tests' `__eq__` or key function that C code called
-        # (`expected.issubset(got)`).
+        # The frame that made the request being answered (past ours) is the tests', the
+        # runner's own call of a test or fixture made it, and its own instruction made the
+        # request (a call of that very object, an assignment, an operator in place): a test's
+        # own statement, not a tests' `__eq__` or key function that C code called
+        # (`expected.issubset(got)`, `sorted(got, key=solution.rank)`).
+        if not self.asking:
+            return False
+        op, args = self.asking[-1]
         frame = stops.outside(sys._getframe(1))
-        if frame is None or not self.read_by_tests(frame) or not stops.at_a_change(frame):
+        if frame is None or not self.read_by_tests(frame):
             return False
         caller = stops.outside(frame.f_back)
-        return (
-            caller is not None
-            and (
-                caller.f_globals.get("__name__"),
-                caller.f_code.co_name,
-            )
-            in _CALLS_A_TEST
-        )
+        runner = (caller.f_globals.get("__name__"), caller.f_code.co_name) if caller else None
+        if runner not in _CALLS_A_TEST:
+            return False
+        target = args[0] if args else None
+        if op == "callattr":
+            name = args[1] if len(args) > 1 else None
+        elif op == "op":
+            name = target  # (the operator's name)
+        else:  # (a routine proxy's name came with its reference: references.py)
+            name = vars(target).get("__name__") if isinstance(target, rpc.RemoteObject) else None
+        return stops.makes(frame, op, target, name)
 
     def allowed_name(self, name):
         # Public names only: no path from a handed-over callable to its globals or builtins.
@@ -789,6 +808,7 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
             changed = self.patches.changes()
             if changed:  # (before the request: its code may call what the tests patched)
                 super().request("patch", changed)
+        self.asking.append((op, args))  # (`called_by_a_test`)
         try:
             answer = super().request(op, *args)
         except rpc.STOPS as e:
@@ -796,6 +816,8 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
             if rpc.iterator_step(op, args) or stops.crosses(op, args):
                 raise
             raise rpc.leaked_stop(e, "a %r request" % op)  # noqa: B904 - (its cause is set)
+        finally:
+            self.asking.pop()
         rpc.step_method(op, args, answer)
         if type(answer) is bytes:  # a pickle, perhaps: never unpickled here (pickles.py)
             sources.heard(answer)
