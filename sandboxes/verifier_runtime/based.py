@@ -14,8 +14,9 @@ comparisons, containment and arithmetic through the trusted side's checks (trust
 `compare`, `contains`, `arithmetic`), so an override that would lie meets the held-value rule.
 A list, dict or set value stays current: the tests' changes through the builtin's mutators
 are made to the real object too (`MUTATORS`), and the tested side sends its object again with
-the answer to the tests' call that changed it (`resend_changed`, `resends_after`), taken up at
-once where a test's own statement made that call, else at the tests' next read of it (`READS`).
+the answer to the tests' request that changed it (`resend_changed`, `resends_after`), taken
+up at once where a test's own instruction was that change, else at a later read of the tests'
+(`READS`), in another statement than the one it came in (`_take_up`).
 A mirror of an enum class derives from the enum module's own base (`enum.Enum`, `IntEnum`, ...)
 under a metaclass of both (`RemoteEnumMeta`), so its members are `enum.Enum` instances.
 
