@@ -88,6 +88,7 @@ patches = _load("patches")
 methods = _load("methods")
 records = _load("records")
 stops = _load("stops")
+statements = _load("statements")
 iterators = _load("iterators")
 datafiles = _load("datafiles")
 
@@ -221,16 +222,6 @@ def _a_patcher_class(klass):
 
 
 _PATCHERS = ("_patch", "_patch_dict")
-_MOMENT_DEPTH = 64  # the tests' frames a `moment` reads, innermost first
-# The runners' functions that call a test or a fixture themselves (`testfunction(**testargs)`,
-# unittest's `method()`): no C code runs between them and it (`called_by_a_test`).
-_CALLS_A_TEST = frozenset(
-    (
-        ("_pytest.python", "pytest_pyfunc_call"),
-        ("_pytest.fixtures", "call_fixture_func"),
-        ("unittest.case", "_callTestMethod"),
-    )
-)
 
 
 def _tests_own_class(obj):
@@ -398,7 +389,13 @@ def _resolvable(module_name, qualname):
     return module_name in _PURE_MODULES and "." not in qualname
 
 
-class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rpc.Endpoint):
+class TrustedEndpoint(
+    carried.Carried,
+    judging.Judge,
+    subclasses.Subclassing,
+    statements.Statements,
+    rpc.Endpoint,
+):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
     environ_handed = False  # the tests handed their os.environ over: no path of it is handed
     env_at_start = None  # the environment the tested process started with
@@ -474,43 +471,8 @@ class TrustedEndpoint(carried.Carried, judging.Judge, subclasses.Subclassing, rp
             return methods.MethodCall(self, proxy, name)
         return None
 
-    def read_by_tests(self, frame):
-        return _tests_code(frame.f_globals.get("__name__"))
-
-    def moment(self):
-        frame, at = stops.outside(sys._getframe(1)), set()
-        for _ in range(_MOMENT_DEPTH):
-            if frame is None:
-                break
-            if self.read_by_tests(frame):
-                at.add((id(frame), frame.f_lasti))
-            frame = stops.outside(frame.f_back)
-        return at
-
-    def called_by_a_test(self):
-        # The frame that made the request being answered (past ours) is the tests', the
-        # runner's own call of a test or fixture made it, and its own instruction made the
-        # request (a call of that very object, an assignment, an operator in place): a test's
-        # own statement, not a tests' `__eq__` or key function that C code called
-        # (`expected.issubset(got)`, `sorted(got, key=solution.rank)`).
-        if not self.asking:
-            return False
-        op, args = self.asking[-1]
-        frame = stops.outside(sys._getframe(1))
-        if frame is None or not self.read_by_tests(frame):
-            return False
-        caller = stops.outside(frame.f_back)
-        runner = (caller.f_globals.get("__name__"), caller.f_code.co_name) if caller else None
-        if runner not in _CALLS_A_TEST:
-            return False
-        target = args[0] if args else None
-        if op == "callattr":
-            name = args[1] if len(args) > 1 else None
-        elif op == "op":
-            name = target  # (the operator's name)
-        else:  # (a routine proxy's name came with its reference: references.py)
-            name = vars(target).get("__name__") if isinstance(target, rpc.RemoteObject) else None
-        return stops.makes(frame, op, target, name)
+    def tests_code(self, module):
+        return _tests_code(module)
 
     def allowed_name(self, name):
         # Public names only: no path from a handed-over callable to its globals or builtins.
