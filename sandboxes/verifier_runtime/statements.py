@@ -11,7 +11,6 @@ Standard library only, Python >= 3.8.
 import sys
 
 _load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
-rpc = _load("rpc")
 stops = _load("stops")
 
 # The runners' functions that call a test or a fixture themselves (`testfunction(**testargs)`,
@@ -37,13 +36,17 @@ class Statements:
         return self.tests_code(frame.f_globals.get("__name__"))
 
     def moment(self):
-        """Where the tests stand: (id, instruction) of each of their frames."""
+        """Where the tests stand: (id, statement) of each of their frames below the runner's
+        call of the test (a comprehension's and the test's own, say), the statement told by
+        its first line (`_statement`): a value that came while one statement ran is not taken
+        up until the tests are at another (a check that reads a copy and then the object,
+        `sorted(got, key=solution.rank) == got`, reads both as they were)."""
         frame, at = stops.outside(sys._getframe(1)), set()
         for _ in range(_MOMENT_DEPTH):
-            if frame is None:
+            if frame is None or _runner(frame) in CALLS_A_TEST:
                 break
             if self.read_by_tests(frame):
-                at.add((id(frame), frame.f_lasti))
+                at.add((id(frame), _statement(frame)))
             frame = stops.outside(frame.f_back)
         return at
 
@@ -60,14 +63,49 @@ class Statements:
         if frame is None or not self.read_by_tests(frame):
             return False
         caller = stops.outside(frame.f_back)
-        runner = (caller.f_globals.get("__name__"), caller.f_code.co_name) if caller else None
-        if runner not in CALLS_A_TEST:
+        if caller is None or _runner(caller) not in CALLS_A_TEST:
             return False
         target = args[0] if args else None
-        if op == "callattr":
-            name = args[1] if len(args) > 1 else None
-        elif op == "op":
-            name = target  # (the operator's name)
-        else:  # (a routine proxy's name came with its reference: references.py)
-            name = vars(target).get("__name__") if isinstance(target, rpc.RemoteObject) else None
+        name = args[1] if op == "callattr" and len(args) > 1 else target
         return stops.makes(frame, op, target, name)
+
+
+def _runner(frame):
+    return frame.f_globals.get("__name__"), frame.f_code.co_name
+
+
+def _statement(frame):
+    """The first line of the statement `frame` stands in (of a compound one: its header), as
+    the tests' file's syntax tree says; its line where that cannot be read."""
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    starts = _starts.get(path)
+    if starts is None:
+        if len(_starts) >= _FILES_KEPT:
+            _starts.clear()
+        starts = _starts[path] = _statement_starts(path)
+    return starts.get(line, line)
+
+
+def _statement_starts(path):
+    """line -> the first line of the innermost statement (or compound statement's header)
+    that holds it."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    starts = {}
+    for node in ast.walk(tree):  # (outer statements first: inner ones overwrite their lines)
+        if not isinstance(node, ast.stmt):
+            continue
+        body = getattr(node, "body", None)
+        end = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno
+        for line in range(node.lineno, max(end, node.lineno) + 1):
+            starts[line] = node.lineno
+    return starts
+
+
+_starts = {}  # a file's path -> `_statement_starts`
+_FILES_KEPT = 256

@@ -70,11 +70,12 @@ def outside(frame):
 
 
 def makes(frame, op, target, name):
-    """Whether `frame`'s own instruction makes request `op` (trusted.py `called_by_a_test`): a
-    call of `target` itself (a proxy, by a plain name that stands for it, or by an attribute
-    of its name `name`), an item's or attribute's assignment or deletion, or an operator in
-    place; not C code that it called and that calls or reads the object (`sorted(got,
-    key=solution.rank)`, `frozenset(expected) == got`)."""
+    """Whether `frame`'s own instruction makes request `op` (statements.py
+    `called_by_a_test`): a call of `target` itself by a plain name that stands for it, a
+    method `name` called where it is read (`s.push(2)`: never a routine's own `__name__`,
+    which the tested code sets), an item's or attribute's assignment or deletion, or an
+    operator in place; not C code that it called and that calls or reads the object
+    (`sorted(got, key=solution.rank)`, `frozenset(expected) == got`)."""
     at = _where(frame)
     if op in ("call", "callattr"):
         if _opname(frame.f_code, at) not in _CALL_INSTRUCTIONS:
@@ -82,8 +83,8 @@ def makes(frame, op, target, name):
         found = iterators.callee(frame, at, attributes=True)
         if found is None:
             return False
-        if found[0] in iterators._ATTRIBUTE_LOADS:
-            return type(name) is str and found[1] == name
+        if found[0] in iterators._ATTRIBUTE_LOADS:  # (a method, by its name in the tests)
+            return op == "callattr" and found[1] == name
         return op == "call" and iterators.resolved(frame, found) is target
     standing = _opname(frame.f_code, at)
     if op in ("setattr", "delattr"):

@@ -518,6 +518,126 @@ def test_count():
     assert sum(1 for t in got if solution.valid(t)) == len(got)
 """
 
+# (red team, round 5) A query of the solution's that wrongly empties its object, called from a
+# generator expression, a helper, a comprehension: the tests' next statement reads what it holds
+# then (before, pytest's own `__main__` frame counted as the tests', and nothing was taken up);
+# a routine whose `__name__` the solution set to a method's the tests call (`",".join`).
+A_QUERY_THAT_EMPTIES = """class Bag(list):
+    def contains(self, x):
+        if x in self:
+            list.remove(self, x)     # WRONG: a query that removes
+            return True
+        return False
+def bag(xs):
+    return Bag(xs)
+"""
+A_QUERY_THAT_EMPTIES_CORRECT = """class Bag(list):
+    def contains(self, x):
+        return x in self
+def bag(xs):
+    return Bag(xs)
+"""
+A_QUERY_THAT_EMPTIES_TESTS = """import solution
+
+def has(b, x):
+    return b.contains(x)
+
+def test_genexp_then_len():
+    b = solution.bag([1, 2, 3])
+    assert all(b.contains(x) for x in [1, 2, 3])
+    assert len(b) == 3
+    assert b == [1, 2, 3]
+
+def test_helper_then_eq():
+    b = solution.bag([1, 2, 3])
+    for x in [1, 2, 3]:
+        assert has(b, x)
+    assert b == [1, 2, 3]
+
+def test_comprehension():
+    b = solution.bag([4, 5])
+    assert [b.contains(x) for x in (4, 5)] == [True, True]
+    assert sorted(b) == [4, 5] and 4 in b and 5 in b
+"""
+
+A_NAME_OF_THE_SOLUTIONS_CHOOSING = """class Tasks(list):
+    pass
+_made = []
+def _fix():
+    for t in _made:
+        keep = sorted(t)
+        list.clear(t); list.extend(t, keep)
+def schedule(ps):
+    t = Tasks(ps)          # WRONG: not sorted
+    _made.append(t); return t
+def label(p):
+    _fix()
+    return "#%d" % p
+label.__name__ = "join"
+"""
+A_NAME_OF_THE_SOLUTIONS_CHOOSING_CORRECT = """class Tasks(list):
+    pass
+def schedule(ps):
+    return Tasks(sorted(ps))
+def label(p):
+    return "#%d" % p
+"""
+A_NAME_OF_THE_SOLUTIONS_CHOOSING_TESTS = """import unittest
+import solution
+
+class TestSchedule(unittest.TestCase):
+    def test_sorted_unittest(self):
+        got = solution.schedule([3, 1, 2])
+        self.assertEqual(",".join(map(solution.label, sorted(got))), ",".join(map(solution.label, got)))
+
+def test_sorted_no_assert_rewrite():
+    got = solution.schedule([3, 1, 2])
+    same = ",".join(map(solution.label, sorted(got))) == ",".join(map(solution.label, got))
+    assert same
+
+def test_schedule_is_sorted():
+    got = solution.schedule([3, 1, 2])
+    assert ",".join(map(solution.label, sorted(got))) == ",".join(map(solution.label, got))
+"""
+
+# A correct solution changed from a helper, a comprehension, a decorated test: seen.
+CHANGED_FROM_ANYWHERE = """class Stack(list):
+    def push(self, x):
+        list.append(self, x)
+def stack():
+    return Stack()
+"""
+CHANGED_FROM_ANYWHERE_TESTS = """from unittest import mock
+import os
+import solution
+
+def push_all(s, xs):
+    for x in xs:
+        s.push(x)
+
+def test_helper():
+    s = solution.stack()
+    push_all(s, [1, 2, 3])
+    assert s == [1, 2, 3]
+
+def test_comprehension():
+    s = solution.stack()
+    [s.push(x) for x in (1, 2)]
+    assert len(s) == 2
+
+@mock.patch.dict(os.environ, {"X": "1"})
+def test_decorated():
+    s = solution.stack()
+    s.push(7)
+    assert s == [7]
+
+class TestStack:
+    def test_method(self):
+        s = solution.stack()
+        s.push(1)
+        assert s[-1] == 1
+"""
+
 CASES = {
     "an explicit list __eq__, operator.eq": (LIST_EQ, LIST_EQ_TESTS),
     "the tests' subclass of the solution's list": (SUBCLASS, SUBCLASS_TESTS),
@@ -536,6 +656,11 @@ CASES = {
     "a copy, then the object, in one statement": (
         A_COPY_THEN_THE_OBJECT,
         A_COPY_THEN_THE_OBJECT_TESTS,
+    ),
+    "a query that empties it": (A_QUERY_THAT_EMPTIES, A_QUERY_THAT_EMPTIES_TESTS),
+    "a name of the solution's choosing": (
+        A_NAME_OF_THE_SOLUTIONS_CHOOSING,
+        A_NAME_OF_THE_SOLUTIONS_CHOOSING_TESTS,
     ),
 }
 
@@ -566,3 +691,13 @@ def test_the_correct_solutions_pass(tmp_path: Path) -> None:
     assert "4 passed" in output and "failed" not in output, output
     output = _run(tmp_path / "f", A_COPY_THEN_THE_OBJECT_CORRECT, A_COPY_THEN_THE_OBJECT_TESTS)
     assert "5 passed" in output and "failed" not in output, output
+    output = _run(tmp_path / "g", A_QUERY_THAT_EMPTIES_CORRECT, A_QUERY_THAT_EMPTIES_TESTS)
+    assert "3 passed" in output and "failed" not in output, output
+    output = _run(
+        tmp_path / "h",
+        A_NAME_OF_THE_SOLUTIONS_CHOOSING_CORRECT,
+        A_NAME_OF_THE_SOLUTIONS_CHOOSING_TESTS,
+    )
+    assert "3 passed" in output and "failed" not in output, output
+    output = _run(tmp_path / "i", CHANGED_FROM_ANYWHERE, CHANGED_FROM_ANYWHERE_TESTS)
+    assert "4 passed" in output and "failed" not in output, output
