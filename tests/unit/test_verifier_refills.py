@@ -588,7 +588,9 @@ import solution
 class TestSchedule(unittest.TestCase):
     def test_sorted_unittest(self):
         got = solution.schedule([3, 1, 2])
-        self.assertEqual(",".join(map(solution.label, sorted(got))), ",".join(map(solution.label, got)))
+        self.assertEqual(
+            ",".join(map(solution.label, sorted(got))), ",".join(map(solution.label, got))
+        )
 
 def test_sorted_no_assert_rewrite():
     got = solution.schedule([3, 1, 2])
