@@ -128,6 +128,11 @@ def _name(code, op, arg):
     return code.co_names[arg] if op in ("LOAD_ATTR", "LOAD_METHOD") else None
 
 
+def is_method_call(value, proxy, name):
+    """Whether `value` is `proxy.name` read to be called at once (stops.py `makes`)."""
+    return type(value) is MethodCall and value._proxy is proxy and value._name == name
+
+
 class MethodCall:
     """`proxy.name`, called at once (see above). Kept past its call only in pytest's assertion
     temporaries, for a failure's message: anything else asked of it then asks for the

@@ -75,20 +75,42 @@ def _runner(frame):
 
 
 def _statement(frame):
-    """The first line of the statement `frame` stands in (of a compound one: its header), as
-    the tests' file's syntax tree says; its line where that cannot be read."""
-    path, line = frame.f_code.co_filename, frame.f_lineno
-    starts = _starts.get(path)
-    if starts is None:
-        if len(_starts) >= _FILES_KEPT:
-            _starts.clear()
-        starts = _starts[path] = _statement_starts(path)
-    return starts.get(line, line)
+    """Where the statement `frame` stands in starts (of a compound one: its header), as the
+    tests' file's syntax tree says, the instruction's column telling two statements on one line
+    apart where the interpreter keeps columns (3.11); its line where that cannot be read."""
+    path = frame.f_code.co_filename
+    spans = _spans.get(path)
+    if spans is None:
+        if len(_spans) >= _FILES_KEPT:
+            _spans.clear()
+        spans = _spans[path] = _statement_spans(path)
+    line, col = _position(frame)
+    found = None
+    for start, end in spans.get(line, ()):
+        if start[0] < line or col is None or start[1] <= col:
+            if end[0] > line or col is None or col <= end[1]:
+                found = start if found is None or start > found else found
+    return found or (line, 0)
 
 
-def _statement_starts(path):
-    """line -> the first line of the innermost statement (or compound statement's header)
-    that holds it."""
+def _position(frame):
+    """(line, column) of the instruction `frame` stands at; column None where unknown."""
+    code = frame.f_code
+    positions = _positions.get(code)
+    if positions is None and hasattr(code, "co_positions"):
+        if len(_positions) >= _FILES_KEPT * 16:
+            _positions.clear()
+        positions = _positions[code] = list(code.co_positions())
+    if positions:
+        at = frame.f_lasti // 2
+        if 0 <= at < len(positions) and None not in positions[at][:3:2]:
+            return positions[at][0], positions[at][2]
+    return frame.f_lineno, None
+
+
+def _statement_spans(path):
+    """line -> [(start, end)] of the statements (a compound one's header) over that line, each
+    a (line, column) pair."""
     import ast
 
     try:
@@ -96,16 +118,24 @@ def _statement_starts(path):
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return {}
-    starts = {}
-    for node in ast.walk(tree):  # (outer statements first: inner ones overwrite their lines)
+    spans = {}
+    for node in ast.walk(tree):
         if not isinstance(node, ast.stmt):
             continue
         body = getattr(node, "body", None)
-        end = body[0].lineno - 1 if isinstance(body, list) and body else node.end_lineno
-        for line in range(node.lineno, max(end, node.lineno) + 1):
-            starts[line] = node.lineno
-    return starts
+        if isinstance(body, list) and body:  # (a header ends where its body starts)
+            first = body[0]
+            end = (first.lineno, first.col_offset - 1)
+            if first.lineno > node.lineno:
+                end = (first.lineno - 1, 1 << 30)
+        else:
+            end = (node.end_lineno, node.end_col_offset)
+        start = (node.lineno, node.col_offset)
+        for line in range(start[0], end[0] + 1):
+            spans.setdefault(line, []).append((start, end))
+    return spans
 
 
-_starts = {}  # a file's path -> `_statement_starts`
+_spans = {}  # a file's path -> `_statement_spans`
+_positions = {}  # code -> its instructions' positions
 _FILES_KEPT = 256

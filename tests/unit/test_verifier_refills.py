@@ -640,6 +640,64 @@ class TestStack:
         assert s[-1] == 1
 """
 
+# (red team, round 6) The same wrong query inside one `assert` (pytest keeps `b.contains` in a
+# name of its own), split over two statements, two statements on one line, a `while`.
+A_QUERY_IN_ONE_STATEMENT = """class Bag(list):
+    def contains(self, x):
+        if x in self:
+            list.remove(self, x)     # WRONG: a query that removes
+            return True
+        return False
+def bag(xs):
+    return Bag(xs)
+"""
+A_QUERY_IN_ONE_STATEMENT_CORRECT = """class Bag(list):
+    def contains(self, x):
+        return x in self
+def bag(xs):
+    return Bag(xs)
+"""
+A_QUERY_IN_ONE_STATEMENT_TESTS = """import solution
+
+def test_two_statements():          # should FAIL for SOL
+    b = solution.bag([1, 2, 3])
+    assert b.contains(2)
+    assert len(b) == 3
+
+def test_no_assert_rewrite():       # should FAIL for SOL
+    b = solution.bag([1, 2, 3])
+    ok = b.contains(2) and len(b) == 3
+    assert ok
+
+def test_assert_direct():
+    b = solution.bag([1, 2, 3])
+    assert b.contains(2) and len(b) == 3
+
+def test_assert_eq_list():
+    b = solution.bag([1, 2, 3])
+    assert b.contains(2) and b == [1, 2, 3]
+
+def test_assert_twice():            # fails anyway (real object asked twice)
+    b = solution.bag([1, 2, 3])
+    assert b.contains(2) and b.contains(2)
+"""
+TWO_STATEMENTS_ON_ONE_LINE_TESTS = """import solution
+
+def has(b, x):
+    return b.contains(x)
+
+def test_semicolon():
+    b = solution.bag([1, 2, 3])
+    has(b, 2); assert len(b) == 3
+
+def test_while_header():
+    b = solution.bag([1, 2, 3])
+    n = 0
+    while has(b, 1) and len(b) == 3 and n < 3:
+        n += 1
+    assert n == 3
+"""
+
 CASES = {
     "an explicit list __eq__, operator.eq": (LIST_EQ, LIST_EQ_TESTS),
     "the tests' subclass of the solution's list": (SUBCLASS, SUBCLASS_TESTS),
@@ -664,6 +722,8 @@ CASES = {
         A_NAME_OF_THE_SOLUTIONS_CHOOSING,
         A_NAME_OF_THE_SOLUTIONS_CHOOSING_TESTS,
     ),
+    "a query in one statement": (A_QUERY_IN_ONE_STATEMENT, A_QUERY_IN_ONE_STATEMENT_TESTS),
+    "two statements on one line": (A_QUERY_IN_ONE_STATEMENT, TWO_STATEMENTS_ON_ONE_LINE_TESTS),
 }
 
 
@@ -703,3 +763,8 @@ def test_the_correct_solutions_pass(tmp_path: Path) -> None:
     assert "3 passed" in output and "failed" not in output, output
     output = _run(tmp_path / "i", CHANGED_FROM_ANYWHERE, CHANGED_FROM_ANYWHERE_TESTS)
     assert "4 passed" in output and "failed" not in output, output
+    correct = A_QUERY_IN_ONE_STATEMENT_CORRECT
+    output = _run(tmp_path / "j", correct, A_QUERY_IN_ONE_STATEMENT_TESTS)
+    assert "5 passed" in output and "failed" not in output, output
+    output = _run(tmp_path / "k", correct, TWO_STATEMENTS_ON_ONE_LINE_TESTS)
+    assert "2 passed" in output and "failed" not in output, output
