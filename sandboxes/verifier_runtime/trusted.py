@@ -397,6 +397,7 @@ class TrustedEndpoint(
     rpc.Endpoint,
 ):
     share_sign = -1  # (shares.py: the tested side's handles are positive)
+    tests_code = staticmethod(_tests_code)  # (statements.py)
     environ_handed = False  # the tests handed their os.environ over: no path of it is handed
     env_at_start = None  # the environment the tested process started with
 
@@ -470,9 +471,6 @@ class TrustedEndpoint(
         if frame is None or methods.called_at_once(frame, name):
             return methods.MethodCall(self, proxy, name)
         return None
-
-    def tests_code(self, module):
-        return _tests_code(module)
 
     def allowed_name(self, name):
         # Public names only: no path from a handed-over callable to its globals or builtins.
