@@ -140,7 +140,7 @@ _WHOLE = ("set", "frozenset", "sum", "min", "max", "sorted", "list", "tuple", "d
 # keywords: 3.13, and before 3.11)
 _CALLS = {"CALL": 0, "CALL_FUNCTION": 0, "CALL_KW": 1, "CALL_FUNCTION_KW": 1}
 _LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
-_ATTRIBUTE_LOADS = ("LOAD_ATTR", "LOAD_METHOD")
+ATTRIBUTE_LOADS = ("LOAD_ATTR", "LOAD_METHOD")
 _SKIP = ("CACHE", "NOP", "EXTENDED_ARG")
 _callees = {}  # (code, offset) -> `_callee`'s answer
 
@@ -229,7 +229,7 @@ def _callee(code, offset, attributes=False):
     if need != 0 or n < 0:
         return None
     load = instrs[n]
-    if load.opname not in _LOADS and not (attributes and load.opname in _ATTRIBUTE_LOADS):
+    if load.opname not in _LOADS and not (attributes and load.opname in ATTRIBUTE_LOADS):
         return None
     return load.opname, load.argval, call.arg, keywords
 

@@ -77,19 +77,19 @@ def makes(frame, op, target, name):
     operator in place; not C code that it called and that calls or reads the object
     (`sorted(got, key=solution.rank)`, `frozenset(expected) == got`)."""
     at = _where(frame)
+    standing = _opname(frame.f_code, at)
     if op in ("call", "callattr"):
-        if _opname(frame.f_code, at) not in _CALL_INSTRUCTIONS:
+        if standing not in _CALL_INSTRUCTIONS:
             return False
         found = iterators.callee(frame, at, attributes=True)
         if found is None:
             return False
-        if found[0] in iterators._ATTRIBUTE_LOADS:  # (a method, by its name in the tests)
+        if found[0] in iterators.ATTRIBUTE_LOADS:  # (a method, by its name in the tests)
             return op == "callattr" and found[1] == name
         value = iterators.resolved(frame, found)
         if op == "callattr":  # (pytest's assertion rewriting keeps `b.contains` in a name)
             return _load("methods").is_method_call(value, target, name)
         return value is target
-    standing = _opname(frame.f_code, at)
     if op in ("setattr", "delattr"):
         return standing in ("STORE_ATTR", "DELETE_ATTR")
     # (an operator: `target` is its name; a `with` calls its `__exit__` where it ends)
