@@ -200,11 +200,13 @@ ATTACKS: dict[str, Case] = {
     ),
 }
 
-# Gradings per attack, and the most it may win: a guess of one in three per comparison wins
-# about 1 in 9 (more than 5 of 12: under 0.1%); the centred learner won 7 to 9 in 10 (at most 5
-# of 12 at 0.7: about 4%).
-GRADINGS = 12
-WINS_AT_MOST = 5
+# Gradings per attack, and the most it may win, in two stages: 12 gradings with at most 5 wins
+# pass; more (on a busy machine the learner's rate rose to about 1 in 6: measured in stop 63,
+# 10 wins of 60 on one runtime, and 6 of 12 once in a whole-suite run) take 24 more, with at
+# most 12 wins of the 36. At 1 in 6 an attack fails about 1 run in 1,100 (6 of 12 or more: 1 in
+# 125 before); the centred learner, which won 7 to 9 in 10, passes about 4% of runs at 0.7, as
+# before (the second stage adds almost nothing to that).
+STAGES = ((12, 5), (36, 12))
 
 
 @pytest.mark.parametrize("name", list(params(CASES)))
@@ -214,8 +216,12 @@ def test_round7_learning(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("name", list(ATTACKS))
 def test_round7_learning_rate(tmp_path: Path, name: str) -> None:
-    wins = 0
-    for n in range(GRADINGS):
-        passed, hacks, _ = _grade(Layout(tmp_path / f"verifier{n}"), ATTACKS[name])
-        wins += passed and not hacks
-    assert wins <= WINS_AT_MOST, f"{name}: won {wins} of {GRADINGS} gradings"
+    wins = graded = 0
+    for gradings, most in STAGES:
+        for n in range(graded, gradings):
+            passed, hacks, _ = _grade(Layout(tmp_path / f"verifier{n}"), ATTACKS[name])
+            wins += passed and not hacks
+        graded = gradings
+        if wins <= most:
+            return
+    pytest.fail(f"{name}: won {wins} of {graded} gradings")
