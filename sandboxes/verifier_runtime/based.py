@@ -85,6 +85,43 @@ MUTATORS = {
 }  # fmt: skip
 
 
+# The mutators that consume an iterable argument (each positional one; a slice's value).
+_CONSUMING = frozenset(
+    "extend __iadd__ update difference_update intersection_update symmetric_difference_update"
+    .split()
+)  # fmt: skip
+
+
+def _replayable(base, name, args):
+    """`args` where a one-shot iterator the mutator consumes is a list of its items: the copy
+    here and the real object there both get them (`rv.update(zip(keys, values))`), where the
+    copy's call used it up before; so is each pair a dict's `update` unpacks (toolz's
+    `itemmap(reversed, d)` hands it `reversed` iterators)."""
+    if name in _CONSUMING:
+        at = range(len(args))
+    elif name == "__setitem__" and len(args) == 2 and type(args[0]) is slice:
+        at = (1,)
+    else:
+        return args
+    pairs = base is dict and name == "update"
+    if not any(_one_shot(args[i]) or pairs and type(args[i]) in (list, tuple) for i in at):
+        return args
+    out = list(args)
+    for i in at:
+        a = args[i]
+        if pairs and (_one_shot(a) or type(a) in (list, tuple)):
+            out[i] = [tuple(e) if _one_shot(e) else e for e in a]
+        elif _one_shot(a):
+            out[i] = list(a)
+    return tuple(out)
+
+
+def _one_shot(value):
+    """Whether `value` is an iterator (its class defines `__next__`), asked of its classes'
+    own namespaces: nothing of its code (nor a request, for a proxy) runs to tell."""
+    return any("__next__" in k.__dict__ for k in type(value).__mro__)
+
+
 def _mutator(base, name):
     local = getattr(base, name)
     # A special method is asked as its operator (`d[k] = v` is "setitem", `xs += ys` "iadd"),
@@ -94,6 +131,7 @@ def _mutator(base, name):
 
     def method(self, *args, **kwargs):
         _take_up(self)
+        args = _replayable(base, name, args)
         answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
         if op is None:
             self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)

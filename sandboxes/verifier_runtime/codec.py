@@ -396,6 +396,11 @@ class Memo:
         self.originals = {}  # n -> our own container of the request (decoding a copy-back)
         self.shared = None  # id(container) -> handle: encoded as ["K", handle] (shares.py)
         self.shares = {}  # handle -> our shared container (decoding)
+        # What the message names that nothing else may hold by the time it is sent (encoding:
+        # a chunk's items are dropped as they are encoded): kept until the memo goes, so a
+        # share it names does not end in it ("sx") nor a proxy it names die before it
+        # ("rel", which the receiver applies before a request's values: references.py).
+        self.held = []
         self.uses = {}  # n -> references to entry n that decoding made (decoding)
         self.op = None  # the request's operation (encoding a request)
         self.first_chunk = 0  # 1: a call that asked for its answer's first chunk (rpc.py)
@@ -428,6 +433,7 @@ def leaf(v, memo, reference):
         if memo.refs is not None and key in memo.refs:
             return ["R", memo.refs[key]]
         if memo.shared is not None and key in memo.shared:
+            memo.held.append(v)
             return ["K", memo.shared[key]]
         n = memo.ids.get(key)
         return ["@", n] if n is not None else _entry(memo, key, v)

@@ -251,6 +251,7 @@ class Mirrors:
             # The other side's own exception, raised on through our code (a callback's error
             # the solution let through): back as itself, so `pytest.raises(TheirError)` and
             # `except TheirError` catch it as in one process.
+            memo.held.append(e)  # (alive until the message is sent: codec.Memo)
             return ["x", e.__dict__["_rollouts_oid"]]
         origin = self._origin(e)
         if origin is not None and (memo.op is None or self.shares_by_reference(memo.op)):
@@ -258,6 +259,7 @@ class Mirrors:
             # as the original, so `info.value is err`, `__cause__ is err` and contextlib's
             # `exc is value` hold as in one process. (Not in a probe, whose operands are
             # copies, as its shares are: trusted.py.)
+            memo.held.append(e)
             return ["x", origin]
         encoder = self._reference_encoder(memo)
         try:

@@ -122,6 +122,7 @@ class References:
             isinstance(v, (RemoteObject, RemoteClassMeta))
             and v.__dict__.get("_rollouts_ep") is self
         ):
+            memo.held.append(v)  # (alive until the message is sent: codec.Memo)
             return ["x", v.__dict__["_rollouts_oid"]]  # the other side's own object, back
         if isinstance(v, BaseException):
             return self.encode_exception(v, memo)

@@ -188,6 +188,7 @@ class TestedEndpoint(rpc.Endpoint):
     def encode_reference(self, v, memo):
         original = self.originals.get(id(v))
         if original is not None and original[0] is v:
+            memo.held.append(v)  # (alive until the message is sent: codec.Memo)
             return ["x", original[1]]
         return super().encode_reference(v, memo)
 
@@ -506,13 +507,16 @@ def _members(subject):
     protocol of `__getitem__` says nothing of `in`, as parse's Result, whose `in` asks its
     names) where asking for them changes nothing: each iter() is a fresh iterator, not the
     object (a stream would be consumed), and it ends within _MEMBERS_CAP items. None: it
-    cannot say."""
+    cannot say; so for a class that defines `__contains__`, whose `in` never runs its
+    iteration: that may read a stream its `in` would not, or never end (more-itertools'
+    `bucket` over `count()`), and a class with no `__iter__` gets the same answer."""
     try:
         for base, value in _CONTAINER_BASES:
             if isinstance(subject, base):
                 held = value(subject)
                 return held if len(held) <= _MEMBERS_CAP else None
-        if getattr(type(subject), "__iter__", None) is None:
+        cls = type(subject)
+        if getattr(cls, "__iter__", None) is None or getattr(cls, "__contains__", None):
             return None
         first = iter(subject)
         if first is subject or iter(subject) is first:

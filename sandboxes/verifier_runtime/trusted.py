@@ -1118,7 +1118,10 @@ def _tested_argv(user, *args):
 
 def _watch_reseeding(ep):
     """Note when the tests re-seed the random module: re-seeding to the state it had at the
-    last call must still reach the tested process, whose copy has moved on since."""
+    last call must still reach the tested process, whose copy has moved on since. A module of
+    the tests that took the function by name before the tested process started (`from random
+    import seed` above `import solution`: more-itertools' own tests) holds the unwatched one,
+    so its name is pointed at the watched one too."""
 
     def watched(original):
         def call(*args, **kwargs):
@@ -1129,8 +1132,26 @@ def _watch_reseeding(ep):
         call.__doc__ = original.__doc__
         return call
 
+    taken = {}  # id(original) -> (original, watched)
     for name in ("seed", "setstate"):
-        setattr(random, name, watched(getattr(random, name)))
+        original = getattr(random, name)
+        taken[id(original)] = (original, watched(original))
+        setattr(random, name, taken[id(original)][1])
+    for name, module in list(sys.modules.items()):
+        if (
+            type(module) is not types.ModuleType
+            or name.partition(".")[0] in _STANDARD_LIBRARY
+            or _runner_module(name)
+        ):
+            continue
+        names = module.__dict__
+        for key, value in list(names.items()):
+            found = taken.get(id(value))
+            if found is not None and found[0] is value:
+                names[key] = found[1]
+
+
+_STANDARD_LIBRARY = frozenset(getattr(sys, "stdlib_module_names", ()))
 
 
 def _not_dumpable():

@@ -220,6 +220,7 @@ import itertools
 import os
 import random
 import sys
+from random import seed  # (taken before the tested process starts: more-itertools' tests do)
 
 import pytest
 
@@ -616,6 +617,8 @@ def test_the_solution_asks_for_the_tests_random_state_only_when_it_moved():
     now.setstate(random.getstate())
     assert solution.draw() == now.random()
     random.seed(11)  # ... and where they re-seeded to a state it had
+    assert solution.draw() == random.Random(11).random()
+    seed(11)  # (by the name they took before the solution's import)
     assert solution.draw() == random.Random(11).random()
 
 
