@@ -90,13 +90,37 @@ _CONSUMING = frozenset(
     "extend __iadd__ update difference_update intersection_update symmetric_difference_update"
     .split()
 )  # fmt: skip
+_BY_VALUE = (list, tuple, dict, set, frozenset, str, bytes, bytearray)  # (sent as they are)
 
 
-def _replayable(base, name, args):
-    """`args` where a one-shot iterator the mutator consumes is a list of its items: the copy
-    here and the real object there both get them (`rv.update(zip(keys, values))`), where the
-    copy's call used it up before; so is each pair a dict's `update` unpacks (toolz's
-    `itemmap(reversed, d)` hands it `reversed` iterators)."""
+class _Recorder:
+    """An iterable argument of a mutator as the copy's call consumes it: what it gave is what
+    the real object's call gets (a list), so it runs once, as in one process, and sees the
+    copy change as it goes (`t.extend(w for w in ws if w not in t)`); before, the copy's call
+    used a one-shot iterator up (toolz's `rv.update(zip(keys, values))` left the tests'
+    object empty). A pair a dict's `update` unpacks goes as a tuple where it is an iterator
+    (toolz's `itemmap(reversed, d)`)."""
+
+    __slots__ = ("it", "items", "pairs")
+
+    def __init__(self, iterable, pairs):
+        self.it, self.items, self.pairs = iter(iterable), [], pairs
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        if self.pairs and _has(type(item), "__next__"):
+            item = tuple(item)
+        self.items.append(item)
+        return item
+
+
+def _recorded(base, name, args):
+    """`args` for the copy's call, with a _Recorder for each iterable it consumes that is not
+    a value sent as it is; not a mapping a dict's `update` reads by its `keys` (asked as
+    `update` asks it: a request, for a proxy)."""
     if name in _CONSUMING:
         at = range(len(args))
     elif name == "__setitem__" and len(args) == 2 and type(args[0]) is slice:
@@ -104,22 +128,28 @@ def _replayable(base, name, args):
     else:
         return args
     pairs = base is dict and name == "update"
-    if not any(_one_shot(args[i]) or pairs and type(args[i]) in (list, tuple) for i in at):
-        return args
     out = list(args)
     for i in at:
-        a = args[i]
-        if pairs and (_one_shot(a) or type(a) in (list, tuple)):
-            out[i] = [tuple(e) if _one_shot(e) else e for e in a]
-        elif _one_shot(a):
-            out[i] = list(a)
+        t = type(args[i])
+        if (
+            pairs
+            and t in (list, tuple)
+            or t not in _BY_VALUE
+            and not (pairs and hasattr(args[i], "keys"))
+        ):
+            out[i] = _Recorder(args[i], pairs)
     return tuple(out)
 
 
-def _one_shot(value):
-    """Whether `value` is an iterator (its class defines `__next__`), asked of its classes'
-    own namespaces: nothing of its code (nor a request, for a proxy) runs to tell."""
-    return any("__next__" in k.__dict__ for k in type(value).__mro__)
+def _replayed(args):
+    """The copy's call's `args` for the real object's: each _Recorder as what it gave."""
+    return tuple(a.items if type(a) is _Recorder else a for a in args)
+
+
+def _has(cls, name):
+    """Whether class `cls` defines `name`, asked of its classes' own namespaces: nothing of an
+    object's code (nor a request, for a proxy's class) runs to tell."""
+    return any(name in k.__dict__ for k in cls.__mro__)
 
 
 def _mutator(base, name):
@@ -129,14 +159,26 @@ def _mutator(base, name):
     # special method name (the tests' `class TestDict(dict)` filled by the solution).
     op = name[2:-2] if name.startswith("__") else None
 
-    def method(self, *args, **kwargs):
-        _take_up(self)
-        args = _replayable(base, name, args)
-        answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
+    def forward(self, args, kwargs):
         if op is None:
             self._rollouts_ep.request("getattr", self, name)(*args, **kwargs)
         else:
             self._rollouts_ep.request("op", op, self, *args)
+
+    def method(self, *args, **kwargs):
+        _take_up(self)
+        args = _recorded(base, name, args)
+        try:
+            answer = local(self, *args, **kwargs)  # (first: what it refuses, the real one would)
+        except BaseException:
+            # The copy may have changed before it refused (a pair that is no pair, an
+            # iterator that raised): the real object gets the same call, and refuses there.
+            try:
+                forward(self, _replayed(args), kwargs)
+            except Exception:  # noqa: BLE001 - as the copy's call did
+                pass
+            raise
+        forward(self, _replayed(args), kwargs)
         return self if name.startswith("__i") else answer
 
     method.__name__ = method.__qualname__ = name

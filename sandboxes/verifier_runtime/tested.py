@@ -506,29 +506,59 @@ def _members(subject):
     keys), else the items of the iteration its class defines (`__iter__`: the old sequence
     protocol of `__getitem__` says nothing of `in`, as parse's Result, whose `in` asks its
     names) where asking for them changes nothing: each iter() is a fresh iterator, not the
-    object (a stream would be consumed), and it ends within _MEMBERS_CAP items. None: it
-    cannot say; so for a class that defines `__contains__`, whose `in` never runs its
-    iteration: that may read a stream its `in` would not, or never end (more-itertools'
-    `bucket` over `count()`), and a class with no `__iter__` gets the same answer."""
+    object (a stream would be consumed), and it ends within _MEMBERS_CAP items and
+    _MEMBERS_STEPS steps of Python code (more-itertools' `bucket` over `count()` reads for
+    ever before its first key). None: it cannot say."""
     try:
         for base, value in _CONTAINER_BASES:
             if isinstance(subject, base):
                 held = value(subject)
                 return held if len(held) <= _MEMBERS_CAP else None
-        cls = type(subject)
-        if getattr(cls, "__iter__", None) is None or getattr(cls, "__contains__", None):
+        if getattr(type(subject), "__iter__", None) is None:
             return None
         first = iter(subject)
         if first is subject or iter(subject) is first:
             return None
-        held = []
-        for item in first:
+        return _within_steps(first)
+    except Exception:  # noqa: BLE001 - not iterable, or its iteration failed: cannot say
+        return None
+
+
+_MEMBERS_STEPS = 100_000  # calls and lines (an honest iteration of the cap: ~5 an item)
+
+
+class _TooLong(BaseException):
+    """(a BaseException: the iteration's own `except Exception` does not end it)"""
+
+
+def _within_steps(iterator):
+    """The items of `iterator`, up to _MEMBERS_CAP of them, or None where it gives more or
+    runs more than _MEMBERS_STEPS steps. Counted by a trace function of this thread, the
+    code's own one put back after."""
+    steps, over = [0], [False]
+
+    def trace(frame, event, arg):
+        if over[0]:
+            return None
+        steps[0] += 1
+        if steps[0] > _MEMBERS_STEPS:
+            over[0] = True
+            raise _TooLong
+        return trace
+
+    before = sys.gettrace()
+    held = []
+    sys.settrace(trace)
+    try:
+        for item in iterator:
             if len(held) == _MEMBERS_CAP:
                 return None
             held.append(item)
         return held
-    except Exception:  # noqa: BLE001 - not iterable, or its iteration failed: cannot say
+    except _TooLong:
         return None
+    finally:
+        sys.settrace(before)
 
 
 def _held(subject, kind):

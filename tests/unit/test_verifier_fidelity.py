@@ -3222,6 +3222,11 @@ class Stack(list):
         return self[-1]
 
 
+class Registry(dict):
+    def size(self):
+        return len(self)
+
+
 def valmap(f, d, factory=dict):
     rv = factory()
     rv.update(zip(d.keys(), map(f, d.values())))
@@ -3248,6 +3253,8 @@ def absolutes(factory, xs):
 """
 FILLED_TESTS = """
 from collections import defaultdict
+
+import pytest
 
 import solution
 
@@ -3281,62 +3288,105 @@ def test_the_solutions_object_filled_from_an_iterator():
     assert stack.peek() == "c" and stack == ["a", "b", "c"]
     stack += iter("d")
     assert stack.peek() == "d"
+    stack.extend(w for w in "dex" if w not in stack)  # (it reads the object as it grows)
+    assert stack == list("abcdex") and stack.peek() == "x"
+
+
+def feed():
+    yield "y"
+    raise ValueError("broken feed")
+
+
+def test_what_the_object_got_before_the_iterator_failed():
+    stack = solution.Stack()
+    with pytest.raises(ValueError):
+        stack.extend(feed())
+    assert stack == ["y"] and stack.peek() == "y"
+    registry = solution.Registry()
+    with pytest.raises(ValueError):
+        registry.update(iter([("a", 1), ("b",)]))  # (a pair that is no pair: refused there)
+    assert registry == {"a": 1} and registry.size() == 1
 """
 
 
 def test_a_one_shot_iterator_handed_to_a_mirrors_mutator(tmp_path: Path) -> None:
     run = _graded(tmp_path, FILLED_SOLUTION, "test_filled.py", FILLED_TESTS)
-    assert run.rc == 0 and "2 passed" in run.output, run.output
+    assert run.rc == 0 and "3 passed" in run.output, run.output
     assert run.named("value_hack") == []
 
 
-# `x in obj` of a class that defines `__contains__` never runs its iteration, so nor does the
-# check of what the object holds (tested.py `_members`): more-itertools 10.5.0's `bucket` over
-# `count()` iterates for ever, and a reader of a stream reads on (until stop 64: the check ran
-# `__iter__` first, which hung the first and used up the second's stream).
-READ_ONCE_SOLUTION = """
+# `x in obj` of a class that defines `__contains__`: what it holds is read by running its
+# iteration first (tested.py `_members`), within a number of steps. more-itertools 10.5.0's
+# `bucket` over `count()` reads for ever before its first key, and hung the session (until
+# stop 64, when that check gave up past the steps: it cannot say, and decoys judge it).
+ENDLESS_SOLUTION = """
+from collections import defaultdict, deque
 from itertools import count
 
 
-class ReadOnce:
-    def __init__(self, source):
-        self._source, self._read = iter(source), []
+class bucket:
+    def __init__(self, iterable, key, validator=None):
+        self._it, self._key = iter(iterable), key
+        self._cache = defaultdict(deque)
+        self._validator = validator or (lambda x: True)
+
+    def __contains__(self, value):
+        if not self._validator(value):
+            return False
+        try:
+            item = next(self[value])
+        except StopIteration:
+            return False
+        self._cache[value].appendleft(item)
+        return True
+
+    def _get_values(self, value):
+        while True:
+            if self._cache[value]:
+                yield self._cache[value].popleft()
+            else:
+                while True:
+                    try:
+                        item = next(self._it)
+                    except StopIteration:
+                        return
+                    item_value = self._key(item)
+                    if item_value == value:
+                        yield item
+                        break
+                    elif self._validator(item_value):
+                        self._cache[item_value].append(item)
 
     def __iter__(self):
-        for x in self._source:
-            self._read.append(x)
-            yield x
+        for item in self._it:
+            item_value = self._key(item)
+            if self._validator(item_value):
+                self._cache[item_value].append(item)
+        yield from self._cache.keys()
 
-    def __contains__(self, x):
-        return x in self._read
+    def __getitem__(self, value):
+        if not self._validator(value):
+            return iter(())
+        return self._get_values(value)
 
-    def read(self, n):
-        self._read.extend(next(self._source) for _ in range(n))
 
-
-def naturals():
-    return ReadOnce(count())
+def first_digits():
+    return bucket(count(0), lambda x: int(str(x)[0]), validator=lambda x: 0 < x < 10)
 """
-READ_ONCE_TESTS = """
+ENDLESS_TESTS = """
+from itertools import islice
+
 import solution
 
 
-def test_in_asks_only_what_was_read():
-    stream = solution.ReadOnce(range(10))
-    stream.read(2)
-    assert 1 in stream and 5 not in stream
-    assert list(stream) == list(range(2, 10)) and 5 in stream
-
-
 def test_in_of_an_endless_one():
-    numbers = solution.naturals()
-    assert 0 not in numbers
-    numbers.read(3)
-    assert 2 in numbers
+    buckets = solution.first_digits()
+    assert list(islice(buckets[1], 3)) == [1, 10, 11]
+    assert 0 not in buckets and 2 in buckets
 """
 
 
-def test_in_never_runs_the_iteration_of_a_class_with_its_own_contains(tmp_path: Path) -> None:
-    run = _graded(tmp_path, READ_ONCE_SOLUTION, "test_read_once.py", READ_ONCE_TESTS)
-    assert run.rc == 0 and "2 passed" in run.output, run.output
+def test_what_an_object_holds_is_read_within_steps(tmp_path: Path) -> None:
+    run = _graded(tmp_path, ENDLESS_SOLUTION, "test_endless.py", ENDLESS_TESTS)
+    assert run.rc == 0 and "1 passed" in run.output, run.output
     assert run.named("value_hack") == []
