@@ -50,7 +50,8 @@ class Mirrors:
         """["C", oid, meta] for a class: its names and documentation (where the other side may
         read `__doc__`: the tests' is not the tested code's to read), its non-builtin bases,
         for exception classes the nearest builtin exception it derives from, the special
-        methods it has ("s"), whether it is hashable ("h"), the abstract base classes it is a
+        methods it has ("s") and those it sets to None ("off"), whether it is hashable ("h"),
+        the abstract base classes it is a
         subclass of ("a"), and where it can be imported from ("g": a module and a qualified
         name, when it is no class of the workspace; "i" when that module is of the standard
         library or an installed package), so the receiver may use its own class of that name.
@@ -81,6 +82,9 @@ class Mirrors:
             "a": proxies.abcs_of(cls),
             "f": _dataclass_fields(cls),
         }
+        off = proxies.turned_off(cls)
+        if off:
+            facts["off"] = off
         if iterators.iterates_itself(cls):
             facts["I"] = 1
         inherited = _methods_of(cls) if self.allowed_name("_") else None
@@ -163,7 +167,9 @@ class Mirrors:
         specials = meta.get("s")
         specials = set(specials) if isinstance(specials, list) else set()
         namespace = dict(names)
-        namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases))
+        off = meta.get("off")
+        off = set(off) if isinstance(off, list) else ()
+        namespace.update(proxies.mirror_namespace(specials, meta.get("h") is not False, bases, off))
         spec = self.exports.get(meta.get("S")) if self.allowed_name("_") else None
         if isinstance(spec, type):  # a tests' mock spec'd by our class (trusted.py)
             namespace["__class__"] = property(lambda proxy, spec=spec: spec)
@@ -191,7 +197,7 @@ class Mirrors:
             )
         except TypeError:  # an MRO the local bases cannot form: keep what matters
             fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
-            namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback))
+            namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback, off))
             iterators.adapt(namespace, meta)
             cls = (_FunctionMirrorMeta if function else RemoteClassMeta)(name, fallback, namespace)
         return self._made(cls, oid, meta)

@@ -547,20 +547,35 @@ def special_methods(cls):
     return [name for name in SPECIALS if _special(cls, name) is not None]
 
 
+def turned_off(cls):
+    """The names of `SPECIALS` (but `__hash__`, see `hashable`) that `cls` or a base sets to
+    None: `__iter__ = None` beside `__getitem__` says its instances are not iterable."""
+    return [
+        name
+        for name in SPECIALS
+        if name != "__hash__"
+        and _special(cls, name) is None
+        and any(name in getattr(k, "__dict__", {}) for k in getattr(cls, "__mro__", ()))
+    ]
+
+
 def hashable(cls):
     """Whether instances of `cls` have a hash (`__hash__ = None` says they have not)."""
     return _special(cls, "__hash__") is not None
 
 
-def mirror_namespace(specials, is_hashable, bases):
+def mirror_namespace(specials, is_hashable, bases, off=()):
     """The special methods of a mirror class whose real class has `specials`: those, None for
     one a mirrored base has and the real class turned off (not `RemoteObject`'s class-only
-    `__copy__`, which every base has), and `__hash__ = None` for an unhashable class."""
+    `__copy__`, which every base has) and for those it set to None (`off`), and `__hash__ =
+    None` for an unhashable class."""
     namespace = {}
     for name, method in SPECIALS.items():
         if name in specials:
             namespace[name] = method
-        elif any(_special(b, name) not in (None, RemoteObject.__dict__.get(name)) for b in bases):
+        elif name in off or any(
+            _special(b, name) not in (None, RemoteObject.__dict__.get(name)) for b in bases
+        ):
             namespace[name] = None
     if not is_hashable:
         namespace["__hash__"] = None

@@ -51,6 +51,8 @@ import warnings
 
 _texts = {}  # a stub's path (as given and resolved) -> the agent's text
 _basenames = set()  # a cheap first test before a path is resolved
+_tests_root = [None]  # the tests' folder
+_tests_dumps = []  # [the dumps of their files' top-level statements], once asked
 # Each parsed text's top-level statements and all its definitions, not inert, by `_key`: their
 # trees until a compiled statement of that key comes, then their `ast.dump`s (a dump is a
 # tenth of a millisecond per kilobyte of source, and most keys are never asked: the tests' own
@@ -111,6 +113,7 @@ def install(manifest, report, of_tested):
     if _report is not None:
         return
     _report, _of_tested = report, of_tested
+    _tests_root[0] = manifest.get("tests")
     for stub, copy in (manifest.get("sources") or {}).items():
         text = None  # no text (an extension module, one that does not decode): still a stub
         try:
@@ -616,7 +619,44 @@ def _agents_among(statements):
     except Exception as e:  # noqa: BLE001 - closed
         reason = "the agent's texts could not be read to check a compile: %r" % (e,)
         raise RuntimeError(reason) from None
-    return any(_agents(s) for s in statements)
+    return any(_agents(s) and not _tests_own(s) for s in statements)
+
+
+def _tests_own(statement):
+    """Whether `statement` is also a top-level statement of one of the tests' own files: the
+    tests' as much as the agent's (boltons' tests and its `ecoutils.py` both end `if __name__
+    == '__main__': main()`, and refusing pytest's compile of such a test module failed the
+    whole session's collection). Their files are parsed once, at the first such match."""
+    if not _tests_dumps:
+        _tests_dumps.append(_statements_of_tests(_tests_root[0]))
+    try:
+        return _dump(statement) in _tests_dumps[0]
+    except Exception:  # noqa: BLE001 - as `_agents`: closed
+        return False
+
+
+_TESTS_READ = 1 << 22  # bytes of the tests' files read for that, at most
+
+
+def _statements_of_tests(root):
+    dumps, left = set(), _TESTS_READ
+    if not isinstance(root, str):
+        return dumps
+    for folder, _dirs, files in os.walk(root):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            try:
+                with open(os.path.join(folder, name), "rb") as f:
+                    data = f.read(left + 1)
+                left -= len(data)
+                if left < 0:
+                    return dumps
+                tree = _parse_quietly(importlib.util.decode_source(data))
+                dumps.update(_dump(node) for node in tree.body)
+            except Exception:  # noqa: BLE001 - a file that does not read or parse holds none
+                continue
+    return dumps
 
 
 def _key(node):

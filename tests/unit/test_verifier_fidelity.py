@@ -3390,3 +3390,62 @@ def test_what_an_object_holds_is_read_within_steps(tmp_path: Path) -> None:
     run = _graded(tmp_path, ENDLESS_SOLUTION, "test_endless.py", ENDLESS_TESTS)
     assert run.rc == 0 and "1 passed" in run.output, run.output
     assert run.named("value_hack") == []
+
+
+# A class of the tests' that sets a special method to None (`__iter__ = None` beside
+# `__getitem__`, toolz 1.0.0's `test_isiterable`): its mirror says the same, so `iter()` of it
+# raises TypeError in the tested process too (until stop 64, the mirror's `__getitem__` made it
+# iterable by the old sequence protocol).
+TURNED_OFF_SOLUTION = """
+def isiterable(x):
+    try:
+        iter(x)
+        return True
+    except TypeError:
+        return False
+"""
+TURNED_OFF_TESTS = """
+import solution
+
+
+class Indexed:
+    def __getitem__(self, i):
+        return "abc"[i]
+
+
+class NotIterable(Indexed):
+    __iter__ = None
+
+
+def test_a_special_method_set_to_none():
+    assert solution.isiterable(Indexed()) is True
+    assert solution.isiterable(NotIterable()) is False
+"""
+
+
+def test_a_special_method_the_tests_class_sets_to_none(tmp_path: Path) -> None:
+    run = _graded(tmp_path, TURNED_OFF_SOLUTION, "test_turned_off.py", TURNED_OFF_TESTS)
+    assert run.rc == 0 and "1 passed" in run.output, run.output
+
+
+# A statement the tests' file and the agent's module both hold (`if __name__ == "__main__":
+# main()`, boltons 24.1.0's tests and its `ecoutils.py`) is the tests' own in their file:
+# pytest's compile of that test module, after another had imported the solution, was refused
+# as the agent's code (sources.py), and the session's collection failed (until stop 64).
+MAIN_GUARD = '''
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_statement_of_the_tests_file_that_the_agent_also_wrote(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "verifier")
+    layout.files("workspace", {"solution.py": "def main():\n    return 1\n" + MAIN_GUARD})
+    first = "import solution\n\n\ndef test_first():\n    assert solution.main() == 1\n"
+    second = "import solution\n\n\ndef main():\n    pass\n\n\ndef test_second():\n"
+    second += "    assert solution.main() == 1\n" + MAIN_GUARD
+    layout.files("tests", {"test_a_first.py": first, "test_b_second.py": second})
+    layout.view()
+    run = layout.pytest()
+    assert run.rc == 0 and "2 passed" in run.output, run.output
