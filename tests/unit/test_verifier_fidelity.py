@@ -3432,11 +3432,11 @@ def test_a_special_method_the_tests_class_sets_to_none(tmp_path: Path) -> None:
 # main()`, boltons 24.1.0's tests and its `ecoutils.py`) is the tests' own in their file:
 # pytest's compile of that test module, after another had imported the solution, was refused
 # as the agent's code (sources.py), and the session's collection failed (until stop 64).
-MAIN_GUARD = '''
+MAIN_GUARD = """
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def test_a_statement_of_the_tests_file_that_the_agent_also_wrote(tmp_path: Path) -> None:
