@@ -131,12 +131,9 @@ def _recorded(base, name, args):
     out = list(args)
     for i in at:
         t = type(args[i])
-        if (
-            pairs
-            and t in (list, tuple)
-            or t not in _BY_VALUE
-            and not (pairs and hasattr(args[i], "keys"))
-        ):
+        if pairs and t in (list, tuple):  # (a value, but its pairs may be iterators)
+            out[i] = _Recorder(args[i], pairs)
+        elif t not in _BY_VALUE and not (pairs and hasattr(args[i], "keys")):
             out[i] = _Recorder(args[i], pairs)
     return tuple(out)
 
