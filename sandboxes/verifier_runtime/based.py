@@ -448,11 +448,13 @@ _WALKED = (list, tuple, dict, set, frozenset)  # (`_items`)
 _TRACKED = 256
 _TRACKED_ITEMS = 1 << 14
 # (`resends_after`) Requests that change an object as a statement of the tests' does: a call,
-# an item's or attribute's assignment or deletion, an operator in place, a `with`.
+# an item's or attribute's assignment or deletion, an operator in place, a `with`; and an
+# item's read where the class defines it (boltons' `LRI` fills itself on a miss, an LRU moves
+# what was read to its end).
 _RESENDING = frozenset(("call", "callattr", "inherited", "setattr", "delattr"))
 _RESENDING_OPERATORS = frozenset(
     "setitem delitem iadd isub imul imatmul itruediv ifloordiv imod ipow ilshift irshift iand "
-    "ixor ior enter exit".split()
+    "ixor ior enter exit getitem".split()
 )
 
 
@@ -536,10 +538,10 @@ class Based:
     def resends_after(self, op, args):
         """Whether the answer to request `op` (of arguments `args`, the first two) carries our
         changed objects (`resend_changed`): only one that changes an object as a statement of
-        the tests' does (`s.push(2)`, `solution.fill(s)`, `d[k] = v` and `d.key = v` where its
-        class defines them, `s |= t`), not one nested in the serving of a request of ours.
-        Never a comparison's, a hash's, a probe's: those the tests' checks make, and an object
-        changed in the middle of one (by an item's honest `__eq__`) would be read at two
+        the tests' does (`s.push(2)`, `solution.fill(s)`, `d[k]`, `d[k] = v` and `d.key = v`
+        where its class defines them, `s |= t`), not one nested in the serving of a request of
+        ours. Never a comparison's, a hash's, a probe's: those the tests' checks make, and an
+        object changed in the middle of one (by an item's honest `__eq__`) would be read at two
         moments by C code that reads its storage itself (`expected.__eq__(d)`, `dict(d)`,
         `set.difference`): as in one process, a loop that ends early or finds each expected
         item once (red team, stop 63). A check then reads the value of the last change."""

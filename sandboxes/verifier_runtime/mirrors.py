@@ -46,6 +46,10 @@ SAFE_EXCEPTIONS = {
 class Mirrors:
     """The classes and exceptions part of an endpoint (rpc.Endpoint)."""
 
+    # Whether our classes are described with the descriptor protocol and our side serves it
+    # (proxies.DESCRIPTOR_METHODS): the tested side's only.
+    describes_descriptors = False
+
     def class_node(self, cls, named=False):
         """["C", oid, meta] for a class: its names and documentation (where the other side may
         read `__doc__`: the tests' is not the tested code's to read), its non-builtin bases,
@@ -77,7 +81,7 @@ class Mirrors:
             "m": getattr(cls, "__module__", "?"),
             "d": _cap(doc) if isinstance(doc, str) else None,
             "x": builtin_exc,
-            "s": proxies.special_methods(cls),
+            "s": self._specials(cls),
             "h": proxies.hashable(cls),
             "a": proxies.abcs_of(cls),
             "f": _dataclass_fields(cls),
@@ -98,6 +102,12 @@ class Mirrors:
                 facts["i"] = 1
         self.facts[id(cls)] = (cls, facts)
         return facts
+
+    def _specials(self, cls):
+        specials = proxies.special_methods(cls)
+        if self.describes_descriptors:
+            return specials
+        return [name for name in specials if name not in proxies.DESCRIPTOR_METHODS]
 
     def _mirrored(self, meta, why):
         """Tell `fidelity_gap` (once) of a mirror standing for a class of the standard library
@@ -174,9 +184,7 @@ class Mirrors:
         if isinstance(spec, type):  # a tests' mock spec'd by our class (trusted.py)
             namespace["__class__"] = property(lambda proxy, spec=spec: spec)
         function = (module, qualname) == ("builtins", "function") and meta.get("x") is None
-        if function:
-            namespace["__get__"] = _bind_as_a_function
-            namespace["__getattribute__"] = _no_get
+        hidden = _hide_get(namespace, function)
         iterators.adapt(namespace, meta)
         fields = meta.get("f")
         if isinstance(fields, list):
@@ -192,14 +200,13 @@ class Mirrors:
                 if isinstance(m, list) and len(m) == 2 and _inheritable(m[0]) and m[1] in ("m", "p")
             ]
         try:
-            cls = (_FunctionMirrorMeta if function else RemoteClassMeta)(
-                name, tuple(bases), namespace
-            )
+            cls = (_HiddenGetMeta if hidden else RemoteClassMeta)(name, tuple(bases), namespace)
         except TypeError:  # an MRO the local bases cannot form: keep what matters
             fallback = (RemoteObject,) + ((builtin,) if builtin is not None else ())
             namespace = dict(namespace, **proxies.mirror_namespace(specials, True, fallback, off))
+            hidden = _hide_get(namespace, function)
             iterators.adapt(namespace, meta)
-            cls = (_FunctionMirrorMeta if function else RemoteClassMeta)(name, fallback, namespace)
+            cls = (_HiddenGetMeta if hidden else RemoteClassMeta)(name, fallback, namespace)
         return self._made(cls, oid, meta)
 
     def subclassed(self, cls, keywords):
@@ -448,24 +455,30 @@ class Mirrors:
 _DERIVED = frozenset({("datetime", "tzinfo")})
 
 
+def _hide_get(namespace, function):
+    """Whether mirror `namespace` has a `__get__` (a function's binds here, `_bind_as_a_function`;
+    any other class's is its real one's, proxies.DESCRIPTOR_METHODS), which only the
+    interpreter's lookup finds (proxies.no_get, `_HiddenGetMeta`): to `hasattr` and `inspect` the
+    proxy is still no routine nor method descriptor (pluggy must not take a solution's function
+    or descriptor in a conftest for a hook)."""
+    if function:
+        namespace["__get__"] = _bind_as_a_function
+    if namespace.get("__get__") is None:
+        return False
+    namespace["__getattribute__"] = proxies.no_get
+    return True
+
+
 def _bind_as_a_function(self, obj, owner=None):
     """`__get__` of the mirror of a Python function: where a class holds it (the other side's
     decorator on a method of ours, `@solution.logged def get(self, x)`, or a function set as
     a class attribute), it binds as a method, here, as a function does in one process: the
-    object it is reached on is its first argument. Only the interpreter's lookup finds it
-    (`_no_get`, `_FunctionMirrorMeta`): to `hasattr` and `inspect` the proxy is still no
-    routine (pluggy must not take a solution's function in a conftest for a hook)."""
+    object it is reached on is its first argument."""
     return self if obj is None else types.MethodType(self, obj)
 
 
-def _no_get(self, name):
-    if name == "__get__":
-        raise AttributeError(name)
-    return object.__getattribute__(self, name)
-
-
-class _FunctionMirrorMeta(RemoteClassMeta):
-    """Metaclass of a function's mirror: its `__get__` hidden from attribute lookups."""
+class _HiddenGetMeta(RemoteClassMeta):
+    """Metaclass of a mirror with a `__get__` (`_hide_get`): hidden from attribute lookups."""
 
     def __getattribute__(cls, name):
         if name == "__get__":

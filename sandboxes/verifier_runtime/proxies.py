@@ -325,7 +325,85 @@ class _Untold:
         return "<default>"
 
 
-class RemoteObject:
+class _Instance:
+    """(Where a proxy's own instance dictionary comes from: `_own_dictionary`.)"""
+
+
+_own_dictionary = _Instance.__dict__["__dict__"].__get__
+
+
+class InstanceDictionary(dict):
+    """A proxy's `__dict__` and `vars()` as code other than ours reads them: a copy of the real
+    object's instance dictionary, asked of the other side at each read (`vars(p) == {"x": 1}`
+    of the solution's object), whose changes go there as the object's attributes (a solution's
+    `cached_property` keeping `obj.__dict__[name] = value` on the tests' object). What the
+    tested side reads of the tests' object is what it may read of its attributes (trusted.py
+    `instance_dictionary`)."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner, items):
+        dict.__init__(self, items)
+        self._owner = owner
+
+    def __setitem__(self, name, value):
+        self._owner._rollouts_ep.request("setattr", self._owner, name, value)
+        dict.__setitem__(self, name, value)
+
+    def __delitem__(self, name):
+        self._owner._rollouts_ep.request("delattr", self._owner, name)
+        dict.__delitem__(self, name)
+
+    def update(self, *args, **kwargs):
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def setdefault(self, name, default=None):
+        if name not in self:
+            self[name] = default
+        return dict.__getitem__(self, name)
+
+    def pop(self, name, *default):
+        if name not in self:
+            return dict.pop(self, name, *default)
+        value = dict.__getitem__(self, name)
+        del self[name]
+        return value
+
+    def clear(self):
+        for name in list(self):
+            del self[name]
+
+
+class _InstanceDictionaryOf:
+    """`RemoteObject.__dict__`: `InstanceDictionary` for code other than ours (the runtime's
+    modules, "_rollouts_*", keep their state in the proxy's own)."""
+
+    def __get__(self, obj, owner=None):
+        own = _own_dictionary(obj)
+        ep = own.get("_rollouts_ep")
+        if ep is None or _ours(sys._getframe(1)):  # (a getter always has a caller)
+            return own
+        return InstanceDictionary(obj, ep.request("op", "vars", obj))
+
+    def __set__(self, obj, value):
+        raise AttributeError("__dict__ of an object of the other process")
+
+
+def _ours(frame):
+    if frame is not None and frame.f_code is no_get.__code__:  # (its caller is the reader)
+        frame = frame.f_back
+    return frame is not None and str(frame.f_globals.get("__name__")).startswith("_rollouts_")
+
+
+def no_get(self, name):
+    """`__getattribute__` of a mirror with a `__get__` (mirrors.py `_hide_get`)."""
+    if name == "__get__":
+        raise AttributeError(name)
+    return object.__getattribute__(self, name)
+
+
+class RemoteObject(_Instance):
     """Base of every mirror class: a proxy of an object in the other process. It defines only
     what every object has (attributes, text, comparisons, hashing, copies); the mirror class
     adds the special methods its real class has (`SPECIALS`), and no others, so `len()`,
@@ -333,6 +411,7 @@ class RemoteObject:
     proxy as for the object itself."""
 
     _rollouts_subclass = False  # (True on a tests' class made there too: subclasses.py)
+    __dict__ = _InstanceDictionaryOf()
     __signature__ = _Signature()
     _is_coroutine = _CoroutineMark("asyncio.coroutines", "_is_coroutine")
     _is_coroutine_marker = _CoroutineMark("inspect", "_is_coroutine_mark")
@@ -529,6 +608,14 @@ SPECIALS = {"__%s__" % op: _forwarder(op) for op in _FORWARDED}
 SPECIALS.update({"__%s__" % op: _arithmetic(op) for op in JUDGED_ARITHMETIC})
 SPECIALS.update(__call__=_call, __contains__=_contains, __exit__=_exit, __copy__=_copy)
 SPECIALS.update(__await__=_await)
+# A descriptor's protocol: the solution's `cached_property`, `classproperty` or checked
+# attribute that a class of the tests' holds (`@solution.cached_property def area(self)`, `size
+# = solution.Typed(int)`), run on the real object where it lives. Only the tested side's
+# classes are described with them and only it serves them (`describes_descriptors`): a tests'
+# property's `__set__` would let the tested code run their setter on an object of its choosing.
+DESCRIPTOR_METHODS = {"__get__": "get", "__set__": "set", "__delete__": "delete"}
+DESCRIPTOR_METHODS["__set_name__"] = "set_name"
+SPECIALS.update({_name: _forwarder(_op) for _name, _op in DESCRIPTOR_METHODS.items()})
 SPECIALS = {_name: _or_inherited(_name, _method) for _name, _method in SPECIALS.items()}
 
 
@@ -540,6 +627,12 @@ def _special(cls, name):
         if name in attrs:
             return attrs[name]
     return None
+
+
+def forwards_descriptor(cls):
+    """Whether mirror class `cls` runs the descriptor protocol on its real class's objects
+    (`DESCRIPTOR_METHODS`; a function's mirror binds here instead)."""
+    return any(_special(cls, n) is SPECIALS[n] for n in ("__get__", "__set__", "__delete__"))
 
 
 def special_methods(cls):
@@ -751,10 +844,24 @@ OPERATORS = {
     "hash": hash,
     "dir": lambda a: sorted(dir(a)),
     "copy": lambda a: __import__("copy").copy(a),
+    "vars": lambda a: dict(_instance_dictionary(a)),  # (the trusted side's: trusted.py)
     "deepcopy": lambda a: __import__("copy").deepcopy(a),
 }
 for _name in _BINARY:
     OPERATORS[_name] = _one_sided(_name)
+DESCRIPTOR_OPERATORS = {  # (`DESCRIPTOR_METHODS`: served by the tested side only)
+    "get": lambda a, obj, owner=None: type(a).__get__(a, obj, owner),
+    "set": lambda a, obj, value: type(a).__set__(a, obj, value),
+    "delete": lambda a, obj: type(a).__delete__(a, obj),
+    "set_name": lambda a, owner, name: type(a).__set_name__(a, owner, name),
+}
+
+
+def _instance_dictionary(obj):
+    namespace = object.__getattribute__(obj, "__dict__")  # (AttributeError: as `obj.__dict__`)
+    if not isinstance(namespace, dict):  # (a class's mapping proxy: its mirror has its own)
+        raise AttributeError("__dict__")
+    return namespace
 
 
 def qualified(obj):

@@ -530,10 +530,14 @@ class Endpoint(
     def check_target(self, obj):
         """Raise unless the other side may act on `obj` (see trusted.py)."""
 
+    def attribute_allowed(self, obj, name):
+        """Whether the other side may read, set or delete attribute `name` of `obj`."""
+        return self.allowed_name(name)
+
     def dispatch(self, op, args):
         if op in ("getattr", "setattr", "delattr"):
             obj, name = args[0], args[1]
-            if not self.allowed_name(name):
+            if not self.attribute_allowed(obj, name):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
             if op == "getattr":
@@ -551,10 +555,13 @@ class Endpoint(
             return fn(*proxies.thrown(fn, pos), **dict(kw))
         if op == "op":
             name = args[0]
-            if not isinstance(name, str) or name not in _OPERATORS:
+            served = _OPERATORS.get(name) if isinstance(name, str) else None
+            if served is None and self.describes_descriptors and isinstance(name, str):
+                served = proxies.DESCRIPTOR_OPERATORS.get(name)
+            if served is None:
                 raise ProtocolError("operator %r" % (name,))
             self.check_target(args[1])
-            return _OPERATORS[name](*args[1:])
+            return served(*args[1:])
         return self.dispatch_other(op, args)
 
     def dispatch_other(self, op, args):

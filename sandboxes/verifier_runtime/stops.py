@@ -73,9 +73,9 @@ def makes(frame, op, target, name):
     """Whether `frame`'s own instruction makes request `op` (statements.py
     `called_by_a_test`): a call of `target` itself by a plain name that stands for it, a
     method `name` called where it is read (`s.push(2)`: never a routine's own `__name__`,
-    which the tested code sets), an item's or attribute's assignment or deletion, or an
-    operator in place; not C code that it called and that calls or reads the object
-    (`sorted(got, key=solution.rank)`, `frozenset(expected) == got`)."""
+    which the tested code sets), an item's read, assignment or deletion, an attribute's
+    assignment or deletion, or an operator in place; not C code that it called and that calls
+    or reads the object (`sorted(got, key=solution.rank)`, `frozenset(expected) == got`)."""
     at = _where(frame)
     standing = _opname(frame.f_code, at)
     if op in ("call", "callattr"):
@@ -92,9 +92,12 @@ def makes(frame, op, target, name):
         return value is target
     if op in ("setattr", "delattr"):
         return standing in ("STORE_ATTR", "DELETE_ATTR")
-    # (an operator: `target` is its name; a `with` calls its `__exit__` where it ends)
+    # (an operator: `target` is its name; a `with` calls its `__exit__` where it ends; a
+    # subscript's read may change the object too: a cache that fills itself on a miss)
     return op == "op" and (
-        standing in _CHANGE_INSTRUCTIONS or (target == "exit" and standing in _CALL_INSTRUCTIONS)
+        standing in _CHANGE_INSTRUCTIONS
+        or (target == "exit" and standing in _CALL_INSTRUCTIONS)
+        or (target == "getitem" and standing in _SUBSCRIPT_INSTRUCTIONS)
     )
 
 

@@ -129,6 +129,7 @@ class TestedEndpoint(rpc.Endpoint):
         self.rebuilds = True  # the tests' pure iterators may be copied here (readahead.py)
         self.shares_answers = True  # what its code answers and keeps is shared (shares.py)
         self.resends_based = True  # its builtin subclasses' objects, changed (based.py)
+        self.describes_descriptors = True  # its classes' `__get__`... (mirrors.py)
         self.random_stale = True  # the tests' random state may have moved since it was taken
         self.quiet = set()  # warnings the tests' filters will not show again in this request
         self.serving = 0  # requests of the tests being served (nested ones too)

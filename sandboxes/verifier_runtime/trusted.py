@@ -346,6 +346,28 @@ def _writable(obj, name, delete):
     return True
 
 
+def _kept_by_a_descriptor(obj, name):
+    """Whether `name` is an underscored (not special) name of data that the tested code may keep
+    in the instance dictionary of `obj`, an object of the tests' whose class holds a descriptor
+    of the tested code (`@solution.cached_property`, `size = solution.Typed(int)`, whose
+    `__set__` keeps the value as `obj._size`): the tests made the solution's code their
+    attribute's, and its state is the object's, as in one process. Anything else underscored
+    is not the tested code's to read or write (`allowed_name`)."""
+    if not (isinstance(name, str) and name.startswith("_") and not name.startswith("__")):
+        return False
+    try:
+        object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    if isinstance(obj, type) or _forbidden(obj):
+        return False
+    return any(
+        isinstance(value, rpc.RemoteObject) and rpc.proxies.forwards_descriptor(type(value))
+        for klass in type(obj).__mro__
+        for value in list(vars(klass).values())
+    )
+
+
 # A named tuple's own protocol, underscored only so that no field name can clash with it:
 # `row._fields`, `row._asdict()` of a named tuple the tests define (tabulate's headers="keys").
 _NAMED_TUPLE_NAMES = frozenset(("_fields", "_field_defaults", "_asdict", "_replace", "_make"))
@@ -476,15 +498,37 @@ class TrustedEndpoint(
         # Public names only: no path from a handed-over callable to its globals or builtins.
         return isinstance(name, str) and not name.startswith("_")
 
+    def attribute_allowed(self, obj, name):
+        return self.allowed_name(name) or _kept_by_a_descriptor(obj, name)
+
+    def instance_dictionary(self, obj):
+        """`vars(obj)` of a tests' object, as the tested code sees it (proxies.py
+        `InstanceDictionary`): the attributes it may read, as `getattr` gives them."""
+        if isinstance(obj, (type, types.ModuleType)) or _forbidden(obj):
+            raise AttributeError("__dict__")
+        namespace = object.__getattribute__(obj, "__dict__")
+        if not isinstance(namespace, dict):
+            raise AttributeError("__dict__")
+        return {
+            name: value
+            for name, value in list(namespace.items())
+            if self.attribute_allowed(obj, name)
+            and not _mock_own(obj, name)
+            and not (_forbidden(value) or _module_globals(value))
+        }
+
     def tells_routine_names(self):
         return True  # (strings: `functools.wraps` in the solution copies a tests' function's)
 
     def dispatch(self, op, args):
         if op == "getattr":
             obj, name = args[0], args[1]
-            if not (self.allowed_name(name) or _named_tuple_name(obj, name)):
+            kept = _kept_by_a_descriptor(obj, name)
+            if not (self.allowed_name(name) or _named_tuple_name(obj, name) or kept):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
+            if kept and name not in object.__getattribute__(obj, "__dict__"):
+                raise AttributeError(name)  # (its own data only: no method or class attribute)
             if _mock_own(obj, name):
                 raise AttributeError(
                     "%r is the mock's own interface, the tests' record of what was called" % name
@@ -496,13 +540,16 @@ class TrustedEndpoint(
                     % (name, type(obj).__name__)
                 )
             return value
+        if op == "op" and len(args) == 2 and args[0] == "vars":
+            self.check_target(args[1])
+            return self.instance_dictionary(args[1])
         if op == "op" and len(args) == 2 and args[0] in ("copy", "deepcopy"):
             owner = getattr(args[1], "__self__", None)
             if type(args[1]) is types.MethodType and _forbidden(owner):
                 raise TypeError("a method of %s is not copied" % type(owner).__name__)
         if op in ("setattr", "delattr"):
             obj, name = args[0], args[1]
-            if not self.allowed_name(name):
+            if not self.attribute_allowed(obj, name):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
             delete = op == "delattr"

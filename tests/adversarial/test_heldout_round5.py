@@ -1436,8 +1436,6 @@ CASES: dict[str, Case] = {
         {"solution.py": VARS_CORRECT},
         {"test_vars.py": VARS_TESTS},
         correct=True,
-        broke="`__dict__` is a LOCAL_DUNDER of a proxy: vars(p) is the proxy's own dict "
-        "(_rollouts_ep, _rollouts_oid), not the object's attributes",
     ),
     "signature_correct": Case(
         {"solution.py": SIGNATURE_CORRECT},

@@ -3158,6 +3158,229 @@ def test_the_solutions_builtin_subclasses_changed_after_they_crossed(tmp_path: P
     assert run.named("value_hack") == []
 
 
+# A read that changes the object: a cache that fills itself on a miss (boltons' `LRI`), an LRU
+# that moves what was read to the end. `c[k]` asks the real object (its class defines
+# `__getitem__`), and what the read changed reaches the tests' later `len`, `==` and
+# iteration: boltons 24.1.0's `test_cacheutils` failed here until stop 65.
+READ_CHANGING_SOLUTION = """
+class Filling(dict):
+    def __init__(self, fill):
+        super().__init__()
+        self.fill = fill
+
+    def __getitem__(self, key):
+        if not dict.__contains__(self, key):
+            dict.__setitem__(self, key, self.fill(key))
+        return dict.__getitem__(self, key)
+
+
+class Recent(dict):
+    def __getitem__(self, key):
+        value = dict.pop(self, key)
+        dict.__setitem__(self, key, value)
+        return value
+
+
+class Ring(list):
+    def __getitem__(self, i):
+        value = list.__getitem__(self, i)
+        self.append(list.pop(self, 0))
+        return value
+"""
+READ_CHANGING_TESTS = """
+import solution
+
+
+def test_a_cache_that_fills_on_a_miss():
+    c = solution.Filling(len)
+    assert c["abc"] == 3
+    assert len(c) == 1 and c == {"abc": 3} and "abc" in c
+    assert c["abc"] == 3 and c["de"] == 2
+    assert sorted(c) == ["abc", "de"]
+
+
+def test_a_read_that_reorders():
+    r = solution.Recent(a=1, b=2, c=3)
+    assert r["a"] == 1
+    assert list(r) == ["b", "c", "a"]
+    r["b"]
+    assert list(r.items()) == [("c", 3), ("a", 1), ("b", 2)]
+    ring = solution.Ring([1, 2, 3])
+    assert ring[0] == 1 and ring == [2, 3, 1]
+"""
+
+
+def test_a_read_that_changes_the_solutions_builtin_subclass(tmp_path: Path) -> None:
+    run = _graded(tmp_path, READ_CHANGING_SOLUTION, "test_reads.py", READ_CHANGING_TESTS)
+    assert run.rc == 0 and "2 passed" in run.output, run.output
+    assert run.named("value_hack") == []
+
+
+# The solution's descriptors in the tests' classes: `@solution.cached_property` on a method of
+# theirs, a class property, a checked attribute (`size = solution.Typed(int)`, kept as
+# `obj._size`), each run on the real descriptor where it lives (proxies.py
+# `DESCRIPTOR_METHODS`); the mirror had no `__get__`, so `t.area` was the descriptor itself
+# (boltons 24.1.0's `cachedproperty` and `cachedmethod` tests) until stop 65.
+DESCRIPTOR_SOLUTION = """
+class cached_property:
+    def __init__(self, func):
+        self.func = func
+
+    def __set_name__(self, owner, name):
+        self.name = name
+        self.owner = owner.__name__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
+
+
+class classproperty:
+    def __init__(self, fget):
+        self.fget = fget
+
+    def __get__(self, obj, owner):
+        return self.fget(owner)
+
+
+class Typed:
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __set_name__(self, owner, name):
+        self.name = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.name)
+
+    def __set__(self, obj, value):
+        if not isinstance(value, self.kind):
+            raise TypeError("%s must be %s" % (self.name[1:], self.kind.__name__))
+        setattr(obj, self.name, value)
+
+    def __delete__(self, obj):
+        delattr(obj, self.name)
+"""
+DESCRIPTOR_TESTS = """
+import inspect
+
+import pytest
+
+from solution import Typed, cached_property, classproperty
+
+
+class Thing:
+    calls = 0
+
+    @cached_property
+    def area(self):
+        Thing.calls += 1
+        return 6
+
+    @classproperty
+    def label(cls):
+        return cls.__name__.lower()
+
+    size = Typed(int)
+
+
+def test_a_cached_property():
+    t = Thing()
+    assert t.area == 6 and t.area == 6 and Thing.calls == 1
+    assert vars(t) == {"area": 6}
+    assert Thing.area.name == "area" and Thing.area.owner == "Thing"
+    assert isinstance(Thing.__dict__["area"], cached_property)
+    assert not inspect.isroutine(Thing.__dict__["area"])
+
+
+def test_a_class_property():
+    assert Thing.label == "thing" and Thing().label == "thing"
+
+
+def test_a_checked_attribute():
+    t = Thing()
+    t.size = 3
+    assert t.size == 3 and t._size == 3
+    with pytest.raises(TypeError, match="size must be int"):
+        t.size = "x"
+    del t.size
+    assert not hasattr(t, "_size")
+"""
+
+
+def test_the_solutions_descriptors_in_the_tests_classes(tmp_path: Path) -> None:
+    run = _graded(tmp_path, DESCRIPTOR_SOLUTION, "test_descriptors.py", DESCRIPTOR_TESTS)
+    assert run.rc == 0 and "3 passed" in run.output, run.output
+    assert run.named("value_hack") == []
+
+
+# `vars(x)` and `x.__dict__` of the other side's object: the real object's attributes (a copy
+# asked at each read, whose changes go there as attributes: proxies.py `InstanceDictionary`),
+# never the proxy's own state; of the tests' object, only what the tested code may read of it.
+INSTANCE_DICTIONARY_SOLUTION = """
+class Point:
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+
+def fields(obj):
+    return dict(vars(obj))
+
+
+def fill(obj, **values):
+    obj.__dict__.update(values)
+
+
+def has(obj, name):
+    return name in obj.__dict__
+"""
+INSTANCE_DICTIONARY_TESTS = """
+import functools
+import json
+
+import solution
+
+
+class Record:
+    def __init__(self):
+        self.a = 1
+        self._private = "kept"
+
+
+def test_the_solutions_object():
+    p = solution.Point(1, 2)
+    assert vars(p) == {"x": 1, "y": 2} and json.dumps(p.__dict__) == '{"x": 1, "y": 2}'
+    p.__dict__["x"] = 7
+    assert p.x == 7 and "y" in vars(p)
+
+
+def test_the_tests_object():
+    r = Record()
+    assert solution.fields(r) == {"a": 1}
+    solution.fill(r, b=2)
+    assert r.b == 2 and solution.has(r, "b") and not solution.has(r, "_private")
+
+
+def test_a_function_wrapped_by_the_tests():
+    @functools.wraps(solution.fields)
+    def fields(obj):
+        return solution.fields(obj)
+
+    assert fields.__name__ == "fields" and "_rollouts_oid" not in vars(fields)
+"""
+
+
+def test_the_other_sides_instance_dictionary(tmp_path: Path) -> None:
+    run = _graded(tmp_path, INSTANCE_DICTIONARY_SOLUTION, "test_vars.py", INSTANCE_DICTIONARY_TESTS)
+    assert run.rc == 0 and "3 passed" in run.output, run.output
+    assert run.named("value_hack") == []
+
+
 # What an answer names must still be there when the other side decodes it. A list of the
 # tests' that the solution keeps is one object on both sides (shares.py), and an object of the
 # tests' is a proxy there; a chunk of an iterator's items (readahead.py) encodes each as it
