@@ -553,13 +553,20 @@ class Based:
             return False
         return self.serving == 1
 
-    def resend_changed(self, memo):
+    def resend_changed(self, memo, op, args):
         """Our objects of list, dict and set subclasses that the other side holds, whose value
         changed since they were last sent (a `push` of the solution's `class Stack(list)`),
         sent again in the message of `memo`: their entries refill the other side's proxies
-        (`based_object`), whose builtin's methods (`==`, `len`, `[i]`) read that value there."""
+        (`based_object`), whose builtin's methods (`==`, `len`, `[i]`) read that value there.
+        After request `op` of `args` (`resends_after`) that read an item, only the object read:
+        a loop of `m[i, j]` would compare every object tracked at each read."""
         sent = self.based_sent
-        for key, (v, base, items) in list(sent.items()):
+        if op == "op" and args[0] == "getitem":
+            read = sent.get(id(args[1])) if len(args) > 1 else None
+            tracked = [(id(args[1]), read)] if read is not None else []
+        else:
+            tracked = list(sent.items())
+        for key, (v, base, items) in tracked:
             oid = self.export_ids.get(key)
             if oid is None or self.exports.get(oid) is not v:  # (released: no proxy holds it)
                 del sent[key]

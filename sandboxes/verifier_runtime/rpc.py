@@ -438,7 +438,7 @@ class Endpoint(
         if kept:
             reply.setdefault("sk", []).extend(kept)
         if self.based_sent and self.resends_after(op, subject):
-            self.resend_changed(out)
+            self.resend_changed(out, op, subject)
         value = subject = None
         reply["t"], out = out.table, None
         if back:
