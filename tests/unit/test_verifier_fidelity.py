@@ -3321,6 +3321,7 @@ def test_the_solutions_descriptors_in_the_tests_classes(tmp_path: Path) -> None:
 # `vars(x)` and `x.__dict__` of the other side's object: the real object's attributes (a copy
 # asked at each read, whose changes go there as attributes: proxies.py `InstanceDictionary`),
 # never the proxy's own state; of the tests' object, only what the tested code may read of it.
+# And `dir()` of the solution's class: its real class's names, not the mirror's.
 INSTANCE_DICTIONARY_SOLUTION = """
 class Point:
     def __init__(self, x, y):
@@ -3372,12 +3373,17 @@ def test_a_function_wrapped_by_the_tests():
         return solution.fields(obj)
 
     assert fields.__name__ == "fields" and "_rollouts_oid" not in vars(fields)
+
+
+def test_the_names_of_the_solutions_class():  # (munch's tests parametrize by `dir(Munch)`)
+    names = set(dir(object)) | {"__dict__", "__module__", "__weakref__", "__init__"}
+    assert set(dir(solution.Point)) == names
 """
 
 
 def test_the_other_sides_instance_dictionary(tmp_path: Path) -> None:
     run = _graded(tmp_path, INSTANCE_DICTIONARY_SOLUTION, "test_vars.py", INSTANCE_DICTIONARY_TESTS)
-    assert run.rc == 0 and "3 passed" in run.output, run.output
+    assert run.rc == 0 and "4 passed" in run.output, run.output
     assert run.named("value_hack") == []
 
 
