@@ -370,9 +370,19 @@ class InstanceDictionary(dict):
         del self[name]
         return value
 
+    def popitem(self):
+        name, value = dict.popitem(self)
+        dict.__setitem__(self, name, value)
+        del self[name]
+        return name, value
+
     def clear(self):
         for name in list(self):
             del self[name]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
 
 
 class _InstanceDictionaryOf:
