@@ -107,28 +107,28 @@ def _next(self):
     cls = type(self)  # (the flag first: this runs for every item a proxy's iterator gives)
     if cls._rollouts_subclass and proxies.overridden(cls, "__next__"):  # a tests' `super()`
         return proxies.run_inherited(self, "__next__", _next, (), {})
-    ahead = self.__dict__.get("_rollouts_ahead")
+    ahead = proxies.own(self).get("_rollouts_ahead")
     if ahead:
         if ahead[0][1] is None:  # (an item, not the end: taken here, once per item of a chunk)
             return ahead.popleft()[0]
         return _next_of_buffer(self, ahead)
-    peek = self.__dict__.get("_rollouts_peeked")
+    peek = proxies.own(self).get("_rollouts_peeked")
     if peek is not None:
         item = _next_of_peek(peek)
         if item is not _ASK:
             return item
     frame = sys._getframe(1)
-    bulk = self.__dict__.get("_rollouts_bulk")
+    bulk = proxies.own(self).get("_rollouts_bulk")
     if bulk is not None:
         if bulk == _where(frame):
             return _from_chunk(self, False)
-        del self.__dict__["_rollouts_bulk"]
-    at = self.__dict__.get("_rollouts_iter_at")
+        del proxies.own(self)["_rollouts_bulk"]
+    at = proxies.own(self).get("_rollouts_iter_at")
     if at is not None:
         if at == _where(frame) and _whole_builtin_call(frame):
             object.__setattr__(self, "_rollouts_bulk", at)
             return _from_chunk(self, True)
-        del self.__dict__["_rollouts_iter_at"]
+        del proxies.own(self)["_rollouts_iter_at"]
     return _from_peek(self)
 
 
@@ -238,13 +238,13 @@ def _from_chunk(self, plain):
     """The next item, from a chunk asked now. `plain`: the consumer handles plain values
     without running code, so the chunk ends after an item that holds a reference (the
     consumer may ask it something, and must find the iterator where it was then)."""
-    size = self.__dict__.get("_rollouts_chunk", CHUNK_FIRST)
+    size = proxies.own(self).get("_rollouts_chunk", CHUNK_FIRST)
     object.__setattr__(self, "_rollouts_chunk", min(size * 4, CHUNK_LARGEST))
     ep = self._rollouts_ep
     items, end, rebuilt = ep.request("chunk", self, size, plain, ep.rebuilds)
     if rebuilt:  # (a chunk is only ever read ahead as a copy this side made: a recipe)
         return _peeking(self, items, end)
-    ahead = self.__dict__.get("_rollouts_ahead")
+    ahead = proxies.own(self).get("_rollouts_ahead")
     if ahead is None:
         ahead = collections.deque()
         object.__setattr__(self, "_rollouts_ahead", ahead)
@@ -332,8 +332,8 @@ def _next_call(code, offset):
 def _next_of_buffer(self, ahead):
     value, end = ahead.popleft()
     if end is not None:
-        self.__dict__.pop("_rollouts_bulk", None)
-        self.__dict__.pop("_rollouts_iter_at", None)
+        proxies.own(self).pop("_rollouts_bulk", None)
+        proxies.own(self).pop("_rollouts_iter_at", None)
         raise end
     return value
 
@@ -342,7 +342,7 @@ def _from_peek(self):
     """The next item, from items the other side read ahead where it can (readahead.py), else
     the one item it took for real."""
     ep = self._rollouts_ep
-    size = self.__dict__.get("_rollouts_peek_size", CHUNK_FIRST)
+    size = proxies.own(self).get("_rollouts_peek_size", CHUNK_FIRST)
     items, end, peeked = ep.request("peek", self, size, ep.rebuilds)
     if not peeked:
         if end is not None:
@@ -389,11 +389,11 @@ def stop_peeking(proxy, used):
     [oid, used, ended] appended to `used` where it used any. What is left of them, where it
     used some since they came (an iterator the code has left alone does not keep its items
     across messages, nor costs each message a check); else None."""
-    peek = proxy.__dict__.pop("_rollouts_peeked", None)
+    peek = proxies.own(proxy).pop("_rollouts_peeked", None)
     if peek is None:
         return None
     if peek[1] or peek[3]:
-        used.append([proxy.__dict__["_rollouts_oid"], peek[1], peek[3]])
+        used.append([proxies.own(proxy)["_rollouts_oid"], peek[1], peek[3]])
     if peek[2] is None and not _length_hint_of(peek[0]):
         return None
     if peek[1]:
@@ -424,4 +424,4 @@ def drop_peeking(proxy, used=0):
     if used > 0:
         object.__setattr__(proxy, "_rollouts_peek_size", min(2 * used, CHUNK_LARGEST))
     else:
-        proxy.__dict__.pop("_rollouts_peek_size", None)
+        proxies.own(proxy).pop("_rollouts_peek_size", None)

@@ -152,14 +152,14 @@ class Judge:
         if isinstance(real, rpc.RemoteObject) and isinstance(twin, rpc.RemoteObject):
             if len(self.twins) >= _TWINS_KEPT:
                 del self.twins[next(iter(self.twins))]
-            self.twins[real.__dict__["_rollouts_oid"]] = twin
+            self.twins[rpc.proxies.own(real)["_rollouts_oid"]] = twin
 
     def request(self, op, *args):
         # A number taken from a difference whose decoy's twin is known: asked of both at once.
         if op == "op" and len(args) >= 2 and args[0] in _NUMBER_OPS:
             target = args[1]
             if isinstance(target, rpc.RemoteObject):
-                twin = self.twins.get(target.__dict__.get("_rollouts_oid"))
+                twin = self.twins.get(rpc.proxies.own(target).get("_rollouts_oid"))
                 if twin is not None:
                     return self._number_of_pair(args[0], target, twin, list(args[2:]))
         return super().request(op, *args)

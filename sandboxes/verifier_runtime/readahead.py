@@ -536,7 +536,7 @@ class ReadAhead:
             for proxy in self.peeking.values():
                 left = iterators.stop_peeking(proxy, used)
                 if left is not None:
-                    self.offered[proxy.__dict__["_rollouts_oid"]] = (proxy, left)
+                    self.offered[iterators.proxies.own(proxy)["_rollouts_oid"]] = (proxy, left)
             self.peeking = {}
             if used:
                 msg["ra"] = used

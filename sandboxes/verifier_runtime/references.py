@@ -79,8 +79,8 @@ class References:
             self._release(item)
 
     def dropped(self, proxy):
-        oid = proxy.__dict__.get("_rollouts_oid")
-        if proxy.__dict__.get("_rollouts_single"):  # one reference each (based.py)
+        oid = proxies.own(proxy).get("_rollouts_oid")
+        if proxies.own(proxy).get("_rollouts_single"):  # one reference each (based.py)
             left = self.received.pop(oid, 0) - 1
             if left > 0:
                 self.received[oid] = left
@@ -120,10 +120,10 @@ class References:
             return ["o", self.export(v.obj), self.class_node(type(v.obj))]
         if (
             isinstance(v, (RemoteObject, RemoteClassMeta))
-            and v.__dict__.get("_rollouts_ep") is self
+            and proxies.own(v).get("_rollouts_ep") is self
         ):
             memo.held.append(v)  # (alive until the message is sent: codec.Memo)
-            return ["x", v.__dict__["_rollouts_oid"]]  # the other side's own object, back
+            return ["x", proxies.own(v)["_rollouts_oid"]]  # the other side's own object, back
         if isinstance(v, BaseException):
             return self.encode_exception(v, memo)
         if isinstance(v, types.ModuleType):

@@ -112,7 +112,7 @@ def iterator_step(op, args):
         cls = type(args[0]) if op == "callattr" else args[0]
         return len(args) > 1 and args[1] in _STEP_METHODS and _steps(cls)
     if op == "call":
-        return bool(args) and isinstance(args[0], RemoteObject) and _STEP in args[0].__dict__
+        return bool(args) and isinstance(args[0], RemoteObject) and _STEP in proxies.own(args[0])
     return op in ("chunk", "peek")  # (their end travels as a value, and is the iterator's)
 
 
