@@ -458,9 +458,9 @@ _DERIVED = frozenset({("datetime", "tzinfo")})
 def _hide_get(namespace, function):
     """Whether mirror `namespace` has a `__get__` (a function's binds here, `_bind_as_a_function`;
     any other class's is its real one's, proxies.DESCRIPTOR_METHODS), which only the
-    interpreter's lookup finds (proxies.no_get, `_HiddenGetMeta`): to `hasattr` and `inspect` the
-    proxy is still no routine nor method descriptor (pluggy must not take a solution's function
-    or descriptor in a conftest for a hook)."""
+    interpreter's lookup and the tests' own code find (proxies.no_get, `_HiddenGetMeta`): to
+    `inspect` the proxy is still no routine nor method descriptor (pluggy must not take a
+    solution's function or descriptor in a conftest for a hook)."""
     if function:
         namespace["__get__"] = _bind_as_a_function
     if namespace.get("__get__") is None:
@@ -481,7 +481,7 @@ class _HiddenGetMeta(RemoteClassMeta):
     """Metaclass of a mirror with a `__get__` (`_hide_get`): hidden from attribute lookups."""
 
     def __getattribute__(cls, name):
-        if name == "__get__":
+        if name == "__get__" and not proxies.tests_read(cls, sys._getframe(1)):
             raise AttributeError(name)
         return type.__getattribute__(cls, name)
 

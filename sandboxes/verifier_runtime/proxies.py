@@ -342,10 +342,11 @@ def own(obj):
 class InstanceDictionary(dict):
     """A proxy's `__dict__` and `vars()` as code other than ours reads them: a copy of the real
     object's instance dictionary, asked of the other side at each read (`vars(p) == {"x": 1}`
-    of the solution's object), whose changes go there as the object's attributes (a solution's
-    `cached_property` keeping `obj.__dict__[name] = value` on the tests' object). What the
-    tested side reads of the tests' object is what it may read of its attributes (trusted.py
-    `instance_dictionary`)."""
+    of the solution's object), whose changes go there to that dictionary itself, as no
+    descriptor sees them (a solution's `cached_property` keeping `obj.__dict__[name] = value`
+    on the tests' object, a `Typed.__set__` its checked value). What the tested side reads and
+    changes of the tests' object is what it may of its attributes (trusted.py
+    `instance_dictionary`, `_dictionary_writable`)."""
 
     __slots__ = ("_owner",)
 
@@ -354,11 +355,11 @@ class InstanceDictionary(dict):
         self._owner = owner
 
     def __setitem__(self, name, value):
-        self._owner._rollouts_ep.request("setattr", self._owner, name, value)
+        self._owner._rollouts_ep.request("op", "dictset", self._owner, name, value)
         dict.__setitem__(self, name, value)
 
     def __delitem__(self, name):
-        self._owner._rollouts_ep.request("delattr", self._owner, name)
+        self._owner._rollouts_ep.request("op", "dictdel", self._owner, name)
         dict.__delitem__(self, name)
 
     def update(self, *args, **kwargs):
@@ -414,10 +415,21 @@ def _ours(frame):
 
 
 def no_get(self, name):
-    """`__getattribute__` of a mirror with a `__get__` (mirrors.py `_hide_get`)."""
-    if name == "__get__":
+    """`__getattribute__` of a mirror with a `__get__` (mirrors.py `_hide_get`): there for the
+    tests' own code (`hasattr(d, "__get__")`, `d.__get__(obj, Owner)` in a descriptor's test),
+    absent for any other (`inspect`, pluggy)."""
+    if name == "__get__" and not tests_read(self, sys._getframe(1)):
         raise AttributeError(name)
     return object.__getattribute__(self, name)
+
+
+def tests_read(proxy_or_mirror, frame):
+    """Whether `frame`, reading an attribute of a proxy or mirror class, is the tests' own."""
+    if isinstance(proxy_or_mirror, type):
+        ep = type.__getattribute__(proxy_or_mirror, "__dict__").get("_rollouts_ep")
+    else:
+        ep = _own_dictionary(proxy_or_mirror).get("_rollouts_ep")
+    return ep is not None and ep.read_by_tests(frame)
 
 
 class RemoteObject(_Instance):
@@ -574,6 +586,13 @@ def _forwarder(op):
     return method
 
 
+def _descriptor(op):
+    def method(self, *args):
+        return self._rollouts_ep.descriptor(self, op, args)
+
+    return method
+
+
 def _arithmetic(op):
     def method(self, other, *more):  # (more: `pow(x, y, modulus)`'s modulus)
         return self._rollouts_ep.arithmetic(self, op, other, *more)
@@ -632,7 +651,7 @@ SPECIALS.update(__await__=_await)
 # property's `__set__` would let the tested code run their setter on an object of its choosing.
 DESCRIPTOR_METHODS = {"__get__": "get", "__set__": "set", "__delete__": "delete"}
 DESCRIPTOR_METHODS["__set_name__"] = "set_name"
-SPECIALS.update({_name: _forwarder(_op) for _name, _op in DESCRIPTOR_METHODS.items()})
+SPECIALS.update({_name: _descriptor(_op) for _name, _op in DESCRIPTOR_METHODS.items()})
 SPECIALS = {_name: _or_inherited(_name, _method) for _name, _method in SPECIALS.items()}
 
 
@@ -862,6 +881,8 @@ OPERATORS = {
     "dir": lambda a: sorted(dir(a)),
     "copy": lambda a: __import__("copy").copy(a),
     "vars": lambda a: dict(_instance_dictionary(a)),  # (the trusted side's: trusted.py)
+    "dictset": lambda a, name, value: _instance_dictionary(a).__setitem__(name, value),
+    "dictdel": lambda a, name: _instance_dictionary(a).__delitem__(name),
     "deepcopy": lambda a: __import__("copy").deepcopy(a),
 }
 for _name in _BINARY:

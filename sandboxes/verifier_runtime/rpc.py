@@ -534,6 +534,11 @@ class Endpoint(
         """Whether the other side may read, set or delete attribute `name` of `obj`."""
         return self.allowed_name(name)
 
+    def descriptor(self, proxy, op, args):
+        """Descriptor protocol `op` (proxies.DESCRIPTOR_METHODS) of the other side's object
+        `proxy`, which a class of ours holds: run there (the trusted side may keep it)."""
+        return self.request("op", op, proxy, *args)
+
     def dispatch(self, op, args):
         if op in ("getattr", "setattr", "delattr"):
             obj, name = args[0], args[1]

@@ -54,6 +54,7 @@ import sys
 import time
 import types
 import warnings
+import weakref
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -346,26 +347,93 @@ def _writable(obj, name, delete):
     return True
 
 
+def _descriptors_reach(cls):
+    """Whether the tested code's descriptor that the tests' class `cls` holds is handed its
+    objects and the class itself (proxies.DESCRIPTOR_METHODS: `@solution.cached_property` on a
+    method of theirs, `size = solution.Typed(int)`), as the tests hand an object they pass to
+    a call: a class of the tests' own files that holds no tests. A class of tests (`class
+    TestCalc: calc = solution.Calc()`, a `unittest.TestCase`) holds the solution's objects as
+    values, as if their class had no descriptor protocol (`_as_a_value`): no test chose one
+    there, its objects hold the expected values, and the solution decides whether its class
+    has a `__get__` (red team, stop 65)."""
+    if not _tests_own_class(cls):
+        return False
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        if klass.__name__.startswith("Test") or any(
+            isinstance(n, str) and n.startswith("test") for n in list(vars(klass))
+        ):
+            return False
+    return True
+
+
+def _as_a_value(descriptor, op, cls, args):
+    """Descriptor protocol `op` of the tested code's object that class `cls` of tests holds
+    (`_descriptors_reach`), done as if its class had none: it is the attribute's value, and an
+    object's own value of that name comes first."""
+    if op == "set_name" or (op == "get" and args[0] is None):
+        return None if op == "set_name" else descriptor
+    obj = args[0]
+    name = next((n for k in cls.__mro__ for n, v in list(vars(k).items()) if v is descriptor), None)
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        namespace = None
+    if name is None or not isinstance(namespace, dict):
+        if op == "get":
+            return descriptor
+        raise AttributeError("%s object has no instance dictionary" % type(obj).__name__)
+    if op == "get":
+        return namespace.get(name, descriptor)
+    if op == "set":
+        namespace[name] = args[1]
+        return None
+    try:
+        del namespace[name]
+    except KeyError:
+        raise AttributeError(name) from None
+    return None
+
+
 def _kept_by_a_descriptor(obj, name):
-    """Whether `name` is an underscored (not special) name of data that the tested code may keep
-    in the instance dictionary of `obj`, an object of the tests' whose class holds a descriptor
-    of the tested code (`@solution.cached_property`, `size = solution.Typed(int)`, whose
-    `__set__` keeps the value as `obj._size`): the tests made the solution's code their
-    attribute's, and its state is the object's, as in one process. Anything else underscored
-    is not the tested code's to read or write (`allowed_name`)."""
+    """Whether `name` is an underscored (not special) name that the tested code may keep data
+    under in the instance dictionary of `obj`, an object of the tests' whose class holds a
+    descriptor of the tested code's that reaches it (`_descriptors_reach`: `Typed.__set__`
+    keeps `obj._size`), as far as the name goes (TrustedEndpoint.kept_name: only a name the
+    tested code made there). Anything else underscored is not the tested code's to read or
+    write (`allowed_name`)."""
     if not (isinstance(name, str) and name.startswith("_") and not name.startswith("__")):
         return False
     try:
         object.__getattribute__(obj, "__dict__")
     except AttributeError:
         return False
-    if isinstance(obj, type) or _forbidden(obj):
+    if isinstance(obj, type) or _forbidden(obj) or not _descriptors_reach(type(obj)):
         return False
     return any(
         isinstance(value, rpc.RemoteObject) and rpc.proxies.forwards_descriptor(type(value))
         for klass in type(obj).__mro__
         for value in list(vars(klass).values())
     )
+
+
+def _dictionary_writable(obj, name, delete):
+    """Whether the tested code may set or delete `name` in the instance dictionary of the
+    tests' object `obj` itself (`obj.__dict__[name] = value`, which no descriptor of its class
+    sees): where its class holds no attribute of that name but plain data, or the tested
+    code's own object there (its `cached_property` keeps the value under its own name), and
+    `_writable` would let it set the attribute."""
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            value = klass.__dict__[name]
+            if isinstance(value, rpc.RemoteObject):
+                break
+            kind = type(value)
+            if hasattr(kind, "__get__") or hasattr(kind, "__set__"):
+                return False
+            break
+    return _writable(obj, name, delete)
 
 
 # A named tuple's own protocol, underscored only so that no field name can clash with it:
@@ -429,6 +497,8 @@ class TrustedEndpoint(
         self.asking = []  # (request, arguments) being asked, innermost last
         self.values = set()  # oids the other side may use: handed over, and never forbidden
         self.output_left = OUTPUT_CAP
+        self.made_names = {}  # id(a tests' object) -> (weak reference, underscored names the
+        # tested code made in its instance dictionary: `kept_name`)
         self.warning_registries = {}  # the tested code's modules' __warningregistry__, here
         # oid of a proxy that answered `proxy - x` (or + x) -> its answer for the decoy of x
         self.twins = {}
@@ -498,8 +568,44 @@ class TrustedEndpoint(
         # Public names only: no path from a handed-over callable to its globals or builtins.
         return isinstance(name, str) and not name.startswith("_")
 
-    def attribute_allowed(self, obj, name):
-        return self.allowed_name(name) or _kept_by_a_descriptor(obj, name)
+    def attribute_allowed(self, obj, name, creating=False):
+        return self.allowed_name(name) or self.kept_name(obj, name, creating)
+
+    def kept_name(self, obj, name, creating=False):
+        """Whether underscored `name` is the tested code's data in the instance dictionary of
+        the tests' object `obj` (`_kept_by_a_descriptor`): one it made there itself, or
+        (`creating`) one the object does not hold yet. The tests' own underscored data (a
+        counter their class keeps as `self._hits`) stays out of its reach."""
+        if not _kept_by_a_descriptor(obj, name):
+            return False
+        made = self.made_names.get(id(obj))
+        if made is not None and made[0]() is obj and name in made[1]:
+            return True
+        return creating and name not in object.__getattribute__(obj, "__dict__")
+
+    def _made_name(self, obj, name):
+        made = self.made_names.get(id(obj))
+        if made is None or made[0]() is not obj:
+            key = id(obj)
+
+            def gone(ref):
+                if self.made_names.get(key, (None,))[0] is ref:
+                    del self.made_names[key]
+
+            try:
+                made = self.made_names[key] = (weakref.ref(obj, gone), set())
+            except TypeError:  # (no weak reference: nothing it made is kept)
+                return
+        made[1].add(name)
+
+    def descriptor(self, proxy, op, args):
+        if op == "get":
+            cls = args[1] if len(args) > 1 and args[1] is not None else type(args[0])
+        else:
+            cls = args[0] if op == "set_name" else type(args[0])
+        if isinstance(cls, type) and _descriptors_reach(cls):
+            return super().descriptor(proxy, op, args)
+        return _as_a_value(proxy, op, cls, args)
 
     def instance_dictionary(self, obj):
         """`vars(obj)` of a tests' object, as the tested code sees it (proxies.py
@@ -514,8 +620,17 @@ class TrustedEndpoint(
             for name, value in list(namespace.items())
             if self.attribute_allowed(obj, name)
             and not _mock_own(obj, name)
-            and not (_forbidden(value) or _module_globals(value))
+            and not self._withheld(value)
         }
+
+    def _withheld(self, value):
+        """Whether an attribute's value stays out of the tested code's reach (a module's
+        namespace, a runner's object: `_forbidden`): never its own object, a proxy here, which
+        goes back as itself (a tests' object holding what the solution made: a cached value)."""
+        own = rpc.proxies.own(value) if isinstance(value, rpc.RemoteObject) else {}
+        if own.get("_rollouts_ep") is self:
+            return False
+        return _forbidden(value) or _module_globals(value)
 
     def tells_routine_names(self):
         return True  # (strings: `functools.wraps` in the solution copies a tests' function's)
@@ -523,7 +638,7 @@ class TrustedEndpoint(
     def dispatch(self, op, args):
         if op == "getattr":
             obj, name = args[0], args[1]
-            kept = _kept_by_a_descriptor(obj, name)
+            kept = self.kept_name(obj, name)
             if not (self.allowed_name(name) or _named_tuple_name(obj, name) or kept):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
@@ -534,7 +649,7 @@ class TrustedEndpoint(
                     "%r is the mock's own interface, the tests' record of what was called" % name
                 )
             value = getattr(obj, name)
-            if _forbidden(value) or _module_globals(value):
+            if self._withheld(value):
                 raise AttributeError(
                     "attribute %r of %s is not available to the other process"
                     % (name, type(obj).__name__)
@@ -547,18 +662,40 @@ class TrustedEndpoint(
             owner = getattr(args[1], "__self__", None)
             if type(args[1]) is types.MethodType and _forbidden(owner):
                 raise TypeError("a method of %s is not copied" % type(owner).__name__)
-        if op in ("setattr", "delattr"):
-            obj, name = args[0], args[1]
-            if not self.attribute_allowed(obj, name):
-                raise AttributeError("attribute %r is not available to the other process" % (name,))
-            self.check_target(obj)
-            delete = op == "delattr"
-            settable = _mock_settable(obj, name, None if delete else args[2], delete)
-            if settable is False or not _writable(obj, name, delete):
-                raise PermissionError(
-                    "the tested code may not change %r of %s" % (name, type(obj).__name__)
-                )
+        direct = op == "op" and bool(args) and args[0] in ("dictset", "dictdel")
+        if op in ("setattr", "delattr") or direct:
+            if direct:  # (`obj.__dict__[name] = value`: proxies.py `InstanceDictionary`)
+                op, args = ("setattr" if args[0] == "dictset" else "delattr"), args[1:]
+            if len(args) != (3 if op == "setattr" else 2):
+                raise rpc.ProtocolError("%s arguments" % op)
+            return self._change(op == "delattr", direct, *args)
         return super().dispatch(op, args)
+
+    def _change(self, delete, direct, obj, name, value=None):
+        """The tested code's setattr or delattr of `name` on the tests' object `obj`; `direct`:
+        in its instance dictionary itself, which no descriptor of its class sees."""
+        if not self.attribute_allowed(obj, name, creating=not delete):
+            raise AttributeError("attribute %r is not available to the other process" % (name,))
+        self.check_target(obj)
+        settable = _mock_settable(obj, name, value, delete)
+        writable = (_dictionary_writable if direct else _writable)(obj, name, delete)
+        if settable is False or not writable:
+            raise PermissionError(
+                "the tested code may not change %r of %s" % (name, type(obj).__name__)
+            )
+        if direct:
+            namespace = object.__getattribute__(obj, "__dict__")
+            if delete:
+                del namespace[name]
+            else:
+                namespace[name] = value
+        elif delete:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, value)
+        if not delete and not self.allowed_name(name):
+            self._made_name(obj, name)
+        return None
 
     def dispatch_other(self, op, args):
         if op == "random" and not args:
