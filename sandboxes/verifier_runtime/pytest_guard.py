@@ -134,6 +134,13 @@ def _watch_sources():
 _watch_sources()
 
 
+def pytest_configure(config):
+    """What pytest collects as tests, for the runtime (trusted.py `_descriptors_reach`)."""
+    module = sys.modules.get("_rollouts_trusted")
+    if _guard is not None and module is not None:
+        module.collected_as(config.getini("python_classes"), config.getini("python_functions"))
+
+
 def pytest_collection(session):
     if _guard is not None:
         _guard.plugins = {id(p) for p in session.config.pluginmanager.get_plugins()}

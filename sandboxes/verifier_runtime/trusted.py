@@ -352,20 +352,45 @@ def _descriptors_reach(cls):
     objects and the class itself (proxies.DESCRIPTOR_METHODS: `@solution.cached_property` on a
     method of theirs, `size = solution.Typed(int)`), as the tests hand an object they pass to
     a call: a class of the tests' own files that holds no tests. A class of tests (`class
-    TestCalc: calc = solution.Calc()`, a `unittest.TestCase`) holds the solution's objects as
-    values, as if their class had no descriptor protocol (`_as_a_value`): no test chose one
-    there, its objects hold the expected values, and the solution decides whether its class
-    has a `__get__` (red team, stop 65)."""
+    TestCalc: calc = solution.Calc()`, one pytest collects by its ini's `python_classes` or
+    `python_functions` or by `__test__ = True`, a `unittest.TestCase`) holds the solution's
+    objects as values, as if their class had no descriptor protocol (`_as_a_value`): no test
+    chose one there, its objects hold the expected values, and the solution decides whether its
+    class has a `__get__` (red team, stop 65)."""
     if not _tests_own_class(cls):
         return False
     for klass in cls.__mro__:
         if klass is object:
             continue
-        if klass.__name__.startswith("Test") or any(
-            isinstance(n, str) and n.startswith("test") for n in list(vars(klass))
-        ):
+        names = vars(klass)
+        if names.get("__test__") is True or _collected_as("python_classes", klass.__name__):
             return False
+        for name, value in list(names.items()):
+            if _collected_as("python_functions", name) or (
+                type(value) is types.FunctionType and value.__dict__.get("__test__") is True
+            ):
+                return False
     return True
+
+
+# What pytest collects as tests: its ini's `python_classes` and `python_functions` (prefixes or
+# globs), told by the pytest guard (`collected_as`); its defaults until then.
+_COLLECTED = {"python_classes": ("Test",), "python_functions": ("test",)}
+
+
+def collected_as(classes, functions):
+    """The pytest guard's word (pytest_guard.py `pytest_configure`) on what pytest collects."""
+    _COLLECTED["python_classes"] = tuple(p for p in classes if isinstance(p, str))
+    _COLLECTED["python_functions"] = tuple(p for p in functions if isinstance(p, str))
+
+
+def _collected_as(option, name):
+    import fnmatch
+
+    return isinstance(name, str) and any(
+        name.startswith(p) or (any(c in p for c in "*?[") and fnmatch.fnmatch(name, p))
+        for p in _COLLECTED[option]
+    )
 
 
 def _as_a_value(descriptor, op, cls, args):
@@ -399,11 +424,14 @@ def _as_a_value(descriptor, op, cls, args):
 def _kept_by_a_descriptor(obj, name):
     """Whether `name` is an underscored (not special) name that the tested code may keep data
     under in the instance dictionary of `obj`, an object of the tests' whose class holds a
-    descriptor of the tested code's that reaches it (`_descriptors_reach`: `Typed.__set__`
-    keeps `obj._size`), as far as the name goes (TrustedEndpoint.kept_name: only a name the
-    tested code made there). Anything else underscored is not the tested code's to read or
-    write (`allowed_name`)."""
-    if not (isinstance(name, str) and name.startswith("_") and not name.startswith("__")):
+    descriptor of the tested code's that reaches it (`_descriptors_reach`) under the same name
+    but for its underscores (`Typed.__set__` of `size` keeps `obj._size`), as far as the name
+    goes (TrustedEndpoint.kept_name: only a name the tested code made there). Anything else
+    underscored is not the tested code's to read or write (`allowed_name`): not a name of the
+    tests' own that they make later (`self._area`, red team, stop 65)."""
+    if not (isinstance(name, str) and name.startswith("_")) or (
+        name.startswith("__") and name.endswith("__")
+    ):
         return False
     try:
         object.__getattribute__(obj, "__dict__")
@@ -411,10 +439,13 @@ def _kept_by_a_descriptor(obj, name):
         return False
     if isinstance(obj, type) or _forbidden(obj) or not _descriptors_reach(type(obj)):
         return False
+    stem = name.lstrip("_")
     return any(
-        isinstance(value, rpc.RemoteObject) and rpc.proxies.forwards_descriptor(type(value))
+        (held.lstrip("_") == stem or name.endswith("__" + held))
+        and isinstance(value, rpc.RemoteObject)
+        and rpc.proxies.forwards_descriptor(type(value))
         for klass in type(obj).__mro__
-        for value in list(vars(klass).values())
+        for held, value in list(vars(klass).items())
     )
 
 
@@ -423,7 +454,13 @@ def _dictionary_writable(obj, name, delete):
     tests' object `obj` itself (`obj.__dict__[name] = value`, which no descriptor of its class
     sees): where its class holds no attribute of that name but plain data, or the tested
     code's own object there (its `cached_property` keeps the value under its own name), and
-    `_writable` would let it set the attribute."""
+    `_writable` would let it set the attribute; never past a `__setattr__` or `__delattr__`
+    of the tests' (a frozen dataclass keeps its expected value: red team, stop 65)."""
+    kind = type(obj)
+    if (kind.__delattr__ if delete else kind.__setattr__) is not (
+        object.__delattr__ if delete else object.__setattr__
+    ):
+        return False
     for klass in type(obj).__mro__:
         if name in klass.__dict__:
             value = klass.__dict__[name]
