@@ -344,6 +344,12 @@ class RecordingProxy:
         with self._lock:
             return [e for e in self.exchanges if e.path == "/v1/completions"]
 
+    def answered(self, path: str) -> int:
+        """How many requests on `path` the server has answered through this proxy (a count that
+        only grows: the service's `/is_paused` polls, say)."""
+        with self._lock:
+            return sum(e.path == path for e in self.exchanges)
+
     def generations(self) -> list[Exchange]:
         """Answered requests on either generation route, in the order of their answers."""
         with self._lock:

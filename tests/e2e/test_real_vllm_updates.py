@@ -31,7 +31,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from service.episode import EpisodeRunner
 from service.policy.client import PolicyClient
 from service.sample import AgentLimits, SamplingParams, sample_specs
 from service.trajectory import SegmentKind, Status, Trajectory, from_arrow
-from tests.e2e.live import TASKS, Service, serve
+from tests.e2e.live import TASKS, Service, serve, wait_until
 from tests.e2e.real_vllm import (
     GEN_PROMPT,
     ROOT,
@@ -445,30 +444,36 @@ def test_trainer_driven_update_in_abort_mode_then_an_abort_from_outside(
 
 
 def test_a_pause_from_outside_outlasts_the_timeouts(rig: Rig, tmp_path: Path) -> None:
-    """The server is paused behind the service's back (keep) for four times the client's
-    timeout with the first turn waiting in it: the request is not timed out or retried (the
-    engine served exactly one generation request), and nothing is masked."""
+    """The server is paused behind the service's back (keep) past the client's timeout and for
+    eight of its polls with the first turn waiting in it: the request is not timed out or
+    retried (the engine served exactly one generation request), and nothing is masked."""
     u = rig.server("U")
     fresh(u, rig.ckpt[1])
     proxy = RecordingProxy("U", u.url).start()
     try:
+        # (A timeout of some seconds and a short turn: the engine's answer to a poll, and the
+        # turn once the engine runs again, each has that long, however busy the machine. With
+        # 3 s and 48 tokens a loaded machine timed the resumed turn out and sent it again,
+        # three times: stop 65.)
         with serve(
-            tmp_path, [proxy.url], "--policy-timeout", "3", "--policy-pause-poll", "1"
+            tmp_path, [proxy.url], "--policy-timeout", "6", "--policy-pause-poll", "1"
         ) as svc:
             before = u.metric("vllm:generation_tokens_total")
             post(u.url, "/pause", params={"mode": "keep"})
 
             def held() -> None:
                 proxy.wait_sent(1)  # the first turn is in the paused engine
-                # The pause lasts at least four times the client's timeout (a lower bound,
-                # whatever the load), then the test ends it.
-                time.sleep(12)
+                # The service asks whether the engine is paused once the turn's timeout has
+                # passed, then at each poll: after eight answers the pause has outlasted the
+                # timeout and seven polls (a count, whatever the load); the test ends it.
+                wait_until("eight pause polls", lambda: proxy.answered("/is_paused") >= 8, 600)
                 post(u.url, "/resume")
 
-            trajs = collect_with(svc, u, proxy, held, max_tokens=48, max_turns=1, hold=None)
-            check_nothing_lost(trajs, u.metric("vllm:generation_tokens_total") - before)
+            trajs = collect_with(svc, u, proxy, held, max_tokens=8, max_turns=1, hold=None)
             gens = proxy.generations()
-            assert len(gens) == 1 and gens[0].status == 200  # one request, n=2: no retry
+            assert proxy.sent == 1, proxy.sent  # one request (n=2) sent on: no retry
+            assert len(gens) == 1 and gens[0].status == 200
+            check_nothing_lost(trajs, u.metric("vllm:generation_tokens_total") - before)
             assert svc.metric("rollouts_policy_external_pause_seconds_total") > 5
     finally:
         proxy.stop()
