@@ -18,7 +18,11 @@ What is kept is what the other side answered anyway: nothing new crosses.
 Standard library only, Python >= 3.8.
 """
 
+import sys
 import types
+
+_load = sys.modules["_rollouts_loader"].load  # (loader.py: an entry point loaded it)
+proxies = _load("proxies")
 
 UNKNOWN = object()  # `kept`: no binding kept, ask
 _GONE = object()
@@ -68,11 +72,11 @@ class Bindings:
     def kept(self, target, name):
         if not self.kept_values:
             return UNKNOWN
-        oid = getattr(target, "__dict__", {}).get("_rollouts_oid")
+        oid = _oid(target)
         return self.kept_values.get((oid, name), UNKNOWN)
 
     def keep(self, target, name, value):
-        oid = getattr(target, "__dict__", {}).get("_rollouts_oid")
+        oid = _oid(target)
         if oid is not None and isinstance(name, str):
             self.kept_values[(oid, name)] = value
 
@@ -83,3 +87,11 @@ class Bindings:
         for item in gone:
             if isinstance(item, list) and len(item) == 2:
                 self.kept_values.pop((item[0], item[1]), None)
+
+
+def _oid(target):
+    """The other side's id of proxy or mirror class `target` (None for anything else)."""
+    try:
+        return proxies.own(target).get("_rollouts_oid")
+    except AttributeError:  # (no instance dictionary)
+        return None

@@ -885,7 +885,7 @@ class TrustedEndpoint(
         tested code's is bound under that module's own name (`import pytest` read by a star
         import: the tests keep their own pytest), else `value` as it came."""
         if isinstance(value, rpc.RemoteObject):
-            module_name = self.runner_modules.get(value.__dict__.get("_rollouts_oid"))
+            module_name = self.runner_modules.get(rpc.proxies.own(value).get("_rollouts_oid"))
             if module_name is not None and name in (module_name, module_name.rpartition(".")[2]):
                 own = sys.modules.get(module_name)
                 if own is not None:
