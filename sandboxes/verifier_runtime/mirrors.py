@@ -46,9 +46,7 @@ SAFE_EXCEPTIONS = {
 class Mirrors:
     """The classes and exceptions part of an endpoint (rpc.Endpoint)."""
 
-    # Whether our classes are described with the descriptor protocol and our side serves it
-    # (proxies.DESCRIPTOR_METHODS): the tested side's only.
-    describes_descriptors = False
+    describes_descriptors = False  # (proxies.DESCRIPTOR_METHODS: the tested side's only)
 
     def class_node(self, cls, named=False):
         """["C", oid, meta] for a class: its names and documentation (where the other side may
@@ -81,7 +79,7 @@ class Mirrors:
             "m": getattr(cls, "__module__", "?"),
             "d": _cap(doc) if isinstance(doc, str) else None,
             "x": builtin_exc,
-            "s": self._specials(cls),
+            "s": proxies.special_methods(cls, self.describes_descriptors),
             "h": proxies.hashable(cls),
             "a": proxies.abcs_of(cls),
             "f": _dataclass_fields(cls),
@@ -102,12 +100,6 @@ class Mirrors:
                 facts["i"] = 1
         self.facts[id(cls)] = (cls, facts)
         return facts
-
-    def _specials(self, cls):
-        specials = proxies.special_methods(cls)
-        if self.describes_descriptors:
-            return specials
-        return [name for name in specials if name not in proxies.DESCRIPTOR_METHODS]
 
     def _mirrored(self, meta, why):
         """Tell `fidelity_gap` (once) of a mirror standing for a class of the standard library

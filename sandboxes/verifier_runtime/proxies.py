@@ -649,8 +649,9 @@ SPECIALS.update(__await__=_await)
 # = solution.Typed(int)`), run on the real object where it lives. Only the tested side's
 # classes are described with them and only it serves them (`describes_descriptors`): a tests'
 # property's `__set__` would let the tested code run their setter on an object of its choosing.
-DESCRIPTOR_METHODS = {"__get__": "get", "__set__": "set", "__delete__": "delete"}
-DESCRIPTOR_METHODS["__set_name__"] = "set_name"
+DESCRIPTOR_METHODS = {
+    "__get__": "get", "__set__": "set", "__delete__": "delete", "__set_name__": "set_name"
+}  # fmt: skip
 SPECIALS.update({_name: _descriptor(_op) for _name, _op in DESCRIPTOR_METHODS.items()})
 SPECIALS = {_name: _or_inherited(_name, _method) for _name, _method in SPECIALS.items()}
 
@@ -671,9 +672,14 @@ def forwards_descriptor(cls):
     return any(_special(cls, n) is SPECIALS[n] for n in ("__get__", "__set__", "__delete__"))
 
 
-def special_methods(cls):
-    """The names of `SPECIALS` that instances of `cls` have (None means "not supported")."""
-    return [name for name in SPECIALS if _special(cls, name) is not None]
+def special_methods(cls, descriptors):
+    """The names of `SPECIALS` that instances of `cls` have (None means "not supported"), those
+    of the descriptor protocol only where `descriptors` (`DESCRIPTOR_METHODS`)."""
+    return [
+        name
+        for name in SPECIALS
+        if _special(cls, name) is not None and (descriptors or name not in DESCRIPTOR_METHODS)
+    ]
 
 
 def turned_off(cls):

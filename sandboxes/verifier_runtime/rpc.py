@@ -530,10 +530,6 @@ class Endpoint(
     def check_target(self, obj):
         """Raise unless the other side may act on `obj` (see trusted.py)."""
 
-    def attribute_allowed(self, obj, name):
-        """Whether the other side may read, set or delete attribute `name` of `obj`."""
-        return self.allowed_name(name)
-
     def descriptor(self, proxy, op, args):
         """Descriptor protocol `op` (proxies.DESCRIPTOR_METHODS) of the other side's object
         `proxy`, which a class of ours holds: run there (the trusted side may keep it)."""
@@ -542,7 +538,7 @@ class Endpoint(
     def dispatch(self, op, args):
         if op in ("getattr", "setattr", "delattr"):
             obj, name = args[0], args[1]
-            if not self.attribute_allowed(obj, name):
+            if not self.allowed_name(name):
                 raise AttributeError("attribute %r is not available to the other process" % (name,))
             self.check_target(obj)
             if op == "getattr":

@@ -516,7 +516,125 @@ def _resolvable(module_name, qualname):
     return module_name in _PURE_MODULES and "." not in qualname
 
 
+class TestsAttributes:
+    """What the tested code reads and changes of the tests' objects' attributes (a part of
+    TrustedEndpoint): public names (`allowed_name`), the names its own descriptor keeps
+    (`kept_name`), their instance dictionaries (`instance_dictionary`, `_change`), and its
+    descriptors' protocol where their class lets them reach its objects (`descriptor`)."""
+
+    def _get(self, obj, name):
+        """The tested code's getattr of `name` on the tests' object `obj`."""
+        kept = self.kept_name(obj, name)
+        if not (self.allowed_name(name) or _named_tuple_name(obj, name) or kept):
+            raise AttributeError("attribute %r is not available to the other process" % (name,))
+        self.check_target(obj)
+        if kept and name not in object.__getattribute__(obj, "__dict__"):
+            raise AttributeError(name)  # (its own data only: no method or class attribute)
+        if _mock_own(obj, name):
+            raise AttributeError(
+                "%r is the mock's own interface, the tests' record of what was called" % name
+            )
+        value = getattr(obj, name)
+        if self._withheld(value):
+            raise AttributeError(
+                "attribute %r of %s is not available to the other process"
+                % (name, type(obj).__name__)
+            )
+        return value
+
+    def attribute_allowed(self, obj, name, creating=False):
+        return self.allowed_name(name) or self.kept_name(obj, name, creating)
+
+    def kept_name(self, obj, name, creating=False):
+        """Whether underscored `name` is the tested code's data in the instance dictionary of
+        the tests' object `obj` (`_kept_by_a_descriptor`): one it made there itself, or
+        (`creating`) one the object does not hold yet. The tests' own underscored data (a
+        counter their class keeps as `self._hits`) stays out of its reach."""
+        if not _kept_by_a_descriptor(obj, name):
+            return False
+        made = self.made_names.get(id(obj))
+        if made is not None and made[0]() is obj and name in made[1]:
+            return True
+        return creating and name not in object.__getattribute__(obj, "__dict__")
+
+    def _made_name(self, obj, name):
+        made = self.made_names.get(id(obj))
+        if made is None or made[0]() is not obj:
+            key = id(obj)
+
+            def gone(ref):
+                if self.made_names.get(key, (None,))[0] is ref:
+                    del self.made_names[key]
+
+            try:
+                made = self.made_names[key] = (weakref.ref(obj, gone), set())
+            except TypeError:  # (no weak reference: nothing it made is kept)
+                return
+        made[1].add(name)
+
+    def descriptor(self, proxy, op, args):
+        if op == "get":
+            cls = args[1] if len(args) > 1 and args[1] is not None else type(args[0])
+        else:
+            cls = args[0] if op == "set_name" else type(args[0])
+        if isinstance(cls, type) and _descriptors_reach(cls):
+            return super().descriptor(proxy, op, args)
+        return _as_a_value(proxy, op, cls, args)
+
+    def instance_dictionary(self, obj):
+        """`vars(obj)` of a tests' object, as the tested code sees it (proxies.py
+        `InstanceDictionary`): the attributes it may read, as `getattr` gives them."""
+        if isinstance(obj, (type, types.ModuleType)) or _forbidden(obj):
+            raise AttributeError("__dict__")
+        namespace = object.__getattribute__(obj, "__dict__")
+        if not isinstance(namespace, dict):
+            raise AttributeError("__dict__")
+        return {
+            name: value
+            for name, value in list(namespace.items())
+            if self.attribute_allowed(obj, name)
+            and not _mock_own(obj, name)
+            and not self._withheld(value)
+        }
+
+    def _withheld(self, value):
+        """Whether an attribute's value stays out of the tested code's reach (a module's
+        namespace, a runner's object: `_forbidden`): never its own object, a proxy here, which
+        goes back as itself (a tests' object holding what the solution made: a cached value)."""
+        own = rpc.proxies.own(value) if isinstance(value, rpc.RemoteObject) else {}
+        if own.get("_rollouts_ep") is self:
+            return False
+        return _forbidden(value) or _module_globals(value)
+
+    def _change(self, delete, direct, obj, name, value=None):
+        """The tested code's setattr or delattr of `name` on the tests' object `obj`; `direct`:
+        in its instance dictionary itself, which no descriptor of its class sees."""
+        if not self.attribute_allowed(obj, name, creating=not delete):
+            raise AttributeError("attribute %r is not available to the other process" % (name,))
+        self.check_target(obj)
+        settable = _mock_settable(obj, name, value, delete)
+        writable = (_dictionary_writable if direct else _writable)(obj, name, delete)
+        if settable is False or not writable:
+            raise PermissionError(
+                "the tested code may not change %r of %s" % (name, type(obj).__name__)
+            )
+        if direct:
+            namespace = object.__getattribute__(obj, "__dict__")
+            if delete:
+                del namespace[name]
+            else:
+                namespace[name] = value
+        elif delete:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, value)
+        if not delete and not self.allowed_name(name):
+            self._made_name(obj, name)
+        return None
+
+
 class TrustedEndpoint(
+    TestsAttributes,
     carried.Carried,
     judging.Judge,
     subclasses.Subclassing,
@@ -605,93 +723,12 @@ class TrustedEndpoint(
         # Public names only: no path from a handed-over callable to its globals or builtins.
         return isinstance(name, str) and not name.startswith("_")
 
-    def attribute_allowed(self, obj, name, creating=False):
-        return self.allowed_name(name) or self.kept_name(obj, name, creating)
-
-    def kept_name(self, obj, name, creating=False):
-        """Whether underscored `name` is the tested code's data in the instance dictionary of
-        the tests' object `obj` (`_kept_by_a_descriptor`): one it made there itself, or
-        (`creating`) one the object does not hold yet. The tests' own underscored data (a
-        counter their class keeps as `self._hits`) stays out of its reach."""
-        if not _kept_by_a_descriptor(obj, name):
-            return False
-        made = self.made_names.get(id(obj))
-        if made is not None and made[0]() is obj and name in made[1]:
-            return True
-        return creating and name not in object.__getattribute__(obj, "__dict__")
-
-    def _made_name(self, obj, name):
-        made = self.made_names.get(id(obj))
-        if made is None or made[0]() is not obj:
-            key = id(obj)
-
-            def gone(ref):
-                if self.made_names.get(key, (None,))[0] is ref:
-                    del self.made_names[key]
-
-            try:
-                made = self.made_names[key] = (weakref.ref(obj, gone), set())
-            except TypeError:  # (no weak reference: nothing it made is kept)
-                return
-        made[1].add(name)
-
-    def descriptor(self, proxy, op, args):
-        if op == "get":
-            cls = args[1] if len(args) > 1 and args[1] is not None else type(args[0])
-        else:
-            cls = args[0] if op == "set_name" else type(args[0])
-        if isinstance(cls, type) and _descriptors_reach(cls):
-            return super().descriptor(proxy, op, args)
-        return _as_a_value(proxy, op, cls, args)
-
-    def instance_dictionary(self, obj):
-        """`vars(obj)` of a tests' object, as the tested code sees it (proxies.py
-        `InstanceDictionary`): the attributes it may read, as `getattr` gives them."""
-        if isinstance(obj, (type, types.ModuleType)) or _forbidden(obj):
-            raise AttributeError("__dict__")
-        namespace = object.__getattribute__(obj, "__dict__")
-        if not isinstance(namespace, dict):
-            raise AttributeError("__dict__")
-        return {
-            name: value
-            for name, value in list(namespace.items())
-            if self.attribute_allowed(obj, name)
-            and not _mock_own(obj, name)
-            and not self._withheld(value)
-        }
-
-    def _withheld(self, value):
-        """Whether an attribute's value stays out of the tested code's reach (a module's
-        namespace, a runner's object: `_forbidden`): never its own object, a proxy here, which
-        goes back as itself (a tests' object holding what the solution made: a cached value)."""
-        own = rpc.proxies.own(value) if isinstance(value, rpc.RemoteObject) else {}
-        if own.get("_rollouts_ep") is self:
-            return False
-        return _forbidden(value) or _module_globals(value)
-
     def tells_routine_names(self):
         return True  # (strings: `functools.wraps` in the solution copies a tests' function's)
 
     def dispatch(self, op, args):
         if op == "getattr":
-            obj, name = args[0], args[1]
-            kept = self.kept_name(obj, name)
-            if not (self.allowed_name(name) or _named_tuple_name(obj, name) or kept):
-                raise AttributeError("attribute %r is not available to the other process" % (name,))
-            self.check_target(obj)
-            if kept and name not in object.__getattribute__(obj, "__dict__"):
-                raise AttributeError(name)  # (its own data only: no method or class attribute)
-            if _mock_own(obj, name):
-                raise AttributeError(
-                    "%r is the mock's own interface, the tests' record of what was called" % name
-                )
-            value = getattr(obj, name)
-            if self._withheld(value):
-                raise AttributeError(
-                    "attribute %r of %s is not available to the other process"
-                    % (name, type(obj).__name__)
-                )
-            return value
+            return self._get(*args)
         if op == "op" and len(args) == 2 and args[0] == "vars":
             self.check_target(args[1])
             return self.instance_dictionary(args[1])
@@ -707,32 +744,6 @@ class TrustedEndpoint(
                 raise rpc.ProtocolError("%s arguments" % op)
             return self._change(op == "delattr", direct, *args)
         return super().dispatch(op, args)
-
-    def _change(self, delete, direct, obj, name, value=None):
-        """The tested code's setattr or delattr of `name` on the tests' object `obj`; `direct`:
-        in its instance dictionary itself, which no descriptor of its class sees."""
-        if not self.attribute_allowed(obj, name, creating=not delete):
-            raise AttributeError("attribute %r is not available to the other process" % (name,))
-        self.check_target(obj)
-        settable = _mock_settable(obj, name, value, delete)
-        writable = (_dictionary_writable if direct else _writable)(obj, name, delete)
-        if settable is False or not writable:
-            raise PermissionError(
-                "the tested code may not change %r of %s" % (name, type(obj).__name__)
-            )
-        if direct:
-            namespace = object.__getattribute__(obj, "__dict__")
-            if delete:
-                del namespace[name]
-            else:
-                namespace[name] = value
-        elif delete:
-            delattr(obj, name)
-        else:
-            setattr(obj, name, value)
-        if not delete and not self.allowed_name(name):
-            self._made_name(obj, name)
-        return None
 
     def dispatch_other(self, op, args):
         if op == "random" and not args:
