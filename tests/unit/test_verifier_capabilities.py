@@ -1424,7 +1424,7 @@ def test_a_descriptor_of_the_tested_code_reaches_only_what_the_tests_gave_it(
     `_descriptors_reach`: no `__get__`, `__set__` or `__set_name__` of theirs runs for it), and
     where the tests' own class holds its descriptor, the tested code may keep underscored data
     in their objects only under its own names (`kept_name`), and never past their
-    `__setattr__`. Each scored 1 on an earlier form of this stop's change (19788d4 or 0500582,
+    `__setattr__`. Each scored 1 on an earlier form of this stop's change (9e5ce93 or 1cb0825,
     red teams) and fails under plain pytest."""
     solution, tests = _DESCRIPTOR_ATTACKS[case]
     run = _pytest_run(layout, solution, tests)
