@@ -433,20 +433,23 @@ def _kept_by_a_descriptor(obj, name):
         name.startswith("__") and name.endswith("__")
     ):
         return False
-    try:
-        object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        return False
-    if isinstance(obj, type) or _forbidden(obj) or not _descriptors_reach(type(obj)):
+    if isinstance(obj, type):
         return False
     stem = name.lstrip("_")
-    return any(
+    held = any(  # (asked first: the cheap answer for the objects of most classes)
         (held.lstrip("_") == stem or name.endswith("__" + held))
         and isinstance(value, rpc.RemoteObject)
         and rpc.proxies.forwards_descriptor(type(value))
         for klass in type(obj).__mro__
         for held, value in list(vars(klass).items())
     )
+    if not held or _forbidden(obj) or not _descriptors_reach(type(obj)):
+        return False
+    try:
+        object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return False
+    return True
 
 
 def _dictionary_writable(obj, name, delete):
