@@ -3372,6 +3372,18 @@ def fill(obj, **values):
 
 def has(obj, name):
     return name in obj.__dict__
+
+
+class Record(dict):  # (a mirror of a builtin's subclass: based.py)
+    def __init__(self, **items):
+        super().__init__(**items)
+        self.meta = "m"
+
+
+class Row(list):
+    def __init__(self, *items):
+        super().__init__(items)
+        self.tag = "t"
 """
 INSTANCE_DICTIONARY_TESTS = """
 import functools
@@ -3411,12 +3423,18 @@ def test_a_function_wrapped_by_the_tests():
 def test_the_names_of_the_solutions_class():  # (munch's tests parametrize by `dir(Munch)`)
     names = set(dir(object)) | {"__dict__", "__module__", "__weakref__", "__init__"}
     assert set(dir(solution.Point)) == names
+
+
+def test_the_solutions_dict_and_list_subclasses():
+    record, row = solution.Record(a=1), solution.Row(1, 2)
+    assert vars(record) == {"meta": "m"} and row.__dict__ == {"tag": "t"}
+    assert record == {"a": 1} and row == [1, 2]
 """
 
 
 def test_the_other_sides_instance_dictionary(tmp_path: Path) -> None:
     run = _graded(tmp_path, INSTANCE_DICTIONARY_SOLUTION, "test_vars.py", INSTANCE_DICTIONARY_TESTS)
-    assert run.rc == 0 and "4 passed" in run.output, run.output
+    assert run.rc == 0 and "5 passed" in run.output, run.output
     assert run.named("value_hack") == []
 
 
