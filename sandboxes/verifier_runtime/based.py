@@ -45,8 +45,9 @@ _DUNDERS = _VALUE_DUNDERS + [n for n in proxies.SPECIALS if n not in _VALUE_DUND
 # A proxy's own protocol: attributes of the real object, copies, pickling (trusted.py), and its
 # `__dict__` (the real object's to code other than ours: a class deriving from a builtin too
 # would get one of its own from `type`, which holds the proxy's state).
-_KEPT = ["__%s__" % n for n in "getattr setattr delattr del dir copy deepcopy reduce_ex".split()]
-_KEPT.append("__dict__")
+_KEPT = [
+    "__%s__" % n for n in "getattr setattr delattr del dir copy deepcopy reduce_ex".split()
+] + ["__dict__"]
 _NAMES_CAP = 512  # overridden names a class node lists
 # The enum module's bases a mirror of an enum class derives from (they hold no members).
 _ENUM_BASES = frozenset(("Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "ReprEnum"))
