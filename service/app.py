@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from service import stack_dump
 from service.components import (
     ComponentsFactory,
     build_components,
@@ -165,12 +166,14 @@ def create_app(
             else NoTokenTexts("this service has no policy client to detokenize with")
         )
         await scheduler.start()
+        stack_dump.install()
         background = [asyncio.create_task(_retention_loop(store, metrics, config.retention_s))]
         if fleet is not None:  # servers out of rotation come back when they can
             background.append(asyncio.create_task(fleet.run(settings.policy.reconcile_s)))
         try:
             yield
         finally:
+            stack_dump.uninstall()
             background += [j.task for j in app.state.service.regrades.values() if j.task]
             for task in background:
                 task.cancel()

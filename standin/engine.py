@@ -194,6 +194,7 @@ class StubEngine:
         # choice, a held one, a new request on a paused engine) looks again.
         self._wake = asyncio.Event()
         self.hold_at: int | None = None  # requests stop once they have this many tokens
+        self.hold_longer_than = -1  # ...if their prompt is longer than this
         self.holding = 0  # requests stopped by the hold now
         self.failing: dict[str, int] = {}  # control route -> the HTTP status it answers
         self.weights = Weights(tag="default", logit=settings.script_logit)
@@ -401,7 +402,11 @@ class StubEngine:
             if self.pause_mode == "keep":
                 await self._changed(life)
                 continue
-            if self.hold_at is not None and produced >= self.hold_at:
+            if (
+                self.hold_at is not None
+                and produced >= self.hold_at
+                and len(ask.prompt) > self.hold_longer_than
+            ):
                 self.holding += 1
                 self._notify()  # for whoever waits to see it held (`held`)
                 try:
@@ -484,10 +489,11 @@ class StubEngine:
         self.reset_prefix_cache()
         self._notify()
 
-    def hold(self, after_tokens: int) -> None:
-        """Running and new requests stop once they have `after_tokens` tokens, until
-        `release` (the engine is busy, not paused: /is_paused says false)."""
-        self.hold_at = after_tokens
+    def hold(self, after_tokens: int, longer_than: int = -1) -> None:
+        """Running and new requests whose prompt is longer than `longer_than` tokens (a later
+        turn of an episode whose first prompt is that long) stop once they have `after_tokens`
+        tokens, until `release` (the engine is busy, not paused: /is_paused says false)."""
+        self.hold_at, self.hold_longer_than = after_tokens, longer_than
         self._notify()
 
     def release(self) -> None:

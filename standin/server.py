@@ -384,9 +384,10 @@ def build_app(settings: StubSettings, tasks: list[Task] | None = None) -> FastAP
         return {"status": "restarted"}
 
     @app.post("/standin/hold")
-    async def hold(after_tokens: int = 0) -> dict:
-        """Requests stop once they have `after_tokens` tokens, until /standin/release."""
-        engine.hold(after_tokens)
+    async def hold(after_tokens: int = 0, longer_than: int = -1) -> dict:
+        """Requests (with a prompt longer than `longer_than` tokens) stop once they have
+        `after_tokens` tokens, until /standin/release."""
+        engine.hold(after_tokens, longer_than)
         return {"status": "holding"}
 
     @app.get("/standin/held")

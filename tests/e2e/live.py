@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -134,6 +135,7 @@ class Service:
     url: str
     process: subprocess.Popen[bytes]
     data_dir: Path
+    log_path: Path
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
         kw.setdefault("timeout", 120)
@@ -151,12 +153,28 @@ class Service:
         return r.json()
 
     def wait_finished(self, rollout_id: str, timeout_s: float = 300) -> dict[str, Any]:
-        return wait_until(
-            f"rollout {rollout_id} to finish",
-            lambda: (s := self.status(rollout_id))["status"] != "running" and s,
-            timeout_s,
-            poll_s=0.3,
-        )
+        try:
+            return wait_until(
+                f"rollout {rollout_id} to finish",
+                lambda: (s := self.status(rollout_id))["status"] != "running" and s,
+                timeout_s,
+                poll_s=0.3,
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.status(rollout_id)}\n{self.stacks()}") from None
+
+    def stacks(self) -> str:
+        """What the service is doing (its SIGUSR1 dump: service/stack_dump.py), from its log."""
+        start = self.log_path.stat().st_size
+        self.process.send_signal(signal.SIGUSR1)
+        with contextlib.suppress(AssertionError):  # a wedged loop never writes it: say so
+            wait_until("the stack dump", lambda: b"Thread 0x" in self._log_since(start), 30)
+        return self._log_since(start).decode(errors="replace")[-20000:] or "(no stack dump)"
+
+    def _log_since(self, offset: int) -> bytes:
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read()
 
     def metric(self, name: str) -> float:
         return read_metric(self.call("GET", "/metrics").text, name, "service")
@@ -208,7 +226,7 @@ def serve(tmp: Path, policy_urls: list[str], *extra: str) -> Iterator[Service]:
             wait_healthy(url, 90, proc, path="/healthz")
         except RuntimeError as e:
             raise RuntimeError(f"{e}\n{(tmp / f'serve-{port}.log').read_text()[-2000:]}") from e
-        yield Service(url, proc, data)
+        yield Service(url, proc, data, tmp / f"serve-{port}.log")
     finally:
         stop_process(proc, timeout_s=60)
         log.close()

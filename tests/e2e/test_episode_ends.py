@@ -56,20 +56,37 @@ def _closed_by_template(t: dict) -> None:
 
 
 def test_turn_limit_cut_turns_stop_strings_and_timeouts(tmp_path: Path) -> None:
+    # The stand-in's draw for this task is 0.09 with seed 4 (the oracle: 0.09 < p_correct) and
+    # 0.76 with seed 3 (a wrong solution).
     with (
-        stand_in(tmp_path, p_correct=1.0) as policy,
+        stand_in(tmp_path, p_correct=0.5) as policy,
         serve(tmp_path, [policy.url], "--max-concurrent-samples", "8") as svc,
     ):
         ids = {
             "one_turn": svc.submit(_body(max_turns=1)),
             "cut": svc.submit(_body({"max_tokens": 12}, max_turns=3)),
             "stop": svc.submit(_body({"stop": ["keystrokes"]}, max_turns=2)),
-            "timeout": svc.submit(_body(timeout_s=0.05)),
-            "timeout_masked": svc.submit(_body(timeout_s=0.05, mask_agent_timeout=True)),
         }
+        for rid in ids.values():
+            svc.wait_finished(rid)
+        # The agent's clock starts after the first turn. Every later turn is held in the
+        # stand-in (a prompt longer than the first) until the test releases it, so these
+        # episodes cannot end before their 0.05 s run out, whatever the machine's speed; and
+        # they type a wrong solution, so whether it was typed before the clock ran out does
+        # not change the grade.
+        httpx.post(
+            policy.url + "/standin/hold",
+            params={"after_tokens": 0, "longer_than": _first_prompt_tokens(policy.url)},
+            timeout=30,
+        ).raise_for_status()
+        wrong = {"seed": 3}
+        ids["timeout"] = svc.submit(_body(wrong, timeout_s=0.05))
+        ids["timeout_masked"] = svc.submit(_body(wrong, timeout_s=0.05, mask_agent_timeout=True))
+        for name in ("timeout", "timeout_masked"):
+            svc.wait_finished(ids[name])
+        httpx.post(policy.url + "/standin/release", timeout=30).raise_for_status()
         got = {}
         for name, rid in ids.items():
-            svc.wait_finished(rid)
             if name != "timeout_masked":
                 [got[name]] = trajectories(svc.drain(rid))
         # A group of nothing but masked samples is never offered: read the store instead
@@ -84,6 +101,8 @@ def test_turn_limit_cut_turns_stop_strings_and_timeouts(tmp_path: Path) -> None:
             s: policy.detokenize(got["stop"]["response_token_ids"][s[0] : s[1]])
             for s in generated_spans(got["stop"])
         }
+        start, end = generated_spans(got["timeout"])[0]
+        typed_first = policy.detokenize(got["timeout"]["response_token_ids"][start:end])
 
     # max_turns 1: the reply typing the solution is the only turn; then the verifier grades it.
     t = got["one_turn"]
@@ -110,7 +129,8 @@ def test_turn_limit_cut_turns_stop_strings_and_timeouts(tmp_path: Path) -> None:
     _closed_by_template(t)
     assert t["status"] == "ok" and t["reward"] == 0.0  # nothing parsed, nothing typed
 
-    # The agent timeout: graded as it stands (the solution was not typed yet: 0)...
+    # The agent timeout: graded as it stands (a wrong solution: 0)...
+    assert "return None" in typed_first  # the stand-in's wrong body (standin/behaviour.py)
     t = got["timeout"]
     assert (t["status"], t["reward"], t["exclude_from_baseline"]) == ("agent_timeout", 0.0, False)
     # ...or, on request, masked: no reward, out of the baseline.
@@ -118,16 +138,21 @@ def test_turn_limit_cut_turns_stop_strings_and_timeouts(tmp_path: Path) -> None:
     assert (t["status"], t["reward"], t["exclude_from_baseline"]) == ("cancelled", None, True)
 
 
-def test_context_filling_up_is_graded_context_length(tmp_path: Path) -> None:
-    # The first prompt of this task, as the stand-in tokenizes it, plus room for ~1.5 replies.
+def _first_prompt_tokens(url: str) -> int:
+    """The first prompt of this task, as the stand-in at `url` tokenizes it."""
     [task] = load_tasks(TASKS, ids=["camel-to-snake"])
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": first_user_message(task.instruction)},
     ]
+    r = httpx.post(url + "/tokenize", json={"messages": messages}, timeout=30)
+    return r.json()["count"]
+
+
+def test_context_filling_up_is_graded_context_length(tmp_path: Path) -> None:
+    # The first prompt plus room for ~1.5 replies.
     with stand_in(tmp_path, record=False) as probe:
-        r = httpx.post(probe.url + "/tokenize", json={"messages": messages}, timeout=30)
-        prompt_len = r.json()["count"]
+        prompt_len = _first_prompt_tokens(probe.url)
     limit = prompt_len + 250
     with (
         stand_in(tmp_path, p_correct=1.0, extra=["--max-model-len", str(limit)]) as policy,
