@@ -63,6 +63,7 @@ proxies = _load("proxies")
 _SELF_ITER_MODULES = ("builtins", "itertools", "_collections", "collections")
 CHUNK_FIRST = 16  # items of the first chunk; each next one is four times as large
 CHUNK_LARGEST = 1024
+IDLE_MESSAGES = 1  # messages items read ahead are set aside through unused (`stop_peeking`)
 
 
 def iterates_itself(cls):
@@ -357,8 +358,9 @@ def _from_peek(self):
 def _peeking(self, items, end):
     """The next item of `items` (a list read ahead, or a copy this side made of the other
     side's iterator: readahead.py), which serve the next `next()`s until a message goes."""
-    # [their iterator, how many used, the end (None once used or if none), whether it was used]
-    peek = [iter(items), 0, end, False]
+    # [their iterator, how many used, the end (None once used or if none), whether it was used,
+    # messages since the code last used any (`stop_peeking`)]
+    peek = [iter(items), 0, end, False, 0]
     object.__setattr__(self, "_rollouts_peeked", peek)
     self._rollouts_ep.peeking[id(self)] = self
     item = _next_of_peek(peek)
@@ -386,9 +388,11 @@ def _next_of_peek(peek):
 def stop_peeking(proxy, used):
     """`proxy`'s items read ahead set aside (the endpoint is about to send a message, after
     which they hold only where the other side's next word says so: `resume_peeking`);
-    [oid, used, ended] appended to `used` where it used any. What is left of them, where it
-    used some since they came (an iterator the code has left alone does not keep its items
-    across messages, nor costs each message a check); else None."""
+    [oid, used, ended] appended to `used` where it used any. What is left of them, where the
+    code used some since they came or at the message before (a generator of ours that takes
+    one item of the other side's list per `next()`, and calls back into it for each, sends
+    two messages between its takes: the callback, then the item); else None: an iterator the
+    code has left alone does not keep its items across more messages, nor costs each a check."""
     peek = proxies.own(proxy).pop("_rollouts_peeked", None)
     if peek is None:
         return None
@@ -397,6 +401,10 @@ def stop_peeking(proxy, used):
     if peek[2] is None and not _length_hint_of(peek[0]):
         return None
     if peek[1]:
+        peek[4] = 0
+        return peek
+    if peek[4] < IDLE_MESSAGES:
+        peek[4] += 1
         return peek
     drop_peeking(proxy)
     return None
@@ -412,7 +420,7 @@ def resume_peeking(proxy, left, keep, with_end):
         if _len(items) > keep:  # (fewer stay than were left: ask for fewer next time)
             drop_peeking(proxy)
         items = iter(items[:keep])
-    peek = [items, 0, left[2] if with_end else None, False]
+    peek = [items, 0, left[2] if with_end else None, False, left[4]]
     object.__setattr__(proxy, "_rollouts_peeked", peek)
     proxy._rollouts_ep.peeking[id(proxy)] = proxy
 

@@ -125,6 +125,12 @@ def each(it, fn):
     return [fn(x) for x in it]
 
 
+def kept(fn, iterable):
+    for x in iterable:
+        if fn(x):
+            yield x
+
+
 def listed(n):
     return iter(list(range(n)))
 
@@ -215,6 +221,7 @@ def start_drawing():
 
 TESTS = '''
 import collections
+import functools
 import inspect
 import itertools
 import os
@@ -549,13 +556,36 @@ def test_items_of_an_iterator_the_solution_left_alone_are_not_set_aside_again():
     try:
         it = iter(list(range(100)))
         assert solution.take_then_call(it, 2, lambda: 7) == ([0, 1], 7)
-        assert heard[-2] is not None  # set aside at the callback (and kept: unchanged)
+        answered = len(heard)
+        # Set aside at the callback (and kept: unchanged), and at the answer, the message
+        # after their last use...
+        assert heard[-2] is not None and heard[-1] is not None
         for _ in range(3):
             solution.helper()
     finally:
         del ep._advance_used
-    assert heard[-4:] == [None] * 4  # none at the answer, nor at any message after
-    assert next(it) == 2
+    assert len(heard) > answered and heard[answered:] == [None] * (len(heard) - answered)
+    assert next(it) == 2  # ...and at no message after it
+
+
+def test_items_set_aside_outlast_the_answer_of_a_generator_that_calls_back_per_item():
+    """A generator of the solution that walks the tests' list and calls back into the tests
+    for each item, taken one `next()` at a time (`functools.reduce`: more-itertools'
+    `before_and_after` under a test's reduce): between two of its takes go the callback and
+    the answer with the item, and what was set aside at the callback outlasts that answer, so
+    an item costs its `next()` and its callback, not a third exchange to ask for it again."""
+    seen = []
+
+    def keep(x):
+        seen.append(x)
+        return True
+
+    before = requests()
+    assert functools.reduce(lambda a, b: a + b, solution.kept(keep, iter(list(range(1000))))) == (
+        499500
+    )
+    assert seen == list(range(1000))
+    assert requests() - before < 2200  # (3000 when each item was asked for again)
 
 
 def test_keyword_names_arrive_as_they_were_given():
@@ -683,4 +713,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 31)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 32)
