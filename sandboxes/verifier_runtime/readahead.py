@@ -337,17 +337,21 @@ def _hold(entry, used):
     return [it, keep, to_end and _len(keep) == left, where]
 
 
-def _still_holds(hold):
+def _still_holds(hold, shared):
     """[how many items, whether the end, our new `peeked` entry] where what the other side set
     aside of our iterator still stands as it was read ahead: the iterator where it was, and the
     items of a list or bytearray still those very objects (its end: still its length); None
-    where it does not (it moved, or the items changed: the other side drops them)."""
+    where it does not (it moved, or the items changed: the other side drops them), and where
+    its sequence's id is in `shared`, a list both sides now keep (shares.py): the other side
+    changes its copy of it without a message, and would then take items of ours from before."""
     it, keep, with_end, was = hold
     try:
         now = _position(it)
     except Exception:
         return None
     if not _same(now, was):
+        return None
+    if (now[0] is _iter or now[0] is _reversed) and id(now[1][0]) in shared:
         return None
     if keep is None:  # a recipe: the other side's copy goes on from here
         return [-1, True, [it, None, True, None]]
@@ -545,7 +549,7 @@ class ReadAhead:
         if self.holding:
             kept = []
             for oid, hold in self.holding.items():
-                word = _still_holds(hold)
+                word = _still_holds(hold, self.share_ids)
                 if word is not None:
                     kept.append([oid, word[0], word[1]])
                     self.peeked[oid] = word[2]

@@ -131,6 +131,26 @@ def kept(fn, iterable):
             yield x
 
 
+_shared = []  # [the tests' list this module keeps, the iterator `walk_changing` walks]
+
+
+def keep_list(items, take=False):  # keeps the tests' list (a share); `take`: an item of it too
+    _shared[:1] = [items]
+    return next(_shared[1]) if take else None
+
+
+def walk_changing(fn, it, at):  # once it keeps the list, it changes item `at` to 99
+    _shared[:] = [None, it]
+    out = []
+    for x in it:
+        out.append(fn(x))
+        kept_list = _shared[0]
+        if kept_list is not None and kept_list[at] != 99:
+            kept_list[at] = 99
+        out.append(x)
+    return out
+
+
 def listed(n):
     return iter(list(range(n)))
 
@@ -568,6 +588,27 @@ def test_items_of_an_iterator_the_solution_left_alone_are_not_set_aside_again():
     assert next(it) == 2  # ...and at no message after it
 
 
+@pytest.mark.parametrize("take", [False, True])
+def test_items_read_ahead_of_a_list_never_outlast_its_becoming_a_share(take):
+    """The solution walks the tests' list iterator, and from a callback the tests hand it that
+    very list, which it keeps (a share: each side changes its own copy, and the change goes with
+    its next message); then it changes the list. Items read ahead of it before must not serve
+    it after (neither kept across the answer that made the share, nor used in that call: the
+    tests' side says they hold no more), or its next item is the one from before its change."""
+    items = [1, 2, 3, 4, 5]
+    keep = solution.keep_list  # (bound first: no getattr goes between the callback's messages)
+
+    def fn(x):
+        return keep(items, take) if x == 1 else None
+
+    # It changes the item its loop takes next (the call with `take` took item 1 itself).
+    got = solution.walk_changing(fn, iter(items), 2 if take else 1)
+    if take:
+        assert got == [2, 1, None, 99, None, 4, None, 5] and items == [1, 2, 99, 4, 5]
+    else:
+        assert got == [None, 1, None, 99, None, 3, None, 4, None, 5] and items == [1, 99, 3, 4, 5]
+
+
 def test_items_set_aside_outlast_the_answer_of_a_generator_that_calls_back_per_item():
     """A generator of the solution that walks the tests' list and calls back into the tests
     for each item, taken one `next()` at a time (`functools.reduce`: more-itertools'
@@ -713,4 +754,4 @@ def test_a_thread_of_the_solution_that_draws_never_asks():
 
 def test_round_trips_are_fewer_and_nothing_observable_changes(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "verifier")
-    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 32)
+    layout.passes({"solution.py": SOLUTION}, {"test_round_trips.py": TESTS}, 34)
