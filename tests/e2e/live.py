@@ -161,7 +161,11 @@ class Service:
                 poll_s=0.3,
             )
         except AssertionError as e:
-            raise AssertionError(f"{e}\n{self.status(rollout_id)}\n{self.stacks()}") from None
+            try:
+                status: Any = self.status(rollout_id)
+            except Exception as gone:  # noqa: BLE001 - the service itself may be what failed
+                status = repr(gone)
+            raise AssertionError(f"{e}\n{status}\n{self.stacks()}") from None
 
     def stacks(self) -> str:
         """What the service is doing (its SIGUSR1 dump: service/stack_dump.py), from its log."""
@@ -218,15 +222,16 @@ def serve(tmp: Path, policy_urls: list[str], *extra: str) -> Iterator[Service]:
     for url in policy_urls:
         cmd += ["--policy-url", url]
     cmd += list(extra)
-    log = open(tmp / f"serve-{port}.log", "wb")  # noqa: SIM115 - closed below
+    log_path = tmp / f"serve-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         try:
             wait_healthy(url, 90, proc, path="/healthz")
         except RuntimeError as e:
-            raise RuntimeError(f"{e}\n{(tmp / f'serve-{port}.log').read_text()[-2000:]}") from e
-        yield Service(url, proc, data, tmp / f"serve-{port}.log")
+            raise RuntimeError(f"{e}\n{log_path.read_text()[-2000:]}") from e
+        yield Service(url, proc, data, log_path)
     finally:
         stop_process(proc, timeout_s=60)
         log.close()
