@@ -205,9 +205,7 @@ def _instructions(code):
     boundary cost a suite of long tests (parse's: 45,000 instructions for 117 call sites)."""
     found = _instructions_of.get(code)
     if found is None:
-        import dis  # (here: the tested process starts without it)
-
-        instrs = [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
+        instrs = _decoded(code)
         found = instrs, [i.offset for i in instrs]
         if len(_instructions_of) >= _CODES_KEPT:
             _instructions_of.clear()
@@ -217,6 +215,81 @@ def _instructions(code):
 
 _instructions_of = {}  # code -> `_instructions`' answer
 _CODES_KEPT = 64
+
+
+class Instruction(tuple):
+    """What `_callee` and `_next_call` read of an instruction, as `dis.Instruction` names it:
+    argval only of the loads and stores that name a variable, a global or an attribute."""
+
+    __slots__ = ()
+    offset = property(operator.itemgetter(0))
+    opname = property(operator.itemgetter(1))
+    opcode = property(operator.itemgetter(2))
+    arg = property(operator.itemgetter(3))
+    argval = property(operator.itemgetter(4))
+    is_jump_target = property(operator.itemgetter(5))
+
+
+def _decoded(code):
+    """The instructions of `code` but `_SKIP`'s, read off its bytes as the interpreter reads
+    them: `dis.get_instructions` also builds every instruction's value, text and source
+    position, about 4 us an instruction, and a test function rewritten by pytest runs to
+    thousands (parse's suite: 15,000, a sixth of what its boundary cost). Where this
+    interpreter lacks what the reading needs, `dis` reads them."""
+    import dis  # (here: the tested process starts without it)
+
+    names = _namer(code)
+    if names is None:
+        return [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
+    labels = set(dis.findlabels(code.co_code))  # (as `dis` marks them: jumps' targets)
+    raw, opnames, extended, out = code.co_code, dis.opname, 0, []
+    extended_op = dis.opmap["EXTENDED_ARG"]
+    # (which take an argument: those from HAVE_ARGUMENT on, before 3.13's list of them)
+    hasarg = frozenset(getattr(dis, "hasarg", range(dis.HAVE_ARGUMENT, 256)))
+    for at in range(0, len(raw), 2):
+        op = raw[at]
+        arg = raw[at + 1] | extended if op in hasarg else None
+        extended = arg << 8 if op == extended_op else 0
+        name = opnames[op]
+        if name not in _SKIP:
+            value = names(name, arg) if name in _NAMED else None
+            out.append(Instruction((at, name, op, arg, value, at in labels)))
+    return out
+
+
+def _namer(code):
+    """name(opname, arg) -> the variable, global or attribute that instruction names, where it
+    is a load or store `_callee` or `_next_call` reads one of (None: this interpreter cannot
+    say without `dis`)."""
+    co_names = code.co_names
+    if _NEW_CODE:
+        local = getattr(code, "_varname_from_oparg", None)
+        if local is None:
+            return None
+    else:
+        cells = code.co_cellvars + code.co_freevars
+        local = code.co_varnames.__getitem__
+
+    def name(op, arg):
+        if op in ("LOAD_FAST", "STORE_FAST"):
+            return local(arg)
+        if op == "LOAD_DEREF":
+            return local(arg) if _NEW_CODE else cells[arg]
+        if op == "LOAD_GLOBAL":
+            return co_names[arg >> 1 if _NEW_CODE else arg]
+        if op == "LOAD_ATTR":
+            return co_names[arg >> 1 if _NEW_ATTR else arg]
+        if op in ("LOAD_NAME", "LOAD_METHOD"):
+            return co_names[arg]
+        return None
+
+    return name
+
+
+# The instructions whose name `_callee` and `_next_call` read (their argval; None of others)
+_NAMED = frozenset(_LOADS + ATTRIBUTE_LOADS + ("STORE_FAST",))
+_NEW_CODE = sys.version_info >= (3, 11)  # variables by their place among all; global's low bit
+_NEW_ATTR = sys.version_info >= (3, 12)  # LOAD_ATTR's low bit
 
 
 def _callee(code, offset, attributes=False):
