@@ -231,30 +231,22 @@ class Instruction(tuple):
 
 
 def _decoded(code):
-    """The instructions of `code` but `_SKIP`'s, read off its bytes as the interpreter reads
-    them: `dis.get_instructions` also builds every instruction's value, text and source
-    position, about 4 us an instruction, and a test function rewritten by pytest runs to
-    thousands (parse's suite: 15,000, a sixth of what its boundary cost). Where this
-    interpreter lacks what the reading needs, `dis` reads them."""
+    """The instructions of `code` but `_SKIP`'s, read off its bytes (methods.py `unpacked`):
+    `dis.get_instructions` also builds every instruction's value, text and source position,
+    about 4 us an instruction, and a test function rewritten by pytest runs to thousands
+    (parse's suite: 15,000, a sixth of what its boundary cost). Where this interpreter lacks
+    what the reading needs, `dis` reads them."""
     import dis  # (here: the tested process starts without it)
 
     names = _namer(code)
     if names is None:
         return [i for i in dis.get_instructions(code) if i.opname not in _SKIP]
     labels = set(dis.findlabels(code.co_code))  # (as `dis` marks them: jumps' targets)
-    raw, opnames, extended, out = code.co_code, dis.opname, 0, []
-    extended_op = dis.opmap["EXTENDED_ARG"]
-    # (which take an argument: those from HAVE_ARGUMENT on, before 3.13's list of them)
-    hasarg = frozenset(getattr(dis, "hasarg", range(dis.HAVE_ARGUMENT, 256)))
-    for at in range(0, len(raw), 2):
-        op = raw[at]
-        arg = raw[at + 1] | extended if op in hasarg else None
-        extended = arg << 8 if op == extended_op else 0
-        name = opnames[op]
-        if name not in _SKIP:
-            value = names(name, arg) if name in _NAMED else None
-            out.append(Instruction((at, name, op, arg, value, at in labels)))
-    return out
+    return [
+        Instruction((at, name, op, arg, names(name, arg) if name in _NAMED else None, at in labels))
+        for at, name, op, arg in _load("methods").unpacked(code.co_code)
+        if name not in _SKIP
+    ]
 
 
 def _namer(code):

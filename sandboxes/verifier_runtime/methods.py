@@ -107,18 +107,34 @@ def _scan(code, offset, name):
 
 
 def _forward(code, offset):
-    """(name, argument) of each instruction from `offset` on, as the interpreter reads them
-    (the bytes themselves: disassembling a whole test function costs more than the calls it
-    saves); inline caches skipped."""
-    raw, extended = code.co_code, 0
+    """(name, argument) of each instruction from `offset` on (`unpacked`)."""
+    for _at, name, _op, arg in unpacked(code.co_code, offset):
+        yield name, arg
+
+
+def unpacked(raw, offset=0):
+    """(offset, name, opcode, argument) of each instruction of bytecode `raw` from `offset`
+    on, as the interpreter reads them: the bytes themselves, where `dis` would also build each
+    instruction's value, text and source position (disassembling a whole test function costs
+    more than the calls it saves). EXTENDED_ARG is folded into the argument of the instruction
+    it extends, inline caches are skipped, and an instruction that takes no argument has None
+    (as `dis` says)."""
+    extended, opnames = 0, dis.opname
     for at in range(offset, len(raw), 2):
-        op, arg = dis.opname[raw[at]], raw[at + 1] | extended
-        if op == "EXTENDED_ARG":
+        op = raw[at]
+        arg = raw[at + 1] | extended if op in _HAS_ARGUMENT else None
+        if op == _EXTENDED_ARG:
             extended = arg << 8
             continue
         extended = 0
-        if op != "CACHE":
-            yield op, arg
+        name = opnames[op]
+        if name != "CACHE":
+            yield at, name, op, arg
+
+
+# (which take an argument: those from HAVE_ARGUMENT on, before 3.13's own list of them)
+_HAS_ARGUMENT = frozenset(getattr(dis, "hasarg", range(dis.HAVE_ARGUMENT, 256)))
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 
 
 def _name(code, op, arg):
