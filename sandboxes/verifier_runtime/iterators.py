@@ -253,7 +253,7 @@ def _namer(code):
     """name(opname, arg) -> the variable, global or attribute that instruction names, where it
     is a load or store `_callee` or `_next_call` reads one of (None: this interpreter cannot
     say without `dis`)."""
-    co_names = code.co_names
+    co_names, attribute = code.co_names, _load("methods").attribute_name
     if _NEW_CODE:
         local = getattr(code, "_varname_from_oparg", None)
         if local is None:
@@ -269,11 +269,9 @@ def _namer(code):
             return local(arg) if _NEW_CODE else cells[arg]
         if op == "LOAD_GLOBAL":
             return co_names[arg >> 1 if _NEW_CODE else arg]
-        if op == "LOAD_ATTR":
-            return co_names[arg >> 1 if _NEW_ATTR else arg]
-        if op in ("LOAD_NAME", "LOAD_METHOD"):
+        if op == "LOAD_NAME":
             return co_names[arg]
-        return None
+        return attribute(code, op, arg)  # (of LOAD_ATTR and LOAD_METHOD; None of others)
 
     return name
 
@@ -281,7 +279,6 @@ def _namer(code):
 # The instructions whose name `_callee` and `_next_call` read (their argval; None of others)
 _NAMED = frozenset(_LOADS + ATTRIBUTE_LOADS + ("STORE_FAST",))
 _NEW_CODE = sys.version_info >= (3, 11)  # variables by their place among all; global's low bit
-_NEW_ATTR = sys.version_info >= (3, 12)  # LOAD_ATTR's low bit
 
 
 def _callee(code, offset, attributes=False):

@@ -62,7 +62,7 @@ def _scan(code, offset, name):
     the first call: None unless that call calls what the read gave."""
     instrs = _forward(code, offset)
     op, arg = next(instrs)
-    if _name(code, op, arg) != name:
+    if attribute_name(code, op, arg) != name:
         return None
     if op == "LOAD_METHOD" or (_NEW_ATTR and op == "LOAD_ATTR" and arg & 1):
         stack = [_NULL, _IT]  # a method load: the callable and its "self" slot
@@ -137,7 +137,7 @@ _HAS_ARGUMENT = frozenset(getattr(dis, "hasarg", range(dis.HAVE_ARGUMENT, 256)))
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 
 
-def _name(code, op, arg):
+def attribute_name(code, op, arg):
     """The attribute name an attribute or method load reads."""
     if op == "LOAD_ATTR" and _NEW_ATTR:
         arg >>= 1
